@@ -1,0 +1,426 @@
+//! The domain: tenants, users, schedules, reminder rules, reminder instances and deliveries.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ValidationError;
+
+macro_rules! id_type {
+    ($(#[$m:meta])* $name:ident, $what:literal, $check:path) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Parses and validates an identifier; `field` names it in the error.
+            pub fn parse_field(field: &str, s: &str) -> Result<Self, ValidationError> {
+                $check(s).map_err(|problem| ValidationError::new(field, problem))?;
+                Ok(Self(s.to_owned()))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+        impl FromStr for $name {
+            type Err = ValidationError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse_field($what, s)
+            }
+        }
+        impl TryFrom<String> for $name {
+            type Error = ValidationError;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+        impl From<$name> for String {
+            fn from(v: $name) -> String {
+                v.0
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+/// Tenant ids become database names, so they are kept to lowercase letters, digits, `_` and `-`.
+fn check_tenant_id(s: &str) -> Result<(), String> {
+    let mut chars = s.chars();
+    match chars.next() {
+        None => return Err("must not be empty".into()),
+        Some(c) if !c.is_ascii_lowercase() => {
+            return Err(format!("must start with a lowercase letter, got {s:?}"))
+        }
+        _ => {}
+    }
+    if s.len() > 40 {
+        return Err(format!("must be at most 40 characters, got {}", s.len()));
+    }
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "may contain only a-z, 0-9, '_' and '-', found {bad:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Entity ids travel inside `#`- and `,`-separated keys and message attributes.
+fn check_entity_id(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > 128 {
+        return Err(format!("must be at most 128 characters, got {}", s.len()));
+    }
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '@')))
+    {
+        return Err(format!(
+            "may contain only letters, digits and _ - . : @, found {bad:?}"
+        ));
+    }
+    Ok(())
+}
+
+id_type!(
+    /// A customer of the SaaS; owns one database (bridge model).
+    TenantId, "tenant", check_tenant_id
+);
+id_type!(
+    /// A user within a tenant.
+    UserId, "user", check_entity_id
+);
+id_type!(
+    /// A schedule (calendar event) within a tenant.
+    ScheduleId, "schedule", check_entity_id
+);
+
+/// How a reminder reaches its recipient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Channel {
+    Mail,
+    Chat,
+    Slack,
+}
+
+impl Channel {
+    pub const ALL: [Channel; 3] = [Channel::Mail, Channel::Chat, Channel::Slack];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Mail => "mail",
+            Channel::Chat => "chat",
+            Channel::Slack => "slack",
+        }
+    }
+}
+
+impl fmt::Display for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Channel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "mail" => Ok(Channel::Mail),
+            "chat" => Ok(Channel::Chat),
+            "slack" => Ok(Channel::Slack),
+            other => Err(format!(
+                "unknown channel {other:?} (expected mail, chat or slack)"
+            )),
+        }
+    }
+}
+
+/// A non-empty, ordered, duplicate-free set of channels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChannelSet(Vec<Channel>);
+
+impl ChannelSet {
+    pub fn new(field: &str, channels: &[Channel]) -> Result<Self, ValidationError> {
+        if channels.is_empty() {
+            return Err(ValidationError::new(field, "must name at least one channel"));
+        }
+        let mut v = channels.to_vec();
+        v.sort();
+        v.dedup();
+        Ok(Self(v))
+    }
+    pub fn iter(&self) -> impl Iterator<Item = Channel> + '_ {
+        self.0.iter().copied()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Wire form: `mail,slack`.
+    pub fn encode(&self) -> String {
+        self.0
+            .iter()
+            .map(|c| c.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    pub fn decode(field: &str, s: &str) -> Result<Self, ValidationError> {
+        let parsed: Result<Vec<Channel>, String> = s.split(',').map(str::parse).collect();
+        Self::new(field, &parsed.map_err(|e| ValidationError::new(field, e))?)
+    }
+}
+
+/// An instant in UTC, stored and sent as milliseconds since the epoch.
+pub type Instant = DateTime<Utc>;
+
+pub fn from_millis(field: &str, ms: i64) -> Result<Instant, ValidationError> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| ValidationError::new(field, format!("{ms} is not a valid instant")))
+}
+
+/// The instant a reminder instance must be delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DueAt(pub Instant);
+
+impl DueAt {
+    pub fn millis(self) -> i64 {
+        self.0.timestamp_millis()
+    }
+}
+
+/// The start instant of one occurrence of a schedule. A one-off schedule has
+/// exactly one; recurring schedules (later) have many, so it is part of every key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Occurrence(pub Instant);
+
+impl Occurrence {
+    pub fn millis(self) -> i64 {
+        self.0.timestamp_millis()
+    }
+}
+
+/// A person who can receive reminders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    pub id: UserId,
+    pub name: String,
+    pub email: Option<String>,
+    pub slack_user_id: Option<String>,
+    pub time_zone: Tz,
+    pub locale: String,
+}
+
+/// "Remind `minutes_before` the start, by these channels."
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReminderRule {
+    pub minutes_before: u32,
+    pub channels: ChannelSet,
+}
+
+/// A calendar entry with its participants and reminder rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub id: ScheduleId,
+    pub title: String,
+    pub body: String,
+    pub starts_at: Instant,
+    pub time_zone: Tz,
+    pub participants: Vec<UserId>,
+    pub rules: Vec<ReminderRule>,
+    /// Incremented by every write; a queued reminder with an older version is stale.
+    pub version: i64,
+}
+
+impl Schedule {
+    /// The occurrences of this schedule. One-off schedules have one.
+    pub fn occurrences(&self) -> Vec<Occurrence> {
+        vec![Occurrence(self.starts_at)]
+    }
+}
+
+/// Identity of one reminder instance: (schedule, occurrence, offset) within a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ReminderKey {
+    pub tenant: TenantId,
+    pub schedule: ScheduleId,
+    pub occurrence: Occurrence,
+    pub minutes_before: u32,
+}
+
+impl fmt::Display for ReminderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{}#{}#{}",
+            self.tenant,
+            self.schedule,
+            self.occurrence.millis(),
+            self.minutes_before
+        )
+    }
+}
+
+/// A reminder instance as mirrored into the index: everything the scanner and
+/// the daemon's message need, nothing more (titles and addresses stay in the RDBMS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reminder {
+    pub key: ReminderKey,
+    pub due_at: DueAt,
+    pub version: i64,
+    pub recipients: Vec<UserId>,
+    pub channels: ChannelSet,
+}
+
+impl Reminder {
+    pub fn due_for(occurrence: Occurrence, minutes_before: u32) -> DueAt {
+        DueAt(occurrence.0 - Duration::minutes(i64::from(minutes_before)))
+    }
+    pub fn delivery_count(&self) -> usize {
+        self.recipients.len() * self.channels.len()
+    }
+}
+
+/// Where a reminder stands in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexStatus {
+    /// Waiting for the scanner.
+    Pending,
+    /// Claimed by a scanner or registrar until `lease_until`; then it may be claimed again.
+    Enqueuing { lease_until: Instant },
+    /// Sent to the delay queue.
+    Enqueued,
+}
+
+/// A row of the reminder index: the reminder and its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedReminder {
+    pub reminder: Reminder,
+    pub status: IndexStatus,
+}
+
+/// One delivery: a reminder instance to one recipient by one channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DeliveryKey {
+    pub schedule: ScheduleId,
+    pub occurrence: Occurrence,
+    pub minutes_before: u32,
+    pub version: i64,
+    pub recipient: UserId,
+    pub channel: Channel,
+}
+
+impl fmt::Display for DeliveryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{}#{}#v{}#{}#{}",
+            self.schedule,
+            self.occurrence.millis(),
+            self.minutes_before,
+            self.version,
+            self.recipient,
+            self.channel
+        )
+    }
+}
+
+/// What became of one delivery. Stored as one row per delivery, never as counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Claimed by a worker that is sending it.
+    Sending,
+    Delivered,
+    /// The schedule changed or was deleted after the reminder was enqueued.
+    Stale,
+    /// Cannot ever be delivered (e.g. the recipient has no address for the channel).
+    Undeliverable,
+    /// Failed for now; the message comes back and it is tried again.
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Sending => "sending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Stale => "stale",
+            DeliveryStatus::Undeliverable => "undeliverable",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
+impl FromStr for DeliveryStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "sending" => Self::Sending,
+            "delivered" => Self::Delivered,
+            "stale" => Self::Stale,
+            "undeliverable" => Self::Undeliverable,
+            "failed" => Self::Failed,
+            other => return Err(format!("unknown delivery status {other:?}")),
+        })
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The final word on one delivery attempt, as the daemon records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryOutcome {
+    pub key: DeliveryKey,
+    pub due_at: DueAt,
+    pub status: DeliveryStatus,
+    pub at: Instant,
+    pub detail: Option<String>,
+}
+
+/// A tenant's contract and where its database lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    pub id: TenantId,
+    /// The reminder feature is part of the tenant's contract.
+    pub reminders_enabled: bool,
+    /// The tenant is active (not suspended or cancelled).
+    pub active: bool,
+    /// Where the tenant's database is: a SQLite file path or a Postgres URL.
+    pub database: String,
+    /// SHA-256 (hex) of the tenant's API key for the registrar API.
+    pub api_key_sha256: String,
+}
+
+impl TenantRecord {
+    pub fn may_receive_reminders(&self) -> bool {
+        self.reminders_enabled && self.active
+    }
+}
+
+/// Counts of delivery rows for one channel and status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryCount {
+    pub channel: Channel,
+    pub status: DeliveryStatus,
+    pub count: u64,
+}

@@ -1,0 +1,257 @@
+//! What clients send to the registrar, and its validation into domain types.
+//! Every error names the field at fault, with its path (`reminders[1].channels[0]`).
+
+use std::collections::HashSet;
+
+use chrono::DateTime;
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Channel, ChannelSet, ReminderRule, Schedule, ScheduleId, User, UserId};
+use crate::error::ValidationError;
+
+/// The longest offset a reminder may have: 4 weeks.
+pub const MAX_MINUTES_BEFORE: i64 = 4 * 7 * 24 * 60;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserInput {
+    pub name: String,
+    #[serde(default)]
+    pub email: Option<String>,
+    #[serde(default)]
+    pub slack_user_id: Option<String>,
+    #[serde(default = "default_tz")]
+    pub time_zone: String,
+    #[serde(default = "default_locale")]
+    pub locale: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleInput {
+    pub minutes_before: i64,
+    pub channels: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleInput {
+    pub title: String,
+    #[serde(default)]
+    pub body: String,
+    /// RFC 3339 with an offset, e.g. `2026-11-23T09:00:00+09:00`.
+    pub starts_at: String,
+    #[serde(default = "default_tz")]
+    pub time_zone: String,
+    pub participants: Vec<String>,
+    pub reminders: Vec<RuleInput>,
+}
+
+fn default_tz() -> String {
+    "UTC".into()
+}
+fn default_locale() -> String {
+    "en".into()
+}
+
+fn parse_tz(field: &str, s: &str) -> Result<Tz, ValidationError> {
+    s.parse::<Tz>()
+        .map_err(|_| ValidationError::new(field, format!("{s:?} is not an IANA time zone")))
+}
+
+fn non_empty(field: &str, s: &str, max: usize) -> Result<String, ValidationError> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if t.chars().count() > max {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {max} characters"),
+        ));
+    }
+    Ok(t.to_owned())
+}
+
+impl UserInput {
+    pub fn validate(&self, id: &str) -> Result<User, ValidationError> {
+        let id = UserId::parse_field("id", id)?;
+        let name = non_empty("name", &self.name, 200)?;
+        let email = match self.email.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(e) => {
+                let ok = e.len() <= 254
+                    && e.split_once('@').is_some_and(|(l, d)| {
+                        !l.is_empty() && d.contains('.') && !d.starts_with('.') && !d.ends_with('.')
+                    })
+                    && !e.contains(char::is_whitespace);
+                if !ok {
+                    return Err(ValidationError::new(
+                        "email",
+                        format!("{e:?} is not an e-mail address"),
+                    ));
+                }
+                Some(e.to_owned())
+            }
+        };
+        let slack_user_id = match self.slack_user_id.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(s) if s.chars().all(|c| c.is_ascii_alphanumeric()) && s.len() <= 32 => {
+                Some(s.to_owned())
+            }
+            Some(s) => {
+                return Err(ValidationError::new(
+                    "slack_user_id",
+                    format!("{s:?} is not a Slack user id (like U024BE7LH)"),
+                ))
+            }
+        };
+        let time_zone = parse_tz("time_zone", &self.time_zone)?;
+        let locale = non_empty("locale", &self.locale, 35)?;
+        Ok(User {
+            id,
+            name,
+            email,
+            slack_user_id,
+            time_zone,
+            locale,
+        })
+    }
+}
+
+impl ScheduleInput {
+    /// Validates into a schedule at version 0 (the store assigns the real version).
+    pub fn validate(&self, id: &str) -> Result<Schedule, ValidationError> {
+        let id = ScheduleId::parse_field("id", id)?;
+        let title = non_empty("title", &self.title, 500)?;
+        if self.body.chars().count() > 10_000 {
+            return Err(ValidationError::new(
+                "body",
+                "must be at most 10000 characters",
+            ));
+        }
+        let starts_at = DateTime::parse_from_rfc3339(&self.starts_at)
+            .map_err(|e| {
+                ValidationError::new(
+                    "starts_at",
+                    format!(
+                        "{:?} is not an RFC 3339 instant ({e}); example: 2026-11-23T09:00:00+09:00",
+                        self.starts_at
+                    ),
+                )
+            })?
+            .to_utc();
+        let time_zone = parse_tz("time_zone", &self.time_zone)?;
+        let mut seen = HashSet::new();
+        let mut participants = Vec::with_capacity(self.participants.len());
+        for (i, p) in self.participants.iter().enumerate() {
+            let field = format!("participants[{i}]");
+            let user = UserId::parse_field(&field, p)?;
+            if !seen.insert(user.clone()) {
+                return Err(ValidationError::new(field, format!("{p:?} is listed twice")));
+            }
+            participants.push(user);
+        }
+        let mut offsets = HashSet::new();
+        let mut rules = Vec::with_capacity(self.reminders.len());
+        for (i, r) in self.reminders.iter().enumerate() {
+            let field = format!("reminders[{i}].minutes_before");
+            if !(0..=MAX_MINUTES_BEFORE).contains(&r.minutes_before) {
+                return Err(ValidationError::new(
+                    field,
+                    format!(
+                        "{} is out of range 0..={MAX_MINUTES_BEFORE}",
+                        r.minutes_before
+                    ),
+                ));
+            }
+            if !offsets.insert(r.minutes_before) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("{} minutes is listed twice", r.minutes_before),
+                ));
+            }
+            let mut channels = Vec::with_capacity(r.channels.len());
+            for (j, c) in r.channels.iter().enumerate() {
+                channels.push(
+                    c.parse::<Channel>()
+                        .map_err(|e| ValidationError::new(format!("reminders[{i}].channels[{j}]"), e))?,
+                );
+            }
+            rules.push(ReminderRule {
+                minutes_before: r.minutes_before as u32,
+                channels: ChannelSet::new(&format!("reminders[{i}].channels"), &channels)?,
+            });
+        }
+        Ok(Schedule {
+            id,
+            title,
+            body: self.body.clone(),
+            starts_at,
+            time_zone,
+            participants,
+            rules,
+            version: 0,
+        })
+    }
+}
+
+/// What the registrar API returns for a schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleView {
+    pub id: String,
+    pub title: String,
+    pub body: String,
+    pub starts_at: String,
+    pub time_zone: String,
+    pub participants: Vec<String>,
+    pub reminders: Vec<RuleInput>,
+    pub version: i64,
+}
+
+impl From<&Schedule> for ScheduleView {
+    fn from(s: &Schedule) -> Self {
+        ScheduleView {
+            id: s.id.to_string(),
+            title: s.title.clone(),
+            body: s.body.clone(),
+            starts_at: s.starts_at.to_rfc3339(),
+            time_zone: s.time_zone.name().to_owned(),
+            participants: s.participants.iter().map(|p| p.to_string()).collect(),
+            reminders: s
+                .rules
+                .iter()
+                .map(|r| RuleInput {
+                    minutes_before: i64::from(r.minutes_before),
+                    channels: r.channels.iter().map(|c| c.to_string()).collect(),
+                })
+                .collect(),
+            version: s.version,
+        }
+    }
+}
+
+/// What the registrar API returns for a user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserView {
+    pub id: String,
+    pub name: String,
+    pub email: Option<String>,
+    pub slack_user_id: Option<String>,
+    pub time_zone: String,
+    pub locale: String,
+}
+
+impl From<&User> for UserView {
+    fn from(u: &User) -> Self {
+        UserView {
+            id: u.id.to_string(),
+            name: u.name.clone(),
+            email: u.email.clone(),
+            slack_user_id: u.slack_user_id.clone(),
+            time_zone: u.time_zone.name().to_owned(),
+            locale: u.locale.clone(),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Toki's core: the domain, the pure scheduling logic and the ports, plus the
+//! pipeline services (registrar, scanner, daemon) written against the ports.
+//! No storage, AWS or network dependency lives here.
+
+pub mod channel;
+pub mod daemon;
+pub mod domain;
+pub mod enqueue;
+pub mod error;
+pub mod input;
+pub mod message;
+pub mod plan;
+pub mod ports;
+pub mod registrar;
+pub mod render;
+pub mod scanner;
+pub mod settings;
+pub mod stats;
+
+pub use domain::*;
+pub use error::{StoreError, StoreResult, ValidationError};

@@ -1,0 +1,92 @@
+//! The delay-queue message: everything the daemon needs, as string attributes
+//! (SQS allows at most 10 message attributes).
+
+use std::collections::BTreeMap;
+
+use crate::domain::{
+    from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId,
+    UserId,
+};
+use crate::error::ValidationError;
+
+pub const ATTR_TENANT: &str = "tenant";
+pub const ATTR_SCHEDULE: &str = "schedule";
+pub const ATTR_OCCURRENCE: &str = "occurrence";
+pub const ATTR_MINUTES_BEFORE: &str = "minutes_before";
+pub const ATTR_DUE: &str = "due";
+pub const ATTR_VERSION: &str = "version";
+pub const ATTR_RECIPIENTS: &str = "recipients";
+pub const ATTR_CHANNELS: &str = "channels";
+
+/// SQS's limit on message attributes.
+pub const MAX_ATTRIBUTES: usize = 10;
+
+/// Message attributes: name → string value.
+pub type Attributes = BTreeMap<String, String>;
+
+/// Encodes a reminder into message attributes.
+pub fn encode(reminder: &Reminder) -> Attributes {
+    let k = &reminder.key;
+    let mut a = Attributes::new();
+    a.insert(ATTR_TENANT.into(), k.tenant.to_string());
+    a.insert(ATTR_SCHEDULE.into(), k.schedule.to_string());
+    a.insert(ATTR_OCCURRENCE.into(), k.occurrence.millis().to_string());
+    a.insert(ATTR_MINUTES_BEFORE.into(), k.minutes_before.to_string());
+    a.insert(ATTR_DUE.into(), reminder.due_at.millis().to_string());
+    a.insert(ATTR_VERSION.into(), reminder.version.to_string());
+    a.insert(
+        ATTR_RECIPIENTS.into(),
+        reminder
+            .recipients
+            .iter()
+            .map(UserId::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    a.insert(ATTR_CHANNELS.into(), reminder.channels.encode());
+    debug_assert!(a.len() <= MAX_ATTRIBUTES);
+    a
+}
+
+fn get<'a>(a: &'a Attributes, name: &str) -> Result<&'a str, ValidationError> {
+    a.get(name)
+        .map(String::as_str)
+        .ok_or_else(|| ValidationError::new(name, "attribute is missing"))
+}
+
+fn int<T: std::str::FromStr>(a: &Attributes, name: &str) -> Result<T, ValidationError> {
+    let s = get(a, name)?;
+    s.parse()
+        .map_err(|_| ValidationError::new(name, format!("{s:?} is not an integer")))
+}
+
+/// Decodes message attributes; the error names the attribute at fault.
+pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
+    let tenant = TenantId::parse_field(ATTR_TENANT, get(a, ATTR_TENANT)?)?;
+    let schedule = ScheduleId::parse_field(ATTR_SCHEDULE, get(a, ATTR_SCHEDULE)?)?;
+    let occurrence = Occurrence(from_millis(ATTR_OCCURRENCE, int(a, ATTR_OCCURRENCE)?)?);
+    let minutes_before: u32 = int(a, ATTR_MINUTES_BEFORE)?;
+    let due_at = DueAt(from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?);
+    let version: i64 = int(a, ATTR_VERSION)?;
+    let recipients = get(a, ATTR_RECIPIENTS)?
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| UserId::parse_field(ATTR_RECIPIENTS, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    if recipients.is_empty() {
+        return Err(ValidationError::new(ATTR_RECIPIENTS, "names no recipient"));
+    }
+    let channels = ChannelSet::decode(ATTR_CHANNELS, get(a, ATTR_CHANNELS)?)?;
+    Ok(Reminder {
+        key: ReminderKey {
+            tenant,
+            schedule,
+            occurrence,
+            minutes_before,
+        },
+        due_at,
+        version,
+        recipients,
+        channels,
+    })
+}

@@ -1,0 +1,190 @@
+//! The registrar: writes users and schedules to the tenant's database, then
+//! mirrors the reminder instances into the index, enqueueing directly those
+//! due inside the window the scanner has already covered.
+
+use std::sync::Arc;
+
+use thiserror::Error;
+use tracing::warn;
+
+use crate::domain::{Schedule, ScheduleId, TenantId, TenantRecord, User, UserId};
+use crate::enqueue::{enqueue, EnqueueSummary};
+use crate::error::{StoreError, ValidationError};
+use crate::input::{ScheduleInput, UserInput};
+use crate::plan::{reminders_for, Window};
+use crate::ports::{Clock, DelayQueue, MirrorWork, ReminderIndex, TenantDirectory, TenantStores};
+use crate::settings::PipelineSettings;
+
+#[derive(Debug, Error)]
+pub enum RegistrarError {
+    #[error("{0}")]
+    Invalid(#[from] ValidationError),
+    #[error("unknown tenant {0}")]
+    UnknownTenant(TenantId),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Store(StoreError),
+}
+
+impl From<StoreError> for RegistrarError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(v) => RegistrarError::Invalid(v),
+            other => RegistrarError::Store(other),
+        }
+    }
+}
+
+/// The result of a schedule write.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub schedule: Schedule,
+    /// Whether the index mirror is done; if not, a repair pass finishes it.
+    pub mirrored: bool,
+    pub enqueued_directly: usize,
+}
+
+pub struct Registrar {
+    pub directory: Arc<dyn TenantDirectory>,
+    pub stores: Arc<dyn TenantStores>,
+    pub index: Arc<dyn ReminderIndex>,
+    pub queue: Arc<dyn DelayQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: PipelineSettings,
+}
+
+impl Registrar {
+    pub async fn tenant(&self, tenant: &TenantId) -> Result<TenantRecord, RegistrarError> {
+        self.directory
+            .get(tenant)
+            .await?
+            .ok_or_else(|| RegistrarError::UnknownTenant(tenant.clone()))
+    }
+
+    pub async fn put_user(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        input: &UserInput,
+    ) -> Result<User, RegistrarError> {
+        let user = input.validate(id)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        store.put_user(&user).await?;
+        Ok(user)
+    }
+
+    pub async fn get_user(&self, tenant: &TenantId, id: &str) -> Result<User, RegistrarError> {
+        let id = UserId::parse_field("id", id)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        store
+            .get_user(&id)
+            .await?
+            .ok_or_else(|| RegistrarError::NotFound(format!("user {id}")))
+    }
+
+    pub async fn put_schedule(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        input: &ScheduleInput,
+    ) -> Result<Registered, RegistrarError> {
+        let schedule = input.validate(id)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        let saved = store.put_schedule(&schedule, self.clock.now()).await?;
+        let (mirrored, enqueued_directly) =
+            match self.mirror(tenant, MirrorWork::Upsert(saved.clone())).await {
+                Ok(s) => (true, s.enqueued),
+                Err(e) => {
+                    warn!(%tenant, schedule = %saved.id, error = %e, "mirror failed; repair will retry");
+                    (false, 0)
+                }
+            };
+        Ok(Registered {
+            schedule: saved,
+            mirrored,
+            enqueued_directly,
+        })
+    }
+
+    pub async fn get_schedule(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<Schedule, RegistrarError> {
+        let id = ScheduleId::parse_field("id", id)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        store
+            .get_schedule(&id)
+            .await?
+            .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))
+    }
+
+    /// Deletes a schedule; its queued reminders become stale and deliver nothing.
+    pub async fn delete_schedule(&self, tenant: &TenantId, id: &str) -> Result<(), RegistrarError> {
+        let id = ScheduleId::parse_field("id", id)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        let version = store
+            .delete_schedule(&id, self.clock.now())
+            .await?
+            .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))?;
+        if let Err(e) = self
+            .mirror(tenant, MirrorWork::Delete { schedule: id.clone(), version })
+            .await
+        {
+            warn!(%tenant, schedule = %id, error = %e, "mirror of delete failed; repair will retry");
+        }
+        Ok(())
+    }
+
+    /// Mirrors one write into the index and records it done in the tenant database.
+    async fn mirror(
+        &self,
+        tenant: &TenantId,
+        work: MirrorWork,
+    ) -> Result<EnqueueSummary, StoreError> {
+        let now = self.clock.now();
+        let store = self.stores.open(tenant).await?;
+        let (schedule_id, version, rows) = match &work {
+            MirrorWork::Upsert(s) => (
+                s.id.clone(),
+                s.version,
+                // Reminders already past the scanner's look-back are not mirrored.
+                reminders_for(tenant, s, now - crate::plan::to_chrono(self.settings.look_back)),
+            ),
+            MirrorWork::Delete { schedule, version } => (schedule.clone(), *version, Vec::new()),
+        };
+        self.index.replace_schedule(tenant, &schedule_id, &rows).await?;
+        // What the scanner has already covered (or will not reach in time) goes straight in.
+        let window = Window::at(now, self.settings.look_back, self.settings.window);
+        let direct: Vec<_> = rows.into_iter().filter(|r| window.contains(r.due_at)).collect();
+        let summary = if direct.is_empty() {
+            EnqueueSummary::default()
+        } else {
+            enqueue(self.index.as_ref(), self.queue.as_ref(), direct, now, &self.settings).await
+        };
+        if summary.failed > 0 {
+            // They stay pending in the index; the next scan enqueues them.
+            warn!(%tenant, schedule = %schedule_id, failed = summary.failed, "direct enqueue failed; left to the scanner");
+        }
+        store.mark_mirrored(&schedule_id, version).await?;
+        Ok(summary)
+    }
+
+    /// Finishes mirrors that failed (or were cut short) for one tenant.
+    /// Returns how many writes were repaired.
+    pub async fn repair(&self, tenant: &TenantId) -> Result<usize, RegistrarError> {
+        let store = self.stores.open(tenant).await?;
+        let mut repaired = 0;
+        for work in store.unmirrored().await? {
+            self.mirror(tenant, work).await?;
+            repaired += 1;
+        }
+        Ok(repaired)
+    }
+}

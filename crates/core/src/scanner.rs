@@ -1,0 +1,117 @@
+//! The scanner: every minute, move the reminders due in the next 15 minutes
+//! from the index into the delay queue.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::domain::{IndexStatus, Reminder, TenantId};
+use crate::enqueue::{enqueue, EnqueueSummary};
+use crate::error::StoreResult;
+use crate::plan::Window;
+use crate::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
+use crate::settings::PipelineSettings;
+
+/// One scan run, as logged and returned by the scanner Lambda.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScanSummary {
+    /// Index rows in the window, any status.
+    pub scanned: usize,
+    /// Rows waiting to be enqueued.
+    pub pending: usize,
+    pub enqueued: usize,
+    pub already_claimed: usize,
+    pub failed: usize,
+    /// Rows held back because the tenant's contract is off, inactive or unknown.
+    pub skipped_by_contract: usize,
+    pub partitions: usize,
+    pub duration_ms: u64,
+}
+
+pub struct Scanner {
+    pub index: Arc<dyn ReminderIndex>,
+    pub queue: Arc<dyn DelayQueue>,
+    pub directory: Arc<dyn TenantDirectory>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: PipelineSettings,
+}
+
+impl Scanner {
+    pub async fn scan_once(&self) -> StoreResult<ScanSummary> {
+        let started = StdInstant::now();
+        let now = self.clock.now();
+        let window = Window::at(now, self.settings.look_back, self.settings.window);
+        let partitions = window.partitions(self.settings.shards);
+        let mut summary = ScanSummary {
+            partitions: partitions.len(),
+            ..Default::default()
+        };
+        let index = &self.index;
+        let rows: Vec<Vec<_>> = stream::iter(partitions)
+            .map(|p| async move { index.query_partition(&p, window.from, window.to).await })
+            .buffer_unordered(32)
+            .try_collect()
+            .await?;
+
+        let mut by_tenant: BTreeMap<TenantId, Vec<Reminder>> = BTreeMap::new();
+        for row in rows.into_iter().flatten() {
+            summary.scanned += 1;
+            let ready = match row.status {
+                IndexStatus::Pending => true,
+                IndexStatus::Enqueuing { lease_until } => lease_until < now,
+                IndexStatus::Enqueued => false,
+            };
+            if ready {
+                summary.pending += 1;
+                by_tenant
+                    .entry(row.reminder.key.tenant.clone())
+                    .or_default()
+                    .push(row.reminder);
+            }
+        }
+
+        // The contract is checked once per tenant per run.
+        let mut to_send = Vec::new();
+        for (tenant, reminders) in by_tenant {
+            match self.directory.get(&tenant).await? {
+                Some(t) if t.may_receive_reminders() => to_send.extend(reminders),
+                other => {
+                    if other.is_none() {
+                        warn!(%tenant, "reminders for an unknown tenant");
+                    }
+                    summary.skipped_by_contract += reminders.len();
+                }
+            }
+        }
+
+        let EnqueueSummary {
+            enqueued,
+            already_claimed,
+            failed,
+        } = enqueue(
+            self.index.as_ref(),
+            self.queue.as_ref(),
+            to_send,
+            now,
+            &self.settings,
+        )
+        .await;
+        summary.enqueued = enqueued;
+        summary.already_claimed = already_claimed;
+        summary.failed = failed;
+        summary.duration_ms = started.elapsed().as_millis() as u64;
+        info!(
+            scanned = summary.scanned,
+            enqueued = summary.enqueued,
+            skipped_by_contract = summary.skipped_by_contract,
+            failed = summary.failed,
+            duration_ms = summary.duration_ms,
+            "scan"
+        );
+        Ok(summary)
+    }
+}

@@ -1,0 +1,33 @@
+//! Tunables of the pipeline, with the defaults the design calls for.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct PipelineSettings {
+    /// Write shards per due minute in the index.
+    pub shards: u16,
+    /// How far ahead the scanner looks (15 minutes: the SQS delay limit).
+    pub window: Duration,
+    /// How far back the scanner also looks, for a run that was missed.
+    pub look_back: Duration,
+    /// Messages become visible this long before due, so the daemon can load
+    /// and render ahead and fire at the due instant.
+    pub lead: Duration,
+    /// How long a scanner's or registrar's claim on an index row lasts.
+    pub claim_lease: Duration,
+    /// Index rows are kept this long after their due instant (TTL).
+    pub retention: Duration,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            shards: 16,
+            window: Duration::from_secs(15 * 60),
+            look_back: Duration::from_secs(5 * 60),
+            lead: Duration::from_secs(2),
+            claim_lease: Duration::from_secs(60),
+            retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
