@@ -1,1 +1,14 @@
+//! Delivery channels: mail through lettre (SMTP, or a file outbox), in-app chat
+//! (a row in the tenant database), Slack through the Web API (or a JSON-lines outbox).
 
+pub mod chat;
+pub mod mail;
+pub mod slack;
+
+pub use chat::ChatChannel;
+pub use mail::MailChannel;
+pub use slack::SlackChannel;
+
+/// The header (mail) and metadata field (Slack) that carry the delivery key,
+/// so a receiver can detect duplicates.
+pub const DELIVERY_HEADER: &str = "X-Toki-Delivery";

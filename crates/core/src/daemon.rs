@@ -144,7 +144,9 @@ impl Daemon {
 
     /// Runs the workers until `shutdown` turns true, then drains in-flight work.
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
-        let in_flight = Arc::new(Semaphore::new(self.settings.max_in_flight.max(self.settings.batch)));
+        let in_flight = Arc::new(Semaphore::new(
+            self.settings.max_in_flight.max(self.settings.batch),
+        ));
         let tasks = Arc::new(tokio::sync::Mutex::new(JoinSet::new()));
         let mut workers = JoinSet::new();
         for worker in 0..self.settings.workers.max(1) {
@@ -303,7 +305,10 @@ impl Daemon {
                 return None;
             }
         };
-        match self.load_and_claim(&tenant, store.as_ref(), work, now).await {
+        match self
+            .load_and_claim(&tenant, store.as_ref(), work, now)
+            .await
+        {
             Ok((messages, undeliverable)) => Some(Prepared {
                 store,
                 messages,

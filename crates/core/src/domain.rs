@@ -155,7 +155,10 @@ pub struct ChannelSet(Vec<Channel>);
 impl ChannelSet {
     pub fn new(field: &str, channels: &[Channel]) -> Result<Self, ValidationError> {
         if channels.is_empty() {
-            return Err(ValidationError::new(field, "must name at least one channel"));
+            return Err(ValidationError::new(
+                field,
+                "must name at least one channel",
+            ));
         }
         let mut v = channels.to_vec();
         v.sort();

@@ -149,7 +149,10 @@ impl ScheduleInput {
             let field = format!("participants[{i}]");
             let user = UserId::parse_field(&field, p)?;
             if !seen.insert(user.clone()) {
-                return Err(ValidationError::new(field, format!("{p:?} is listed twice")));
+                return Err(ValidationError::new(
+                    field,
+                    format!("{p:?} is listed twice"),
+                ));
             }
             participants.push(user);
         }
@@ -174,10 +177,9 @@ impl ScheduleInput {
             }
             let mut channels = Vec::with_capacity(r.channels.len());
             for (j, c) in r.channels.iter().enumerate() {
-                channels.push(
-                    c.parse::<Channel>()
-                        .map_err(|e| ValidationError::new(format!("reminders[{i}].channels[{j}]"), e))?,
-                );
+                channels.push(c.parse::<Channel>().map_err(|e| {
+                    ValidationError::new(format!("reminders[{i}].channels[{j}]"), e)
+                })?);
             }
             rules.push(ReminderRule {
                 minutes_before: r.minutes_before as u32,

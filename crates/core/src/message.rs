@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::domain::{
-    from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId,
-    UserId,
+    from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId, UserId,
 };
 use crate::error::ValidationError;
 

@@ -80,7 +80,11 @@ impl Partition {
 
     /// `R#2026-11-23T08:55#07`
     pub fn key(&self) -> String {
-        format!("R#{}#{:02}", self.minute.format("%Y-%m-%dT%H:%M"), self.shard)
+        format!(
+            "R#{}#{:02}",
+            self.minute.format("%Y-%m-%dT%H:%M"),
+            self.shard
+        )
     }
 }
 

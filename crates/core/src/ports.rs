@@ -53,8 +53,12 @@ pub trait ReminderIndex: Send + Sync {
 
     /// Conditionally claims a row for enqueueing: succeeds only if it is pending,
     /// or claimed with a lease that ended before `now`. Returns whether it was claimed.
-    async fn claim(&self, reminder: &Reminder, now: Instant, lease_until: Instant)
-        -> StoreResult<bool>;
+    async fn claim(
+        &self,
+        reminder: &Reminder,
+        now: Instant,
+        lease_until: Instant,
+    ) -> StoreResult<bool>;
 
     /// Marks a claimed row enqueued.
     async fn mark_enqueued(&self, reminder: &Reminder) -> StoreResult<()>;

@@ -95,14 +95,16 @@ impl Registrar {
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let saved = store.put_schedule(&schedule, self.clock.now()).await?;
-        let (mirrored, enqueued_directly) =
-            match self.mirror(tenant, MirrorWork::Upsert(saved.clone())).await {
-                Ok(s) => (true, s.enqueued),
-                Err(e) => {
-                    warn!(%tenant, schedule = %saved.id, error = %e, "mirror failed; repair will retry");
-                    (false, 0)
-                }
-            };
+        let (mirrored, enqueued_directly) = match self
+            .mirror(tenant, MirrorWork::Upsert(saved.clone()))
+            .await
+        {
+            Ok(s) => (true, s.enqueued),
+            Err(e) => {
+                warn!(%tenant, schedule = %saved.id, error = %e, "mirror failed; repair will retry");
+                (false, 0)
+            }
+        };
         Ok(Registered {
             schedule: saved,
             mirrored,
@@ -134,7 +136,13 @@ impl Registrar {
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))?;
         if let Err(e) = self
-            .mirror(tenant, MirrorWork::Delete { schedule: id.clone(), version })
+            .mirror(
+                tenant,
+                MirrorWork::Delete {
+                    schedule: id.clone(),
+                    version,
+                },
+            )
             .await
         {
             warn!(%tenant, schedule = %id, error = %e, "mirror of delete failed; repair will retry");
@@ -155,18 +163,34 @@ impl Registrar {
                 s.id.clone(),
                 s.version,
                 // Reminders already past the scanner's look-back are not mirrored.
-                reminders_for(tenant, s, now - crate::plan::to_chrono(self.settings.look_back)),
+                reminders_for(
+                    tenant,
+                    s,
+                    now - crate::plan::to_chrono(self.settings.look_back),
+                ),
             ),
             MirrorWork::Delete { schedule, version } => (schedule.clone(), *version, Vec::new()),
         };
-        self.index.replace_schedule(tenant, &schedule_id, &rows).await?;
+        self.index
+            .replace_schedule(tenant, &schedule_id, &rows)
+            .await?;
         // What the scanner has already covered (or will not reach in time) goes straight in.
         let window = Window::at(now, self.settings.look_back, self.settings.window);
-        let direct: Vec<_> = rows.into_iter().filter(|r| window.contains(r.due_at)).collect();
+        let direct: Vec<_> = rows
+            .into_iter()
+            .filter(|r| window.contains(r.due_at))
+            .collect();
         let summary = if direct.is_empty() {
             EnqueueSummary::default()
         } else {
-            enqueue(self.index.as_ref(), self.queue.as_ref(), direct, now, &self.settings).await
+            enqueue(
+                self.index.as_ref(),
+                self.queue.as_ref(),
+                direct,
+                now,
+                &self.settings,
+            )
+            .await
         };
         if summary.failed > 0 {
             // They stay pending in the index; the next scan enqueues them.

@@ -1,0 +1,204 @@
+//! The reminder index on the embedded control database, keyed exactly like the
+//! DynamoDB table: (partition = due minute + shard, sort key = due + identity).
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
+use sqlx::{QueryBuilder, Row, Sqlite};
+use toki_core::plan::{sort_key, to_chrono, Partition};
+use toki_core::ports::ReminderIndex;
+use toki_core::{
+    from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
+    ReminderKey, ScheduleId, StoreError, StoreResult, TenantId, UserId,
+};
+
+use crate::db_err;
+
+pub struct SqliteReminderIndex {
+    pool: SqlitePool,
+    shards: u16,
+    retention: std::time::Duration,
+}
+
+impl SqliteReminderIndex {
+    pub fn new(pool: SqlitePool, shards: u16, retention: std::time::Duration) -> Self {
+        Self {
+            pool,
+            shards,
+            retention,
+        }
+    }
+
+    /// Deletes rows whose expiry has passed (what DynamoDB's TTL does on AWS).
+    pub async fn purge_expired(&self, now: Instant) -> StoreResult<u64> {
+        let r = sqlx::query("DELETE FROM reminder_index WHERE expires_at < $1")
+            .bind(now.timestamp())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(r.rows_affected())
+    }
+
+    fn keys(&self, r: &Reminder) -> (String, String) {
+        (Partition::of(r, self.shards).key(), sort_key(r))
+    }
+}
+
+fn bad(field: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("corrupt index row: {field}: {e}"))
+}
+
+pub(crate) fn row_to_indexed(row: &SqliteRow) -> StoreResult<IndexedReminder> {
+    let tenant: String = row.get("tenant");
+    let schedule: String = row.get("schedule_id");
+    let recipients: String = row.get("recipients");
+    let channels: String = row.get("channels");
+    let status: String = row.get("status");
+    let lease_until: Option<i64> = row.get("lease_until");
+    let reminder = Reminder {
+        key: ReminderKey {
+            tenant: TenantId::parse_field("tenant", &tenant).map_err(|e| bad("tenant", e))?,
+            schedule: ScheduleId::parse_field("schedule", &schedule)
+                .map_err(|e| bad("schedule", e))?,
+            occurrence: Occurrence(
+                from_millis("occurrence", row.get("occurrence"))
+                    .map_err(|e| bad("occurrence", e))?,
+            ),
+            minutes_before: row.get::<i64, _>("minutes_before") as u32,
+        },
+        due_at: DueAt(from_millis("due_at", row.get("due_at")).map_err(|e| bad("due_at", e))?),
+        version: row.get("version"),
+        recipients: recipients
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| UserId::parse_field("recipients", s))
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad("recipients", e))?,
+        channels: ChannelSet::decode("channels", &channels).map_err(|e| bad("channels", e))?,
+    };
+    let status = match status.as_str() {
+        "pending" => IndexStatus::Pending,
+        "enqueued" => IndexStatus::Enqueued,
+        "enqueuing" => IndexStatus::Enqueuing {
+            lease_until: from_millis("lease_until", lease_until.unwrap_or(0))
+                .map_err(|e| bad("lease_until", e))?,
+        },
+        other => return Err(bad("status", other)),
+    };
+    Ok(IndexedReminder { reminder, status })
+}
+
+#[async_trait]
+impl ReminderIndex for SqliteReminderIndex {
+    async fn replace_schedule(
+        &self,
+        tenant: &TenantId,
+        schedule: &ScheduleId,
+        rows: &[Reminder],
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        sqlx::query("DELETE FROM reminder_index WHERE tenant = $1 AND schedule_id = $2")
+            .bind(tenant.as_str())
+            .bind(schedule.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        for chunk in rows.chunks(500) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
+                 minutes_before, due_at, version, recipients, channels, status, lease_until, expires_at) ",
+            );
+            qb.push_values(chunk, |mut b, r| {
+                let (partition, sort) = self.keys(r);
+                let expires = (r.due_at.0 + to_chrono(self.retention)).timestamp();
+                b.push_bind(partition)
+                    .push_bind(sort)
+                    .push_bind(r.key.tenant.to_string())
+                    .push_bind(r.key.schedule.to_string())
+                    .push_bind(r.key.occurrence.millis())
+                    .push_bind(i64::from(r.key.minutes_before))
+                    .push_bind(r.due_at.millis())
+                    .push_bind(r.version)
+                    .push_bind(
+                        r.recipients
+                            .iter()
+                            .map(UserId::as_str)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                    .push_bind(r.channels.encode())
+                    .push_bind("pending")
+                    .push_bind(None::<i64>)
+                    .push_bind(expires);
+            });
+            qb.build().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)
+    }
+
+    async fn query_partition(
+        &self,
+        partition: &Partition,
+        from: Instant,
+        to: Instant,
+    ) -> StoreResult<Vec<IndexedReminder>> {
+        let rows = sqlx::query(
+            "SELECT * FROM reminder_index WHERE partition = $1 AND sort_key BETWEEN $2 AND $3
+             ORDER BY sort_key",
+        )
+        .bind(partition.key())
+        .bind(format!("{:015}", from.timestamp_millis()))
+        .bind(format!("{:015}~", to.timestamp_millis()))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.iter().map(row_to_indexed).collect()
+    }
+
+    async fn claim(&self, r: &Reminder, now: Instant, lease_until: Instant) -> StoreResult<bool> {
+        let (partition, sort) = self.keys(r);
+        let done = sqlx::query(
+            "UPDATE reminder_index SET status = 'enqueuing', lease_until = $1
+             WHERE partition = $2 AND sort_key = $3 AND version = $4
+               AND (status = 'pending' OR (status = 'enqueuing' AND lease_until < $5))",
+        )
+        .bind(lease_until.timestamp_millis())
+        .bind(partition)
+        .bind(sort)
+        .bind(r.version)
+        .bind(now.timestamp_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn mark_enqueued(&self, r: &Reminder) -> StoreResult<()> {
+        let (partition, sort) = self.keys(r);
+        sqlx::query(
+            "UPDATE reminder_index SET status = 'enqueued', lease_until = NULL
+             WHERE partition = $1 AND sort_key = $2 AND version = $3",
+        )
+        .bind(partition)
+        .bind(sort)
+        .bind(r.version)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn release(&self, r: &Reminder) -> StoreResult<()> {
+        let (partition, sort) = self.keys(r);
+        sqlx::query(
+            "UPDATE reminder_index SET status = 'pending', lease_until = NULL
+             WHERE partition = $1 AND sort_key = $2 AND version = $3 AND status = 'enqueuing'",
+        )
+        .bind(partition)
+        .bind(sort)
+        .bind(r.version)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
+}

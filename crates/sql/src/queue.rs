@@ -1,0 +1,267 @@
+//! The delay queue on the embedded control database, with SQS's semantics:
+//! per-message delay, visibility timeout, receive count, dead-letter after N
+//! receives, batches, and a receive that waits and wakes as soon as a message
+//! becomes visible.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::SqlitePool;
+use sqlx::{QueryBuilder, Row, Sqlite};
+use toki_core::message::Attributes;
+use toki_core::ports::{DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage};
+use toki_core::{StoreError, StoreResult, ValidationError};
+use tokio::sync::Notify;
+
+use crate::{db_err, now_millis};
+
+pub struct SqliteDelayQueue {
+    pool: SqlitePool,
+    name: String,
+    max_receives: u32,
+    /// Wakes waiting receivers when this process sends.
+    sent: Arc<Notify>,
+}
+
+impl SqliteDelayQueue {
+    /// `max_receives`: after this many receives a message goes to the dead-letter queue.
+    pub fn new(pool: SqlitePool, name: impl Into<String>, max_receives: u32) -> Self {
+        Self {
+            pool,
+            name: name.into(),
+            max_receives: max_receives.max(1),
+            sent: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Dead-lettered messages (body, attributes, receive count), oldest first.
+    pub async fn dead_letters(&self) -> StoreResult<Vec<ReceivedMessage>> {
+        let rows = sqlx::query(
+            "SELECT id, body, attributes, receive_count FROM queue_messages
+             WHERE queue = $1 AND dead = TRUE ORDER BY dead_at, id",
+        )
+        .bind(&self.name)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.iter().map(to_received).collect()
+    }
+
+    async fn try_receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        // Received too often: move to the dead-letter queue instead of handing out again.
+        sqlx::query(
+            "UPDATE queue_messages SET dead = TRUE, dead_at = $1
+             WHERE queue = $2 AND dead = FALSE AND visible_at <= $1 AND receive_count >= $3",
+        )
+        .bind(now)
+        .bind(&self.name)
+        .bind(i64::from(self.max_receives))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?;
+        let rows = sqlx::query(
+            "UPDATE queue_messages SET visible_at = $1, receive_count = receive_count + 1
+             WHERE id IN (SELECT id FROM queue_messages
+                          WHERE queue = $2 AND dead = FALSE AND visible_at <= $3
+                          ORDER BY visible_at, id LIMIT $4)
+             RETURNING id, body, attributes, receive_count",
+        )
+        .bind(now + visibility.as_millis() as i64)
+        .bind(&self.name)
+        .bind(now)
+        .bind(max as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        let mut out: Vec<ReceivedMessage> =
+            rows.iter().map(to_received).collect::<StoreResult<_>>()?;
+        out.sort_by_key(|m| m.receipt.clone());
+        Ok(out)
+    }
+
+    async fn next_visible_at(&self) -> StoreResult<Option<i64>> {
+        sqlx::query_scalar(
+            "SELECT MIN(visible_at) FROM queue_messages WHERE queue = $1 AND dead = FALSE",
+        )
+        .bind(&self.name)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_err)
+    }
+}
+
+fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
+    let id: i64 = row.get("id");
+    let count: i64 = row.get("receive_count");
+    let attrs: String = row.get("attributes");
+    Ok(ReceivedMessage {
+        receipt: format!("{id}:{count}"),
+        body: row.get("body"),
+        attributes: serde_json::from_str::<Attributes>(&attrs)
+            .map_err(|e| StoreError::Backend(format!("message {id} attributes: {e}")))?,
+        receive_count: count as u32,
+    })
+}
+
+/// A receipt is `id:receive_count`: only the latest receiver may delete or extend.
+fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
+    receipt
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| {
+            ValidationError::new("receipt", format!("{receipt:?} is not a receipt")).into()
+        })
+}
+
+pub(crate) fn check_batch(messages: &[OutgoingMessage]) -> StoreResult<()> {
+    if messages.len() > 10 {
+        return Err(ValidationError::new(
+            "messages",
+            format!("a batch holds at most 10, got {}", messages.len()),
+        )
+        .into());
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m.delay > toki_core::plan::MAX_DELAY {
+            return Err(ValidationError::new(
+                format!("messages[{i}].delay"),
+                format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
+            )
+            .into());
+        }
+        if m.attributes.len() > toki_core::message::MAX_ATTRIBUTES {
+            return Err(ValidationError::new(
+                format!("messages[{i}].attributes"),
+                format!("{} attributes exceed the limit of 10", m.attributes.len()),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl DelayQueue for SqliteDelayQueue {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
+        check_batch(messages)?;
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let now = now_millis();
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO queue_messages (queue, body, attributes, sent_at, visible_at) ",
+        );
+        qb.push_values(messages, |mut b, m| {
+            b.push_bind(&self.name)
+                .push_bind(&m.body)
+                .push_bind(serde_json::to_string(&m.attributes).expect("string map serialises"))
+                .push_bind(now)
+                .push_bind(now + m.delay.as_millis() as i64);
+        });
+        qb.build().execute(&self.pool).await.map_err(db_err)?;
+        self.sent.notify_waiters();
+        Ok(())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
+        if !(1..=10).contains(&max) {
+            return Err(ValidationError::new("max", format!("must be 1..=10, got {max}")).into());
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.sent.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let got = self.try_receive(max, visibility).await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            // Sleep until the next message becomes visible, a send, or the deadline.
+            let wake = match self.next_visible_at().await? {
+                Some(at) => {
+                    let in_ms = (at - now_millis()).max(0) as u64;
+                    deadline.min(now + Duration::from_millis(in_ms))
+                }
+                None => deadline,
+            };
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    async fn delete_batch(&self, receipts: &[String]) -> StoreResult<()> {
+        if receipts.is_empty() {
+            return Ok(());
+        }
+        let parsed = receipts
+            .iter()
+            .map(|r| parse_receipt(r))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new("DELETE FROM queue_messages WHERE (id, receive_count) IN (");
+        let mut sep = qb.separated(", ");
+        for (id, count) in parsed {
+            sep.push("(");
+            sep.push_bind_unseparated(id);
+            sep.push_unseparated(", ");
+            sep.push_bind_unseparated(count);
+            sep.push_unseparated(")");
+        }
+        qb.push(")");
+        qb.build().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()> {
+        let (id, count) = parse_receipt(receipt)?;
+        sqlx::query(
+            "UPDATE queue_messages SET visible_at = $1
+             WHERE id = $2 AND receive_count = $3 AND dead = FALSE",
+        )
+        .bind(now_millis() + timeout.as_millis() as i64)
+        .bind(id)
+        .bind(count)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        if timeout.is_zero() {
+            self.sent.notify_waiters();
+        }
+        Ok(())
+    }
+
+    async fn depth(&self) -> StoreResult<QueueDepth> {
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(CASE WHEN dead THEN 0 ELSE 1 END), 0) AS live,
+                    COALESCE(SUM(CASE WHEN dead THEN 1 ELSE 0 END), 0) AS dead
+             FROM queue_messages WHERE queue = $1",
+        )
+        .bind(&self.name)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(QueueDepth {
+            messages: row.get::<i64, _>("live") as u64,
+            dead_letters: row.get::<i64, _>("dead") as u64,
+        })
+    }
+}

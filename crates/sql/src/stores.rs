@@ -1,0 +1,153 @@
+//! Opening tenant databases: lazily, one bounded pool per tenant, found
+//! through the tenant directory. A database location is either a Postgres URL
+//! or a SQLite file path.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::ConnectOptions;
+use toki_core::ports::{TenantDirectory, TenantStore, TenantStores};
+use toki_core::{StoreError, StoreResult, TenantId};
+use tokio::sync::Mutex;
+use tracing::info;
+
+use crate::control::open_sqlite;
+use crate::db_err;
+use crate::tenant_store::{PostgresTenantStore, SqliteTenantStore};
+
+pub fn is_postgres(database: &str) -> bool {
+    database.starts_with("postgres://") || database.starts_with("postgresql://")
+}
+
+/// Tenant stores opened on demand and kept per tenant.
+pub struct SqlTenantStores {
+    directory: Arc<dyn TenantDirectory>,
+    open: Mutex<HashMap<TenantId, Arc<dyn TenantStore>>>,
+    /// Connections per tenant pool (Postgres).
+    pub max_connections: u32,
+    /// Idle Postgres connections are closed after this long.
+    pub idle_timeout: Duration,
+}
+
+impl SqlTenantStores {
+    pub fn new(directory: Arc<dyn TenantDirectory>) -> Self {
+        Self {
+            directory,
+            open: Mutex::new(HashMap::new()),
+            max_connections: 4,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Tenants whose databases this process has opened (for tests of isolation).
+    pub async fn opened(&self) -> Vec<TenantId> {
+        let mut v: Vec<_> = self.open.lock().await.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    async fn connect(&self, database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+        if is_postgres(database) {
+            let options = PgConnectOptions::from_str(database)
+                .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+                .disable_statement_logging();
+            let pool = PgPoolOptions::new()
+                .max_connections(self.max_connections)
+                .min_connections(0)
+                .idle_timeout(Some(self.idle_timeout))
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy_with(options);
+            Ok(Arc::new(PostgresTenantStore::new(pool)))
+        } else {
+            let path = Path::new(database);
+            if !path.exists() {
+                return Err(StoreError::NotFound(format!(
+                    "tenant database {} does not exist",
+                    path.display()
+                )));
+            }
+            Ok(Arc::new(SqliteTenantStore::new(open_sqlite(path).await?)))
+        }
+    }
+}
+
+#[async_trait]
+impl TenantStores for SqlTenantStores {
+    async fn open(&self, tenant: &TenantId) -> StoreResult<Arc<dyn TenantStore>> {
+        if let Some(s) = self.open.lock().await.get(tenant) {
+            return Ok(s.clone());
+        }
+        let record = self
+            .directory
+            .get(tenant)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?;
+        let store = self.connect(&record.database).await?;
+        let mut open = self.open.lock().await;
+        Ok(open.entry(tenant.clone()).or_insert(store).clone())
+    }
+}
+
+/// Creates (if needed) and migrates a tenant database.
+pub async fn create_tenant_database(database: &str) -> StoreResult<()> {
+    if is_postgres(database) {
+        let options = PgConnectOptions::from_str(database)
+            .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+            .disable_statement_logging();
+        let name = options
+            .get_database()
+            .ok_or_else(|| StoreError::Backend("tenant database URL names no database".into()))?
+            .to_owned();
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(StoreError::Backend(format!(
+                "database name {name:?} may contain only letters, digits and '_'"
+            )));
+        }
+        let mut admin = options
+            .clone()
+            .database("postgres")
+            .connect()
+            .await
+            .map_err(db_err)?;
+        let exists: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(&name)
+                .fetch_optional(&mut admin)
+                .await
+                .map_err(db_err)?;
+        if exists.is_none() {
+            match sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+                .execute(&mut admin)
+                .await
+            {
+                Ok(_) => info!(database = %name, "created tenant database"),
+                // Created concurrently by someone else: fine.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+                Err(e) => return Err(db_err(e)),
+            }
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .map_err(db_err)?;
+        let store = PostgresTenantStore::new(pool.clone());
+        store.migrate().await?;
+        pool.close().await;
+    } else {
+        let path = Path::new(database);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
+        }
+        let pool = open_sqlite(path).await?;
+        SqliteTenantStore::new(pool.clone()).migrate().await?;
+        pool.close().await;
+    }
+    Ok(())
+}
