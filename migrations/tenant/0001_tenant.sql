@@ -25,14 +25,14 @@ CREATE TABLE schedules (
 CREATE TABLE participants (
     schedule_id TEXT NOT NULL REFERENCES schedules (id) ON DELETE CASCADE,
     user_id     TEXT NOT NULL REFERENCES users (id),
-    position    INTEGER NOT NULL,
+    position    BIGINT NOT NULL,
     PRIMARY KEY (schedule_id, user_id)
 );
 CREATE INDEX participants_by_user ON participants (user_id);
 
 CREATE TABLE reminder_rules (
     schedule_id    TEXT NOT NULL REFERENCES schedules (id) ON DELETE CASCADE,
-    minutes_before INTEGER NOT NULL,
+    minutes_before BIGINT NOT NULL,
     channels       TEXT NOT NULL,
     PRIMARY KEY (schedule_id, minutes_before)
 );
@@ -54,7 +54,7 @@ CREATE INDEX schedule_mirror_unmirrored ON schedule_mirror (mirrored);
 CREATE TABLE deliveries (
     schedule_id    TEXT NOT NULL,
     occurrence     BIGINT NOT NULL,
-    minutes_before INTEGER NOT NULL,
+    minutes_before BIGINT NOT NULL,
     version        BIGINT NOT NULL,
     recipient      TEXT NOT NULL,
     channel        TEXT NOT NULL,
@@ -62,7 +62,7 @@ CREATE TABLE deliveries (
     due_at         BIGINT NOT NULL,
     claimed_at     BIGINT,
     finished_at    BIGINT,
-    attempts       INTEGER NOT NULL,
+    attempts       BIGINT NOT NULL,
     detail         TEXT,
     PRIMARY KEY (schedule_id, occurrence, minutes_before, version, recipient, channel)
 );
@@ -72,7 +72,7 @@ CREATE INDEX deliveries_by_status ON deliveries (channel, status);
 CREATE TABLE chat_messages (
     schedule_id    TEXT NOT NULL,
     occurrence     BIGINT NOT NULL,
-    minutes_before INTEGER NOT NULL,
+    minutes_before BIGINT NOT NULL,
     version        BIGINT NOT NULL,
     user_id        TEXT NOT NULL,
     body           TEXT NOT NULL,

@@ -142,6 +142,8 @@ impl ScheduleInput {
                 )
             })?
             .to_utc();
+        // Instants are kept to the millisecond everywhere (storage and wire).
+        let starts_at = crate::domain::from_millis("starts_at", starts_at.timestamp_millis())?;
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
         let mut seen = HashSet::new();
         let mut participants = Vec::with_capacity(self.participants.len());

@@ -1,0 +1,839 @@
+//! The conformance suite: one set of checks every implementation of a port must
+//! pass. Each `*_conformance!` macro expands into `#[tokio::test]` functions
+//! in the invoking test file, built on a factory that returns a fresh instance.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant as StdInstant};
+
+use chrono::{Duration as ChronoDuration, Utc};
+use toki_core::message;
+use toki_core::plan::{Partition, Window};
+use toki_core::ports::{DelayQueue, OutgoingMessage, ReminderIndex, TenantDirectory, TenantStore};
+use toki_core::*;
+
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}{:04x}",
+        Utc::now().timestamp_micros() % 1_000_000_000,
+        rand_u16()
+    )
+}
+
+fn rand_u16() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Utc::now().timestamp_nanos_opt().unwrap_or(0) as u64);
+    h.finish() as u16
+}
+
+pub fn reminder(tenant: &str, schedule: &str, due_in: ChronoDuration, version: i64) -> Reminder {
+    let due = from_millis("due", (Utc::now() + due_in).timestamp_millis()).unwrap();
+    let occurrence = Occurrence(due + ChronoDuration::minutes(5));
+    Reminder {
+        key: ReminderKey {
+            tenant: tenant.parse().unwrap(),
+            schedule: schedule.parse().unwrap(),
+            occurrence,
+            minutes_before: 5,
+        },
+        due_at: Reminder::due_for(occurrence, 5),
+        version,
+        recipients: vec!["u1".parse().unwrap(), "u2".parse().unwrap()],
+        channels: ChannelSet::new("channels", &[Channel::Mail, Channel::Slack]).unwrap(),
+    }
+}
+
+fn outgoing(body: &str, delay: Duration) -> OutgoingMessage {
+    let r = reminder("acme", "s1", ChronoDuration::minutes(1), 1);
+    OutgoingMessage {
+        id: body.to_string(),
+        body: body.to_string(),
+        attributes: message::encode(&r),
+        delay,
+        group: Some("acme".into()),
+    }
+}
+
+// ---------------------------------------------------------------- queue
+
+pub mod queue {
+    use super::*;
+
+    pub async fn delay_is_honoured(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("d", Duration::from_secs(2))])
+            .await
+            .unwrap();
+        let started = StdInstant::now();
+        let early = q
+            .receive(10, Duration::ZERO, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(early.is_empty(), "a delayed message was visible at once");
+        let got = q
+            .receive(10, Duration::from_secs(8), Duration::from_secs(30))
+            .await
+            .unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(got.len(), 1, "the delayed message never arrived");
+        assert!(
+            elapsed >= Duration::from_millis(1_800),
+            "arrived after {elapsed:?}, before its 2 s delay"
+        );
+        assert!(
+            elapsed <= Duration::from_secs(5),
+            "arrived after {elapsed:?}, long after its 2 s delay"
+        );
+    }
+
+    pub async fn long_poll_wakes_on_time(q: Arc<dyn DelayQueue>) {
+        let q2 = q.clone();
+        let started = StdInstant::now();
+        let waiter = tokio::spawn(async move {
+            q2.receive(10, Duration::from_secs(15), Duration::from_secs(30))
+                .await
+                .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        q.send_batch(&[outgoing("w", Duration::from_secs(1))])
+            .await
+            .unwrap();
+        let got = waiter.await.unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(got.len(), 1);
+        assert!(
+            elapsed < Duration::from_secs(4),
+            "long poll returned after {elapsed:?}; the message was visible after ~1.2 s"
+        );
+    }
+
+    pub async fn visibility_timeout_redelivers(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("v", Duration::ZERO)])
+            .await
+            .unwrap();
+        let first = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].receive_count, 1);
+        let hidden = q
+            .receive(1, Duration::ZERO, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(hidden.is_empty(), "a received message stayed visible");
+        let again = q
+            .receive(1, Duration::from_secs(6), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.len(),
+            1,
+            "not redelivered after its visibility timeout"
+        );
+        assert_eq!(again[0].body, "v");
+        assert_eq!(again[0].receive_count, 2);
+    }
+
+    /// Factory must build the queue with max_receives = 2.
+    pub async fn dead_letter_after_max_receives(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("x", Duration::ZERO)])
+            .await
+            .unwrap();
+        for n in 1..=2 {
+            let got = q
+                .receive(1, Duration::from_secs(6), Duration::from_secs(1))
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 1, "receive {n} got nothing");
+            assert_eq!(got[0].receive_count, n);
+        }
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let third = q
+            .receive(1, Duration::from_secs(2), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(third.is_empty(), "received a third time: {third:?}");
+        let mut depth = q.depth().await.unwrap();
+        for _ in 0..20 {
+            if depth.dead_letters == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            depth = q.depth().await.unwrap();
+        }
+        assert_eq!(depth.dead_letters, 1, "not dead-lettered: {depth:?}");
+        assert_eq!(depth.messages, 0);
+    }
+
+    pub async fn batch_operations(q: Arc<dyn DelayQueue>) {
+        let eleven: Vec<_> = (0..11)
+            .map(|i| outgoing(&format!("m{i}"), Duration::ZERO))
+            .collect();
+        assert!(
+            q.send_batch(&eleven).await.is_err(),
+            "a batch of 11 was accepted"
+        );
+        q.send_batch(&eleven[..10]).await.unwrap();
+        let mut got = Vec::new();
+        let deadline = StdInstant::now() + Duration::from_secs(10);
+        while got.len() < 10 && StdInstant::now() < deadline {
+            got.extend(
+                q.receive(10, Duration::from_secs(2), Duration::from_secs(30))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let mut bodies: Vec<_> = got.iter().map(|m| m.body.clone()).collect();
+        bodies.sort();
+        let mut want: Vec<_> = (0..10).map(|i| format!("m{i}")).collect();
+        want.sort();
+        assert_eq!(bodies, want);
+        let receipts: Vec<_> = got.iter().map(|m| m.receipt.clone()).collect();
+        q.delete_batch(&receipts).await.unwrap();
+        let after = q
+            .receive(10, Duration::from_secs(1), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(after.is_empty(), "deleted messages came back: {after:?}");
+        assert_eq!(q.depth().await.unwrap().messages, 0);
+    }
+
+    pub async fn change_visibility_makes_visible_again(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("c", Duration::ZERO)])
+            .await
+            .unwrap();
+        let got = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        q.change_visibility(&got[0].receipt, Duration::ZERO)
+            .await
+            .unwrap();
+        let again = q
+            .receive(1, Duration::from_secs(3), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.len(),
+            1,
+            "change_visibility(0) did not make it visible"
+        );
+        q.change_visibility(&again[0].receipt, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let hidden = q
+            .receive(1, Duration::from_secs(1), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(hidden.is_empty());
+    }
+
+    pub async fn attributes_round_trip(q: Arc<dyn DelayQueue>) {
+        let r = reminder("globex", "weekly-sync", ChronoDuration::minutes(3), 7);
+        let m = OutgoingMessage {
+            id: "0".into(),
+            body: r.key.to_string(),
+            attributes: message::encode(&r),
+            delay: Duration::ZERO,
+            group: Some("globex".into()),
+        };
+        q.send_batch(&[m]).await.unwrap();
+        let got = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(message::decode(&got[0].attributes).unwrap(), r);
+    }
+}
+
+#[macro_export]
+macro_rules! queue_conformance {
+    ($factory:path) => {
+        mod queue_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn delay_is_honoured() {
+                common::conformance::queue::delay_is_honoured($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn long_poll_wakes_on_time() {
+                common::conformance::queue::long_poll_wakes_on_time($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn visibility_timeout_redelivers() {
+                common::conformance::queue::visibility_timeout_redelivers($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn dead_letter_after_max_receives() {
+                common::conformance::queue::dead_letter_after_max_receives($factory(2).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn batch_operations() {
+                common::conformance::queue::batch_operations($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn change_visibility_makes_visible_again() {
+                common::conformance::queue::change_visibility_makes_visible_again($factory(5).await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn attributes_round_trip() {
+                common::conformance::queue::attributes_round_trip($factory(5).await).await
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------- index
+
+pub mod index {
+    use super::*;
+
+    async fn all_in_window(ix: &dyn ReminderIndex, shards: u16) -> Vec<IndexedReminder> {
+        let w = Window::at(
+            Utc::now(),
+            Duration::from_secs(300),
+            Duration::from_secs(900),
+        );
+        let mut out = Vec::new();
+        for p in w.partitions(shards) {
+            out.extend(ix.query_partition(&p, w.from, w.to).await.unwrap());
+        }
+        out
+    }
+
+    /// Factory shards: 4.
+    pub async fn rows_spread_over_shards_and_are_found(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let rows: Vec<_> = (0..12)
+            .map(|i| reminder(&tenant, &format!("s{i}"), ChronoDuration::minutes(2), 1))
+            .collect();
+        for r in &rows {
+            ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(r))
+                .await
+                .unwrap();
+        }
+        let shards: std::collections::BTreeSet<_> =
+            rows.iter().map(|r| Partition::of(r, 4).shard).collect();
+        assert!(shards.len() > 1, "12 reminders all hashed to one shard");
+        let found: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .collect();
+        assert_eq!(found.len(), 12);
+        assert!(found.iter().all(|r| r.status == IndexStatus::Pending));
+        let mut want = rows.clone();
+        want.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut got: Vec<_> = found.into_iter().map(|r| r.reminder).collect();
+        got.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(got, want, "rows did not round-trip");
+    }
+
+    pub async fn query_respects_the_due_range(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let r = reminder(&tenant, "s", ChronoDuration::minutes(3), 1);
+        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
+            .await
+            .unwrap();
+        let p = Partition::of(&r, 4);
+        let before = ix
+            .query_partition(
+                &p,
+                r.due_at.0 - ChronoDuration::minutes(10),
+                r.due_at.0 - ChronoDuration::seconds(1),
+            )
+            .await
+            .unwrap();
+        assert!(before.iter().all(|x| x.reminder.key != r.key));
+        let inside = ix
+            .query_partition(
+                &p,
+                r.due_at.0 - ChronoDuration::seconds(1),
+                r.due_at.0 + ChronoDuration::seconds(1),
+            )
+            .await
+            .unwrap();
+        assert!(inside.iter().any(|x| x.reminder.key == r.key));
+    }
+
+    pub async fn claim_is_conditional(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let r = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
+        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
+            .await
+            .unwrap();
+        let now = Utc::now();
+        let lease = now + ChronoDuration::seconds(60);
+        assert!(
+            ix.claim(&r, now, lease).await.unwrap(),
+            "first claim failed"
+        );
+        assert!(
+            !ix.claim(&r, now, lease).await.unwrap(),
+            "claimed twice within the lease"
+        );
+        // After the lease ends another run may take it over.
+        let later = now + ChronoDuration::seconds(61);
+        assert!(ix
+            .claim(&r, later, later + ChronoDuration::seconds(60))
+            .await
+            .unwrap());
+        ix.mark_enqueued(&r).await.unwrap();
+        let much_later = now + ChronoDuration::seconds(600);
+        assert!(
+            !ix.claim(&r, much_later, much_later).await.unwrap(),
+            "an enqueued row was claimed"
+        );
+        let p = Partition::of(&r, 4);
+        let rows = ix
+            .query_partition(&p, r.due_at.0, r.due_at.0)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows.iter()
+                .find(|x| x.reminder.key == r.key)
+                .unwrap()
+                .status,
+            IndexStatus::Enqueued
+        );
+    }
+
+    pub async fn release_returns_to_pending(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let r = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
+        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
+            .await
+            .unwrap();
+        let now = Utc::now();
+        assert!(ix
+            .claim(&r, now, now + ChronoDuration::seconds(60))
+            .await
+            .unwrap());
+        ix.release(&r).await.unwrap();
+        assert!(
+            ix.claim(&r, now, now + ChronoDuration::seconds(60))
+                .await
+                .unwrap(),
+            "released row not claimable"
+        );
+    }
+
+    pub async fn replace_removes_old_rows_and_versions(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let old = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
+        ix.replace_schedule(
+            &old.key.tenant,
+            &old.key.schedule,
+            std::slice::from_ref(&old),
+        )
+        .await
+        .unwrap();
+        let new = reminder(&tenant, "s", ChronoDuration::minutes(7), 2);
+        ix.replace_schedule(
+            &new.key.tenant,
+            &new.key.schedule,
+            std::slice::from_ref(&new),
+        )
+        .await
+        .unwrap();
+        let mine: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .collect();
+        assert_eq!(mine.len(), 1, "old rows survived a replace: {mine:?}");
+        assert_eq!(mine[0].reminder, new);
+        let now = Utc::now();
+        assert!(
+            !ix.claim(&old, now, now).await.unwrap(),
+            "the old version was claimable"
+        );
+        // Deleting: replace with nothing.
+        ix.replace_schedule(&new.key.tenant, &new.key.schedule, &[])
+            .await
+            .unwrap();
+        let left = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .count();
+        assert_eq!(left, 0);
+    }
+}
+
+#[macro_export]
+macro_rules! index_conformance {
+    ($factory:path) => {
+        mod index_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rows_spread_over_shards_and_are_found() {
+                common::conformance::index::rows_spread_over_shards_and_are_found($factory(4).await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn query_respects_the_due_range() {
+                common::conformance::index::query_respects_the_due_range($factory(4).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn claim_is_conditional() {
+                common::conformance::index::claim_is_conditional($factory(4).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn release_returns_to_pending() {
+                common::conformance::index::release_returns_to_pending($factory(4).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn replace_removes_old_rows_and_versions() {
+                common::conformance::index::replace_removes_old_rows_and_versions($factory(4).await)
+                    .await
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------- directory
+
+pub mod directory {
+    use super::*;
+
+    pub async fn put_get_list_update(d: Arc<dyn TenantDirectory>) {
+        let id: TenantId = unique("t").parse().unwrap();
+        assert_eq!(d.get(&id).await.unwrap(), None);
+        let mut rec = TenantRecord {
+            id: id.clone(),
+            reminders_enabled: true,
+            active: true,
+            database: "/tmp/x.sqlite".into(),
+            api_key_sha256: "ab".repeat(32),
+        };
+        d.put(&rec).await.unwrap();
+        assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
+        rec.reminders_enabled = false;
+        d.put(&rec).await.unwrap();
+        assert_eq!(d.get(&id).await.unwrap().unwrap().reminders_enabled, false);
+        assert!(d.list().await.unwrap().contains(&rec));
+    }
+}
+
+#[macro_export]
+macro_rules! directory_conformance {
+    ($factory:path) => {
+        mod directory_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn put_get_list_update() {
+                common::conformance::directory::put_get_list_update($factory().await).await
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------- tenant store
+
+pub mod store {
+    use super::*;
+    use toki_core::input::{RuleInput, ScheduleInput, UserInput};
+
+    pub fn user(id: &str) -> User {
+        UserInput {
+            name: format!("User {id}"),
+            email: Some(format!("{id}@example.com")),
+            slack_user_id: Some(format!("U{}", id.to_uppercase())),
+            time_zone: "Asia/Tokyo".into(),
+            locale: "en".into(),
+        }
+        .validate(id)
+        .unwrap()
+    }
+
+    pub fn schedule(id: &str, participants: &[&str]) -> Schedule {
+        ScheduleInput {
+            title: "Weekly sync".into(),
+            body: "Room 4".into(),
+            starts_at: (Utc::now() + ChronoDuration::hours(1)).to_rfc3339(),
+            time_zone: "Europe/Paris".into(),
+            participants: participants.iter().map(|p| p.to_string()).collect(),
+            reminders: vec![
+                RuleInput {
+                    minutes_before: 5,
+                    channels: vec!["mail".into(), "chat".into()],
+                },
+                RuleInput {
+                    minutes_before: 15,
+                    channels: vec!["slack".into()],
+                },
+            ],
+        }
+        .validate(id)
+        .unwrap()
+    }
+
+    pub async fn users_round_trip(s: Arc<dyn TenantStore>) {
+        let u = user("alice");
+        s.put_user(&u).await.unwrap();
+        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u.clone()));
+        let mut u2 = u.clone();
+        u2.email = None;
+        s.put_user(&u2).await.unwrap();
+        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u2));
+    }
+
+    pub async fn schedule_versions_never_repeat(s: Arc<dyn TenantStore>) {
+        for id in ["a", "b", "c"] {
+            s.put_user(&user(id)).await.unwrap();
+        }
+        let sch = schedule("sync", &["c", "a", "b"]);
+        let v1 = s.put_schedule(&sch, Utc::now()).await.unwrap();
+        assert_eq!(v1.version, 1);
+        let got = s.get_schedule(&sch.id).await.unwrap().unwrap();
+        assert_eq!(got.participants, sch.participants, "participant order lost");
+        assert_eq!(got.rules.len(), 2);
+        assert_eq!(
+            got.starts_at.timestamp_millis(),
+            sch.starts_at.timestamp_millis()
+        );
+        let v2 = s
+            .put_schedule(&schedule("sync", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(v2.version, 2);
+        assert_eq!(
+            s.get_schedule(&sch.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .participants
+                .len(),
+            1
+        );
+        let deleted = s.delete_schedule(&sch.id, Utc::now()).await.unwrap();
+        assert_eq!(deleted, Some(3));
+        assert_eq!(s.get_schedule(&sch.id).await.unwrap(), None);
+        assert_eq!(s.delete_schedule(&sch.id, Utc::now()).await.unwrap(), None);
+        let v4 = s.put_schedule(&sch, Utc::now()).await.unwrap();
+        assert_eq!(v4.version, 4, "a re-created schedule reused a version");
+    }
+
+    pub async fn unknown_participant_is_rejected_and_nothing_written(s: Arc<dyn TenantStore>) {
+        s.put_user(&user("a")).await.unwrap();
+        let sch = schedule("x", &["a", "ghost"]);
+        match s.put_schedule(&sch, Utc::now()).await {
+            Err(StoreError::Invalid(v)) => {
+                assert_eq!(v.field, "participants[1]");
+                assert!(v.problem.contains("ghost"), "{v}");
+            }
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+        assert_eq!(s.get_schedule(&sch.id).await.unwrap(), None);
+        assert!(s.unmirrored().await.unwrap().is_empty());
+    }
+
+    pub async fn mirror_journal(s: Arc<dyn TenantStore>) {
+        s.put_user(&user("a")).await.unwrap();
+        let saved = s
+            .put_schedule(&schedule("m", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        let work = s.unmirrored().await.unwrap();
+        assert_eq!(work.len(), 1);
+        assert!(
+            matches!(&work[0], toki_core::ports::MirrorWork::Upsert(x) if x.version == saved.version)
+        );
+        s.mark_mirrored(&saved.id, saved.version).await.unwrap();
+        assert!(s.unmirrored().await.unwrap().is_empty());
+        let v = s
+            .delete_schedule(&saved.id, Utc::now())
+            .await
+            .unwrap()
+            .unwrap();
+        let work = s.unmirrored().await.unwrap();
+        assert_eq!(
+            work,
+            vec![toki_core::ports::MirrorWork::Delete {
+                schedule: saved.id.clone(),
+                version: v
+            }]
+        );
+        // A stale mark (older version) does not hide newer work.
+        s.mark_mirrored(&saved.id, saved.version).await.unwrap();
+        assert_eq!(s.unmirrored().await.unwrap().len(), 1);
+    }
+
+    pub async fn delivery_context_in_one_call(s: Arc<dyn TenantStore>) {
+        for id in ["a", "b"] {
+            s.put_user(&user(id)).await.unwrap();
+        }
+        let saved = s
+            .put_schedule(&schedule("ctx", &["a", "b"]), Utc::now())
+            .await
+            .unwrap();
+        let ctx = s
+            .delivery_context(
+                &[saved.id.clone(), "missing".parse().unwrap()],
+                &[
+                    "a".parse().unwrap(),
+                    "b".parse().unwrap(),
+                    "nobody".parse().unwrap(),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(ctx.schedules.len(), 1);
+        let snap = &ctx.schedules[&saved.id];
+        assert_eq!(snap.version, saved.version);
+        assert_eq!(snap.title, "Weekly sync");
+        assert_eq!(ctx.users.len(), 2);
+        assert_eq!(ctx.users[&"a".parse::<UserId>().unwrap()], user("a"));
+    }
+
+    fn key(recipient: &str, channel: Channel) -> DeliveryKey {
+        DeliveryKey {
+            schedule: "s".parse().unwrap(),
+            occurrence: Occurrence(from_millis("occurrence", 1_800_000_000_000).unwrap()),
+            minutes_before: 5,
+            version: 1,
+            recipient: recipient.parse().unwrap(),
+            channel,
+        }
+    }
+
+    pub async fn claims_make_deliveries_exactly_once(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let k1 = key("a", Channel::Mail);
+        let k2 = DeliveryKey {
+            recipient: "b".parse().unwrap(),
+            ..k1.clone()
+        };
+        let due = DueAt(now);
+        let owned = s
+            .claim_deliveries(
+                &[(k1.clone(), due), (k2.clone(), due)],
+                now,
+                now - ChronoDuration::seconds(60),
+            )
+            .await
+            .unwrap();
+        assert_eq!(owned.len(), 2);
+        let again = s
+            .claim_deliveries(&[(k1.clone(), due)], now, now - ChronoDuration::seconds(60))
+            .await
+            .unwrap();
+        assert!(again.is_empty(), "claimed twice");
+        // A claim older than the cut-off is taken over (its holder died).
+        let later = now + ChronoDuration::seconds(120);
+        let taken = s
+            .claim_deliveries(
+                &[(k1.clone(), due)],
+                later,
+                later - ChronoDuration::seconds(60),
+            )
+            .await
+            .unwrap();
+        assert_eq!(taken, vec![k1.clone()]);
+        let out = |k: &DeliveryKey, status| DeliveryOutcome {
+            key: k.clone(),
+            due_at: due,
+            status,
+            at: later,
+            detail: None,
+        };
+        s.record_outcomes(&[
+            out(&k1, DeliveryStatus::Delivered),
+            out(&k2, DeliveryStatus::Failed),
+        ])
+        .await
+        .unwrap();
+        let retry = s
+            .claim_deliveries(&[(k1.clone(), due), (k2.clone(), due)], later, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            retry,
+            vec![k2.clone()],
+            "only the failed delivery may be claimed again"
+        );
+        // Delivered is final: nothing overwrites it.
+        s.record_outcomes(&[out(&k1, DeliveryStatus::Stale)])
+            .await
+            .unwrap();
+        let rows: BTreeMap<_, _> = s
+            .deliveries()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.key.clone(), o))
+            .collect();
+        assert_eq!(rows[&k1].status, DeliveryStatus::Delivered);
+        assert_eq!(rows[&k1].at.timestamp_millis(), later.timestamp_millis());
+        assert_eq!(rows[&k2].status, DeliveryStatus::Sending);
+        let counts = s.delivery_counts().await.unwrap();
+        assert!(counts.contains(&DeliveryCount {
+            channel: Channel::Mail,
+            status: DeliveryStatus::Delivered,
+            count: 1
+        }));
+    }
+
+    pub async fn chat_messages_are_idempotent(s: Arc<dyn TenantStore>) {
+        let k = key("a", Channel::Chat);
+        let m = toki_core::ports::ChatMessage {
+            key: k.clone(),
+            user: "a".parse().unwrap(),
+            text: "hi".into(),
+            created_at: Utc::now(),
+        };
+        s.insert_chat_messages(&[m.clone()]).await.unwrap();
+        s.insert_chat_messages(&[m.clone()]).await.unwrap();
+        let got = s.chat_messages(&"a".parse().unwrap()).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].text, "hi");
+        assert_eq!(got[0].key, k);
+    }
+}
+
+#[macro_export]
+macro_rules! store_conformance {
+    ($factory:path) => {
+        mod store_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn users_round_trip() {
+                common::conformance::store::users_round_trip($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn schedule_versions_never_repeat() {
+                common::conformance::store::schedule_versions_never_repeat($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unknown_participant_is_rejected_and_nothing_written() {
+                common::conformance::store::unknown_participant_is_rejected_and_nothing_written(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mirror_journal() {
+                common::conformance::store::mirror_journal($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn delivery_context_in_one_call() {
+                common::conformance::store::delivery_context_in_one_call($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn claims_make_deliveries_exactly_once() {
+                common::conformance::store::claims_make_deliveries_exactly_once($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn chat_messages_are_idempotent() {
+                common::conformance::store::chat_messages_are_idempotent($factory().await).await
+            }
+        }
+    };
+}

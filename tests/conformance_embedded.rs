@@ -1,0 +1,44 @@
+//! The conformance suite on the embedded backend (SQLite).
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory, TenantStore};
+use toki_sql::{ControlDb, SqliteDelayQueue, SqliteReminderIndex, SqliteTenantDirectory};
+
+async fn control() -> ControlDb {
+    let dir = tempfile::tempdir().unwrap().keep();
+    ControlDb::open(&dir.join("control.sqlite")).await.unwrap()
+}
+
+async fn queue(max_receives: u32) -> Arc<dyn DelayQueue> {
+    Arc::new(SqliteDelayQueue::new(
+        control().await.pool,
+        common::conformance::unique("q"),
+        max_receives,
+    ))
+}
+
+async fn index(shards: u16) -> Arc<dyn ReminderIndex> {
+    Arc::new(SqliteReminderIndex::new(
+        control().await.pool,
+        shards,
+        Duration::from_secs(86_400),
+    ))
+}
+
+async fn directory() -> Arc<dyn TenantDirectory> {
+    Arc::new(SqliteTenantDirectory::new(control().await.pool))
+}
+
+async fn store() -> Arc<dyn TenantStore> {
+    common::services::sqlite_store().await
+}
+
+queue_conformance!(queue);
+index_conformance!(index);
+directory_conformance!(directory);
+store_conformance!(store);

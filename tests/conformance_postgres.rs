@@ -1,0 +1,14 @@
+//! The tenant-store conformance suite on Postgres (one database per test).
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+
+use toki_core::ports::TenantStore;
+
+async fn store() -> Arc<dyn TenantStore> {
+    common::services::postgres_store().await
+}
+
+store_conformance!(store);
