@@ -85,7 +85,7 @@ impl MailChannel {
             .map_err(|e| SendError::Permanent(format!("building mail: {e}")))?;
         message.headers_mut().insert_raw(HeaderValue::new(
             HeaderName::new_from_ascii_str(DELIVERY_HEADER),
-            n.key.to_string(),
+            format!("{}/{}", n.tenant, n.key),
         ));
         Ok(message)
     }

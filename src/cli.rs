@@ -1,0 +1,341 @@
+//! The `toki` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use toki_core::TenantId;
+use tokio::sync::watch;
+
+use crate::app::Toki;
+use crate::config::{BackendKind, Config};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toki",
+    version,
+    about = "Reminders delivered at the second they are due."
+)]
+pub struct Cli {
+    /// Configuration file (TOML). Default: $TOKI_CONFIG, else ./toki.toml if present.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Data folder of the embedded backend.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Backend family.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole pipeline on one machine: N deliveries due at one instant, then a report.
+    Demo {
+        /// Deliveries due at the same instant.
+        #[arg(long, default_value_t = 3000)]
+        deliveries: usize,
+        /// Tenants (each with its own database).
+        #[arg(long, default_value_t = 3)]
+        tenants: usize,
+        /// Daemon workers.
+        #[arg(long, default_value_t = 8)]
+        workers: usize,
+        /// Seconds from now to the due instant.
+        #[arg(long, default_value_t = 30)]
+        lead: u64,
+        /// Data folder (replaced if a previous demo made it).
+        #[arg(long, default_value = "toki-demo")]
+        data_dir: PathBuf,
+        /// Backend family.
+        #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
+        backend: BackendKind,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registrar API, scanner and daemon in one process.
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        /// Address of the registrar API.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Daemon workers.
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Only the daemon: long-poll the queue and deliver.
+    Daemon {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Run the scanner once and print its summary.
+    Scan {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// Delivery counts per tenant, channel and status, from the delivery rows.
+    Report {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply migrations to the control database and every tenant database.
+    Migrate {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and its database; prints its API key once.
+    Create {
+        id: String,
+        #[command(flatten)]
+        common: Common,
+        /// Create with the reminder feature off.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Change a tenant's contract.
+    Set {
+        id: String,
+        #[command(flatten)]
+        common: Common,
+        /// Reminder feature on or off.
+        #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+        reminders: Option<bool>,
+        /// Tenant active or suspended.
+        #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+        active: Option<bool>,
+    },
+    /// List tenants and their contracts.
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn config_with(cli_config: Option<&std::path::Path>, common: &Common) -> anyhow::Result<Config> {
+    let mut config = Config::load(cli_config)?;
+    if let Some(d) = &common.data_dir {
+        config.data_dir = d.clone();
+    }
+    if let Some(b) = common.backend {
+        config.backend = b;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn parse_tenant(id: &str) -> anyhow::Result<TenantId> {
+    id.parse().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Runs the CLI; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let file = cli.config.as_deref();
+    match cli.command {
+        Command::Demo {
+            deliveries,
+            tenants,
+            workers,
+            lead,
+            data_dir,
+            backend,
+            json,
+        } => {
+            let config = Config::load(file)?;
+            let report = crate::demo::run(
+                config,
+                crate::demo::DemoOptions {
+                    deliveries,
+                    tenants,
+                    workers,
+                    lead: Duration::from_secs(lead),
+                    data_dir,
+                    json,
+                    backend,
+                },
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("{}", crate::demo::render(&report));
+            }
+            Ok(if report.missing == 0 && report.duplicates == 0 {
+                0
+            } else {
+                1
+            })
+        }
+        Command::Serve {
+            common,
+            listen,
+            workers,
+        } => {
+            let mut config = config_with(file, &common)?;
+            if let Some(w) = workers {
+                config.daemon.workers = w;
+            }
+            config.validate()?;
+            crate::serve::run(Toki::open(config).await?, listen).await?;
+            Ok(0)
+        }
+        Command::Daemon { common, workers } => {
+            let mut config = config_with(file, &common)?;
+            if let Some(w) = workers {
+                config.daemon.workers = w;
+            }
+            config.validate()?;
+            run_daemon(config).await?;
+            Ok(0)
+        }
+        Command::Scan { common } => {
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let summary = toki.scanner().scan_once().await?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(0)
+        }
+        Command::Tenant { command } => tenant(file, command).await,
+        Command::Report { common, json } => {
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let rows = crate::report::collect(&toki).await?;
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                println!("{}", crate::report::render(&rows));
+            }
+            Ok(0)
+        }
+        Command::Migrate { common } => {
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let tenants = toki.directory.list().await?;
+            for t in &tenants {
+                toki_sql::create_tenant_database(&t.database)
+                    .await
+                    .with_context(|| format!("migrating the database of {}", t.id))?;
+            }
+            println!(
+                "migrated the control store and {} tenant databases",
+                tenants.len()
+            );
+            Ok(0)
+        }
+    }
+}
+
+/// The daemon alone, until SIGTERM/Ctrl-C; drains before returning.
+pub async fn run_daemon(config: Config) -> anyhow::Result<()> {
+    let toki = Toki::open(config).await?;
+    let daemon = toki.daemon().await?;
+    let (stop, shutdown) = watch::channel(false);
+    tracing::info!(workers = toki.config.daemon.workers, "daemon started");
+    let task = tokio::spawn(daemon.run(shutdown));
+    crate::shutdown_signal().await;
+    tracing::info!("stopping; draining in-flight deliveries");
+    stop.send(true).ok();
+    task.await?;
+    Ok(())
+}
+
+async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyhow::Result<i32> {
+    match command {
+        TenantCommand::Create {
+            id,
+            common,
+            disabled,
+        } => {
+            let id = parse_tenant(&id)?;
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            if toki.directory.get(&id).await?.is_some() {
+                anyhow::bail!("tenant {id} exists already");
+            }
+            let (record, key) = toki.create_tenant(&id, !disabled).await?;
+            eprintln!(
+                "created tenant {} (database {})",
+                record.id, record.database
+            );
+            eprintln!("its API key (shown once):");
+            println!("{key}");
+            Ok(0)
+        }
+        TenantCommand::Set {
+            id,
+            common,
+            reminders,
+            active,
+        } => {
+            let id = parse_tenant(&id)?;
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let mut record = toki
+                .directory
+                .get(&id)
+                .await?
+                .with_context(|| format!("no tenant {id}"))?;
+            if let Some(r) = reminders {
+                record.reminders_enabled = r;
+            }
+            if let Some(a) = active {
+                record.active = a;
+            }
+            toki.directory.put(&record).await?;
+            println!(
+                "{}: reminders {}, {}",
+                id,
+                if record.reminders_enabled {
+                    "on"
+                } else {
+                    "off"
+                },
+                if record.active { "active" } else { "suspended" }
+            );
+            Ok(0)
+        }
+        TenantCommand::List { common } => {
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let rows: Vec<Vec<String>> = toki
+                .directory
+                .list()
+                .await?
+                .into_iter()
+                .map(|t| {
+                    vec![
+                        t.id.to_string(),
+                        if t.reminders_enabled {
+                            "on".into()
+                        } else {
+                            "off".into()
+                        },
+                        if t.active { "yes".into() } else { "no".into() },
+                        t.database,
+                    ]
+                })
+                .collect();
+            println!(
+                "{}",
+                crate::scenario::table(&["tenant", "reminders", "active", "database"], &rows)
+            );
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! `toki demo`: the whole pipeline in one process on the embedded default —
+//! N deliveries due at one instant a short lead ahead, then a report.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use serde::Serialize;
+use toki_core::Channel;
+use tokio::sync::watch;
+
+use crate::app::Toki;
+use crate::config::{BackendKind, Config};
+use crate::scenario::{self, Progress, Verification};
+
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub deliveries: usize,
+    pub tenants: usize,
+    pub workers: usize,
+    pub lead: Duration,
+    pub data_dir: PathBuf,
+    pub json: bool,
+    pub backend: BackendKind,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DemoReport {
+    pub deliveries: u64,
+    pub delivered: u64,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub lateness_ms: toki_core::stats::Lateness,
+    pub elapsed_s: f64,
+    pub backend: BackendKind,
+    pub tenants: usize,
+    pub workers: usize,
+    pub due_at: String,
+    pub last_delivery_ms: i64,
+    pub registration_s: f64,
+    pub channels: Vec<scenario::ChannelFigures>,
+}
+
+const MARKER: &str = ".toki-demo";
+
+/// A fresh data folder; an old demo folder is replaced, anything else is left alone.
+fn fresh_data_dir(dir: &PathBuf) -> anyhow::Result<()> {
+    if dir.exists() {
+        let is_demo = dir.join(MARKER).exists();
+        let empty = std::fs::read_dir(dir)?.next().is_none();
+        if !is_demo && !empty {
+            bail!(
+                "--data-dir {}: exists and was not made by `toki demo`; choose another folder",
+                dir.display()
+            );
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join(MARKER),
+        "made by toki demo; removed by the next run\n",
+    )?;
+    Ok(())
+}
+
+pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport> {
+    if opts.deliveries == 0 {
+        bail!("--deliveries: must be at least 1");
+    }
+    if opts.tenants == 0 || opts.tenants > 100 {
+        bail!("--tenants: {} is out of range 1..=100", opts.tenants);
+    }
+    if opts.lead < Duration::from_secs(5) || opts.lead > Duration::from_secs(600) {
+        bail!("--lead: {} s is out of range 5..=600", opts.lead.as_secs());
+    }
+    let started = StdInstant::now();
+    fresh_data_dir(&opts.data_dir)?;
+    config.data_dir = opts.data_dir.clone();
+    config.backend = opts.backend;
+    config.daemon.workers = opts.workers;
+    config.pipeline.scan_interval_s = config.pipeline.scan_interval_s.min(10);
+    config.validate()?;
+    let toki = Toki::open(config).await?;
+    let mut progress = Progress::new(!opts.json);
+
+    let tenants = scenario::tenant_ids(opts.tenants);
+    progress.finish(&format!(
+        "toki demo: {} deliveries, {} tenants, {} workers, {:?} backend, data in {}",
+        opts.deliveries,
+        opts.tenants,
+        opts.workers,
+        opts.backend,
+        opts.data_dir.display()
+    ));
+    scenario::create_tenants(&toki, &tenants).await?;
+
+    // The pipeline runs before anything is registered, as in production.
+    let (stop, shutdown) = watch::channel(false);
+    let daemon = toki.daemon().await?;
+    let daemon_task = tokio::spawn(daemon.clone().run(shutdown.clone()));
+    let scanner_task = tokio::spawn(toki.clone().run_scanner(shutdown.clone()));
+
+    let due = scenario::due_instant(opts.lead);
+    let meetings = scenario::plan_meetings(opts.deliveries, &tenants, &Channel::ALL, due);
+    let reg_started = StdInstant::now();
+    let expected = scenario::register(&toki, meetings, &mut progress).await?;
+    let registration_s = reg_started.elapsed().as_secs_f64();
+    if Utc::now() > due {
+        tracing::warn!("registration ran past the due instant; raise --lead");
+    }
+
+    // Wait for the due instant and the deliveries, with a deadline.
+    let total = opts.deliveries as u64;
+    let deadline = due + chrono::Duration::seconds(30 + (opts.deliveries / 500) as i64);
+    loop {
+        let s = daemon.stats.snapshot();
+        let settled = s.delivered + s.undeliverable + daemon.stats.stale.load(Ordering::Relaxed);
+        let now = Utc::now();
+        if settled >= total || now > deadline {
+            break;
+        }
+        if now < due {
+            progress.update(&format!(
+                "due at {} — in {:.1} s",
+                due.format("%H:%M:%S"),
+                (due - now).num_milliseconds() as f64 / 1000.0
+            ));
+        } else {
+            progress.update(&format!("delivering {}", Progress::bar(s.delivered, total)));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    progress.finish(&format!(
+        "delivering {}",
+        Progress::bar(daemon.stats.snapshot().delivered, total)
+    ));
+    // Stop and drain, so every outcome is recorded before it is counted.
+    stop.send(true).ok();
+    daemon_task.await.context("daemon task")?;
+    scanner_task.await.context("scanner task")?;
+
+    let sinks = scenario::count_outboxes(&opts.data_dir)?;
+    let v: Verification = scenario::verify(&toki, &expected, due, &sinks).await?;
+    Ok(DemoReport {
+        deliveries: v.deliveries,
+        delivered: v.delivered,
+        missing: v.missing,
+        duplicates: v.duplicates,
+        stale: v.stale,
+        lateness_ms: v.lateness_ms,
+        elapsed_s: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+        backend: opts.backend,
+        tenants: opts.tenants,
+        workers: opts.workers,
+        due_at: due.to_rfc3339(),
+        last_delivery_ms: v.last_delivery_ms,
+        registration_s: (registration_s * 100.0).round() / 100.0,
+        channels: v.channels,
+    })
+}
+
+pub fn render(r: &DemoReport) -> String {
+    let mut rows: Vec<Vec<String>> = r
+        .channels
+        .iter()
+        .map(|c| {
+            vec![
+                c.channel.clone(),
+                c.expected.to_string(),
+                c.delivered.to_string(),
+                c.missing.to_string(),
+                c.duplicates.to_string(),
+                c.stale.to_string(),
+                c.lateness_ms.p50.to_string(),
+                c.lateness_ms.p90.to_string(),
+                c.lateness_ms.p99.to_string(),
+                c.lateness_ms.max.to_string(),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "total".into(),
+        r.deliveries.to_string(),
+        r.delivered.to_string(),
+        r.missing.to_string(),
+        r.duplicates.to_string(),
+        r.stale.to_string(),
+        r.lateness_ms.p50.to_string(),
+        r.lateness_ms.p90.to_string(),
+        r.lateness_ms.p99.to_string(),
+        r.lateness_ms.max.to_string(),
+    ]);
+    let verdict = if r.missing == 0 && r.duplicates == 0 {
+        format!(
+            "OK: {} of {} delivered, none missing, none twice.",
+            r.delivered, r.deliveries
+        )
+    } else {
+        format!(
+            "FAILED: {} missing, {} duplicated.",
+            r.missing, r.duplicates
+        )
+    };
+    format!(
+        "\nDeliveries due at {} ({} tenants, {} workers, {:?} backend)\n\n{}\n\nlateness = delivered_at - due_at, in ms\nregistration {:.2} s; last delivery {} ms after due; elapsed {:.2} s\n{}\n",
+        r.due_at,
+        r.tenants,
+        r.workers,
+        r.backend,
+        scenario::table(
+            &["channel", "expected", "delivered", "missing", "duplicates", "stale", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+            &rows
+        ),
+        r.registration_s,
+        r.last_delivery_ms,
+        r.elapsed_s,
+        verdict
+    )
+}

@@ -1,0 +1,398 @@
+//! The "09:00 on a Monday" scenario shared by `toki demo` and `toki bench`:
+//! N deliveries across T tenants, all due at one whole second, registered
+//! through the registrar; then verified against the delivery rows and the sinks.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::Context;
+use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
+use futures::stream::{self, StreamExt};
+use serde::Serialize;
+use toki_core::input::{RuleInput, ScheduleInput, UserInput};
+use toki_core::plan::millis_between;
+use toki_core::ports::{delivery_keys, TenantStores};
+use toki_core::stats::Lateness;
+use toki_core::{Channel, DeliveryKey, DeliveryStatus, TenantId};
+
+use crate::app::Toki;
+
+/// Participants per meeting.
+pub const MEETING_SIZE: usize = 10;
+/// Users per tenant.
+pub const USERS_PER_TENANT: usize = 50;
+/// The reminder goes out this long before the meeting starts.
+pub const MINUTES_BEFORE: u32 = 5;
+
+const TENANT_NAMES: [&str; 8] = [
+    "acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka",
+];
+const ZONES: [&str; 4] = ["Asia/Tokyo", "America/New_York", "Europe/Paris", "UTC"];
+
+pub fn tenant_ids(n: usize) -> Vec<TenantId> {
+    (0..n)
+        .map(|i| match TENANT_NAMES.get(i) {
+            Some(name) => name.parse().expect("valid tenant id"),
+            None => format!("tenant-{i}").parse().expect("valid tenant id"),
+        })
+        .collect()
+}
+
+/// One meeting of the scenario.
+#[derive(Debug, Clone)]
+pub struct Meeting {
+    pub tenant: TenantId,
+    pub id: String,
+    pub input: ScheduleInput,
+}
+
+/// Plans meetings so that exactly `deliveries` reminders fall due at `due`,
+/// channels rotating mail → chat → slack over meetings (unless `channels` narrows them).
+pub fn plan_meetings(
+    deliveries: usize,
+    tenants: &[TenantId],
+    channels: &[Channel],
+    due: DateTime<Utc>,
+) -> Vec<Meeting> {
+    let starts_at = (due + ChronoDuration::minutes(i64::from(MINUTES_BEFORE))).to_rfc3339();
+    let mut out = Vec::new();
+    let mut left = deliveries;
+    let mut i = 0;
+    while left > 0 {
+        let size = left.min(MEETING_SIZE);
+        let tenant = tenants[i % tenants.len()].clone();
+        let first = (i / tenants.len()) * 7;
+        let participants = (0..size)
+            .map(|k| format!("user{}", (first + k) % USERS_PER_TENANT))
+            .collect();
+        let channel = channels[i % channels.len()];
+        out.push(Meeting {
+            tenant,
+            id: format!("meeting-{i}"),
+            input: ScheduleInput {
+                title: format!("Monday stand-up #{i}"),
+                body: "Agenda: what shipped, what is next, what is in the way.".into(),
+                starts_at: starts_at.clone(),
+                time_zone: ZONES[i % ZONES.len()].into(),
+                participants,
+                reminders: vec![RuleInput {
+                    minutes_before: i64::from(MINUTES_BEFORE),
+                    channels: vec![channel.to_string()],
+                }],
+            },
+        });
+        left -= size;
+        i += 1;
+    }
+    out
+}
+
+pub fn user_input(tenant: &TenantId, j: usize) -> UserInput {
+    UserInput {
+        name: format!("User {j}"),
+        email: Some(format!("user{j}@{tenant}.example.com")),
+        slack_user_id: Some(format!(
+            "U{}{j:04}",
+            tenant.as_str().to_uppercase().replace(['-', '_'], "")
+        )),
+        time_zone: ZONES[j % ZONES.len()].into(),
+        locale: if j % 5 == 0 { "ja".into() } else { "en".into() },
+    }
+}
+
+/// The next whole second at least `lead` ahead.
+pub fn due_instant(lead: Duration) -> DateTime<Utc> {
+    let t = Utc::now() + ChronoDuration::from_std(lead).unwrap_or_default();
+    t.trunc_subsecs(0) + ChronoDuration::seconds(1)
+}
+
+/// A single-line progress display on a terminal, periodic lines otherwise.
+pub struct Progress {
+    enabled: bool,
+    tty: bool,
+    last: StdInstant,
+}
+
+impl Progress {
+    pub fn new(enabled: bool) -> Self {
+        Progress {
+            enabled,
+            tty: std::io::stderr().is_terminal(),
+            last: StdInstant::now() - Duration::from_secs(60),
+        }
+    }
+
+    pub fn update(&mut self, line: &str) {
+        if !self.enabled {
+            return;
+        }
+        if self.tty {
+            eprint!("\r\x1b[2K{line}");
+            let _ = std::io::stderr().flush();
+        } else if self.last.elapsed() >= Duration::from_secs(2) {
+            eprintln!("{line}");
+            self.last = StdInstant::now();
+        }
+    }
+
+    pub fn bar(done: u64, total: u64) -> String {
+        let width = 30;
+        let filled = if total == 0 {
+            width
+        } else {
+            (done.min(total) * width as u64 / total) as usize
+        };
+        format!(
+            "[{}{}] {done}/{total}",
+            "#".repeat(filled),
+            ".".repeat(width - filled)
+        )
+    }
+
+    pub fn finish(&mut self, line: &str) {
+        if !self.enabled {
+            return;
+        }
+        if self.tty {
+            eprintln!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Creates the tenants and their users.
+pub async fn create_tenants(toki: &Toki, tenants: &[TenantId]) -> anyhow::Result<()> {
+    let registrar = toki.registrar();
+    for t in tenants {
+        toki.create_tenant(t, true).await?;
+        for j in 0..USERS_PER_TENANT {
+            registrar
+                .put_user(t, &format!("user{j}"), &user_input(t, j))
+                .await
+                .with_context(|| format!("registering user{j} of {t}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Registers meetings through the registrar; returns every expected delivery key per tenant.
+pub async fn register(
+    toki: &Toki,
+    meetings: Vec<Meeting>,
+    progress: &mut Progress,
+) -> anyhow::Result<HashMap<TenantId, HashSet<DeliveryKey>>> {
+    let registrar = std::sync::Arc::new(toki.registrar());
+    let total = meetings.len() as u64;
+    let settings = toki.config.pipeline_settings();
+    let mut expected: HashMap<TenantId, HashSet<DeliveryKey>> = HashMap::new();
+    let mut results = stream::iter(meetings.into_iter().map(|m| {
+        let registrar = registrar.clone();
+        async move {
+            let r = registrar.put_schedule(&m.tenant, &m.id, &m.input).await;
+            (m.tenant, r)
+        }
+    }))
+    .buffer_unordered(8);
+    let mut done = 0;
+    while let Some((tenant, r)) = results.next().await {
+        let registered = r.with_context(|| format!("registering a meeting of {tenant}"))?;
+        let now = Utc::now();
+        for reminder in toki_core::plan::reminders_for(
+            &tenant,
+            &registered.schedule,
+            now - ChronoDuration::from_std(settings.look_back).unwrap_or_default(),
+        ) {
+            expected
+                .entry(tenant.clone())
+                .or_default()
+                .extend(delivery_keys(&reminder));
+        }
+        done += 1;
+        progress.update(&format!(
+            "registering meetings {}",
+            Progress::bar(done, total)
+        ));
+    }
+    progress.finish(&format!("registered {total} meetings"));
+    Ok(expected)
+}
+
+/// Per-channel figures of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChannelFigures {
+    pub channel: String,
+    pub expected: u64,
+    pub delivered: u64,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub lateness_ms: Lateness,
+}
+
+/// What a run delivered, measured from the delivery rows and the sinks.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verification {
+    pub deliveries: u64,
+    pub delivered: u64,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub stale: u64,
+    pub lateness_ms: Lateness,
+    pub channels: Vec<ChannelFigures>,
+    /// Milliseconds from the due instant to the last delivery.
+    pub last_delivery_ms: i64,
+}
+
+/// How many times each delivery reached a sink, keyed by `tenant/delivery key`.
+pub type SinkCounts = HashMap<String, u64>;
+
+pub fn sink_key(tenant: &TenantId, key: &DeliveryKey) -> String {
+    format!("{tenant}/{key}")
+}
+
+/// Counts the mail outbox (.eml files) and the Slack outbox (JSON lines) by delivery.
+pub fn count_outboxes(data_dir: &Path) -> anyhow::Result<SinkCounts> {
+    let mut counts = SinkCounts::new();
+    let mail_dir = data_dir.join("outbox").join("mail");
+    if mail_dir.exists() {
+        for entry in std::fs::read_dir(&mail_dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("eml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            let header = format!("{}: ", toki_channels::DELIVERY_HEADER);
+            if let Some(line) = text.lines().find(|l| l.starts_with(&header)) {
+                *counts
+                    .entry(line[header.len()..].trim().to_owned())
+                    .or_default() += 1;
+            }
+        }
+    }
+    let slack = data_dir.join("outbox").join("slack.jsonl");
+    if slack.exists() {
+        for line in std::fs::read_to_string(&slack)?.lines() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).context("reading the Slack outbox")?;
+            let p = &v["metadata"]["event_payload"];
+            if let (Some(t), Some(d)) = (p["tenant"].as_str(), p["delivery"].as_str()) {
+                *counts.entry(format!("{t}/{d}")).or_default() += 1;
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Compares the expected deliveries with the delivery rows, the chat rows
+/// and `sinks` (mail and Slack as their receivers saw them).
+pub async fn verify(
+    toki: &Toki,
+    expected: &HashMap<TenantId, HashSet<DeliveryKey>>,
+    due: DateTime<Utc>,
+    sinks: &SinkCounts,
+) -> anyhow::Result<Verification> {
+    let mut v = Verification::default();
+    let mut per_channel: BTreeMap<Channel, (ChannelFigures, Vec<i64>)> = BTreeMap::new();
+    let mut all_lateness = Vec::new();
+    for (tenant, keys) in expected {
+        let store = toki.stores.open(tenant).await?;
+        let rows = store.deliveries().await?;
+        let by_key: HashMap<&DeliveryKey, &toki_core::DeliveryOutcome> =
+            rows.iter().map(|r| (&r.key, r)).collect();
+        // Chat rows are the chat channel's sink.
+        let mut chat_counts: HashMap<DeliveryKey, u64> = HashMap::new();
+        let users: HashSet<_> = keys
+            .iter()
+            .filter(|k| k.channel == Channel::Chat)
+            .map(|k| k.recipient.clone())
+            .collect();
+        for u in users {
+            for m in store.chat_messages(&u).await? {
+                *chat_counts.entry(m.key).or_default() += 1;
+            }
+        }
+        for key in keys {
+            let (fig, lat) = per_channel.entry(key.channel).or_insert_with(|| {
+                (
+                    ChannelFigures {
+                        channel: key.channel.to_string(),
+                        ..Default::default()
+                    },
+                    Vec::new(),
+                )
+            });
+            fig.expected += 1;
+            let received = match key.channel {
+                Channel::Chat => chat_counts.get(key).copied().unwrap_or(0),
+                _ => sinks.get(&sink_key(tenant, key)).copied().unwrap_or(0),
+            };
+            fig.duplicates += received.saturating_sub(1);
+            match by_key.get(key) {
+                Some(row) if row.status == DeliveryStatus::Delivered && received > 0 => {
+                    fig.delivered += 1;
+                    let ms = millis_between(row.due_at.0, row.at);
+                    lat.push(ms);
+                    all_lateness.push(ms);
+                    v.last_delivery_ms = v.last_delivery_ms.max(millis_between(due, row.at));
+                }
+                Some(row) if row.status == DeliveryStatus::Stale => {
+                    fig.stale += 1;
+                    fig.missing += 1;
+                }
+                _ => fig.missing += 1,
+            }
+        }
+    }
+    for (_, (mut fig, lat)) in per_channel {
+        fig.lateness_ms = Lateness::from_millis(lat);
+        v.deliveries += fig.expected;
+        v.delivered += fig.delivered;
+        v.missing += fig.missing;
+        v.duplicates += fig.duplicates;
+        v.stale += fig.stale;
+        v.channels.push(fig);
+    }
+    v.lateness_ms = Lateness::from_millis(all_lateness);
+    Ok(v)
+}
+
+/// A plain-text table: a header row, a rule, then rows; numbers right-aligned.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    out.push('\n');
+    out.push_str(
+        &widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  "),
+    );
+    for r in rows {
+        out.push('\n');
+        out.push_str(&line(r.clone()));
+    }
+    out
+}
