@@ -4,4 +4,5 @@
 
 #[macro_use]
 pub mod conformance;
+pub mod pipeline;
 pub mod services;

@@ -388,6 +388,9 @@ impl Daemon {
             bump(&self.stats.stale, stale.len());
         }
 
+        // The same message may arrive more than once, even in one batch: claim
+        // each delivery once, and hand each owned claim to one message only.
+        let mut seen = HashSet::new();
         let claims: Vec<(DeliveryKey, DueAt)> = live
             .iter()
             .flat_map(|w| {
@@ -395,8 +398,13 @@ impl Daemon {
                     .into_iter()
                     .map(move |k| (k, w.reminder.due_at))
             })
+            .filter(|(k, _)| seen.insert(k.clone()))
             .collect();
-        let owned: HashSet<DeliveryKey> = if claims.is_empty() {
+        let requested = live
+            .iter()
+            .map(|w| w.reminder.delivery_count())
+            .sum::<usize>();
+        let mut owned: HashSet<DeliveryKey> = if claims.is_empty() {
             HashSet::new()
         } else {
             match store
@@ -407,7 +415,7 @@ impl Daemon {
                 Err(e) => return Err((e, live)),
             }
         };
-        bump(&self.stats.duplicates_skipped, claims.len() - owned.len());
+        bump(&self.stats.duplicates_skipped, requested - owned.len());
 
         let mut messages = Vec::with_capacity(live.len());
         let mut undeliverable = Vec::new();
@@ -415,7 +423,7 @@ impl Daemon {
             let mut notifications = Vec::new();
             let snapshot = ctx.schedules.get(&w.reminder.key.schedule);
             for key in delivery_keys(&w.reminder) {
-                if !owned.contains(&key) {
+                if !owned.remove(&key) {
                     continue;
                 }
                 let snapshot = snapshot.expect("live reminders have a current schedule");

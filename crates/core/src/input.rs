@@ -259,3 +259,124 @@ impl From<&User> for UserView {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> ScheduleInput {
+        ScheduleInput {
+            title: "Stand-up".into(),
+            body: String::new(),
+            starts_at: "2026-11-23T09:00:00.123456+09:00".into(),
+            time_zone: "Asia/Tokyo".into(),
+            participants: vec!["a".into(), "b".into()],
+            reminders: vec![RuleInput {
+                minutes_before: 5,
+                channels: vec!["mail".into(), "slack".into()],
+            }],
+        }
+    }
+
+    fn field_of(input: ScheduleInput) -> String {
+        input.validate("s1").unwrap_err().field
+    }
+
+    #[test]
+    fn a_valid_schedule_is_kept_to_the_millisecond() {
+        let s = good().validate("s1").unwrap();
+        assert_eq!(s.starts_at.timestamp_subsec_nanos(), 123_000_000);
+        assert_eq!(s.rules[0].channels.encode(), "mail,slack");
+    }
+
+    #[test]
+    fn every_error_names_its_field() {
+        assert_eq!(
+            field_of(ScheduleInput {
+                title: " ".into(),
+                ..good()
+            }),
+            "title"
+        );
+        assert_eq!(
+            field_of(ScheduleInput {
+                starts_at: "tomorrow".into(),
+                ..good()
+            }),
+            "starts_at"
+        );
+        assert_eq!(
+            field_of(ScheduleInput {
+                time_zone: "Mars/Olympus".into(),
+                ..good()
+            }),
+            "time_zone"
+        );
+        assert_eq!(
+            field_of(ScheduleInput {
+                participants: vec!["a".into(), "a".into()],
+                ..good()
+            }),
+            "participants[1]"
+        );
+        assert_eq!(
+            field_of(ScheduleInput {
+                participants: vec!["a,b".into()],
+                ..good()
+            }),
+            "participants[0]"
+        );
+        let mut bad_channel = good();
+        bad_channel.reminders[0].channels = vec!["mail".into(), "pager".into()];
+        assert_eq!(field_of(bad_channel), "reminders[0].channels[1]");
+        let mut no_channel = good();
+        no_channel.reminders[0].channels.clear();
+        assert_eq!(field_of(no_channel), "reminders[0].channels");
+        let mut negative = good();
+        negative.reminders[0].minutes_before = -5;
+        assert_eq!(field_of(negative), "reminders[0].minutes_before");
+        assert_eq!(good().validate("has space").unwrap_err().field, "id");
+    }
+
+    #[test]
+    fn user_validation_names_fields() {
+        let u = UserInput {
+            name: "Ana".into(),
+            email: Some("ana@example.com".into()),
+            slack_user_id: Some("U024BE7LH".into()),
+            time_zone: "Europe/Paris".into(),
+            locale: "fr".into(),
+        };
+        assert!(u.validate("ana").is_ok());
+        assert_eq!(
+            UserInput {
+                email: Some("not-an-address".into()),
+                ..u.clone()
+            }
+            .validate("ana")
+            .unwrap_err()
+            .field,
+            "email"
+        );
+        assert_eq!(
+            UserInput {
+                slack_user_id: Some("#general".into()),
+                ..u.clone()
+            }
+            .validate("ana")
+            .unwrap_err()
+            .field,
+            "slack_user_id"
+        );
+        assert_eq!(
+            UserInput {
+                time_zone: "EST5".into(),
+                ..u.clone()
+            }
+            .validate("ana")
+            .unwrap_err()
+            .field,
+            "time_zone"
+        );
+    }
+}

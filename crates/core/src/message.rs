@@ -89,3 +89,52 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
         channels,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Channel, Occurrence};
+
+    fn sample() -> Reminder {
+        let occurrence = Occurrence(from_millis("o", 1_795_424_400_000).unwrap());
+        Reminder {
+            key: ReminderKey {
+                tenant: "acme".parse().unwrap(),
+                schedule: "weekly:sync-1".parse().unwrap(),
+                occurrence,
+                minutes_before: 5,
+            },
+            due_at: Reminder::due_for(occurrence, 5),
+            version: 12,
+            recipients: vec!["u1".parse().unwrap(), "ana@x".parse().unwrap()],
+            channels: ChannelSet::new("c", &[Channel::Slack, Channel::Mail]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn attributes_round_trip_within_the_sqs_limit() {
+        let r = sample();
+        let a = encode(&r);
+        assert!(a.len() <= MAX_ATTRIBUTES);
+        assert_eq!(a[ATTR_CHANNELS], "mail,slack");
+        assert_eq!(decode(&a).unwrap(), r);
+    }
+
+    #[test]
+    fn decoding_names_the_bad_attribute() {
+        let mut a = encode(&sample());
+        a.remove(ATTR_VERSION);
+        assert_eq!(decode(&a).unwrap_err().field, ATTR_VERSION);
+        let mut a = encode(&sample());
+        a.insert(ATTR_DUE.into(), "soon".into());
+        let e = decode(&a).unwrap_err();
+        assert_eq!(e.field, ATTR_DUE);
+        assert!(e.problem.contains("soon"));
+        let mut a = encode(&sample());
+        a.insert(ATTR_CHANNELS.into(), "mail,fax".into());
+        assert_eq!(decode(&a).unwrap_err().field, ATTR_CHANNELS);
+        let mut a = encode(&sample());
+        a.insert(ATTR_RECIPIENTS.into(), String::new());
+        assert_eq!(decode(&a).unwrap_err().field, ATTR_RECIPIENTS);
+    }
+}

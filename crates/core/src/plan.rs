@@ -153,3 +153,184 @@ pub fn to_chrono(d: StdDuration) -> Duration {
 pub fn millis_between(a: DateTime<Utc>, b: DateTime<Utc>) -> i64 {
     (b - a).num_milliseconds()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::*;
+    use chrono::TimeZone;
+
+    fn at(s: &str) -> Instant {
+        chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    fn schedule(starts: &str, rules: &[(u32, &[Channel])], participants: &[&str]) -> Schedule {
+        Schedule {
+            id: "s1".parse().unwrap(),
+            title: "t".into(),
+            body: String::new(),
+            starts_at: at(starts),
+            time_zone: chrono_tz::Asia::Tokyo,
+            participants: participants.iter().map(|p| p.parse().unwrap()).collect(),
+            rules: rules
+                .iter()
+                .map(|(m, c)| ReminderRule {
+                    minutes_before: *m,
+                    channels: ChannelSet::new("c", c).unwrap(),
+                })
+                .collect(),
+            version: 3,
+        }
+    }
+
+    #[test]
+    fn due_instant_is_start_minus_offset_per_rule() {
+        let s = schedule(
+            "2026-11-23T09:00:00+09:00",
+            &[
+                (5, &[Channel::Mail]),
+                (60, &[Channel::Slack, Channel::Chat]),
+            ],
+            &["a", "b"],
+        );
+        let tenant: TenantId = "acme".parse().unwrap();
+        let rs = reminders_for(&tenant, &s, at("2026-11-01T00:00:00Z"));
+        assert_eq!(rs.len(), 2);
+        assert_eq!(rs[0].due_at.0, at("2026-11-23T08:55:00+09:00"));
+        assert_eq!(rs[1].due_at.0, at("2026-11-23T08:00:00+09:00"));
+        assert_eq!(rs[0].version, 3);
+        assert_eq!(rs[1].delivery_count(), 4);
+        assert_eq!(rs[0].key.occurrence.0, s.starts_at);
+    }
+
+    #[test]
+    fn past_reminders_and_empty_schedules_yield_nothing() {
+        let tenant: TenantId = "acme".parse().unwrap();
+        let s = schedule(
+            "2026-11-23T09:00:00Z",
+            &[(5, &[Channel::Mail]), (120, &[Channel::Mail])],
+            &["a"],
+        );
+        // 07:30 is after the 120-minute reminder (07:00) but before the 5-minute one.
+        let rs = reminders_for(&tenant, &s, at("2026-11-23T07:30:00Z"));
+        assert_eq!(rs.len(), 1);
+        assert_eq!(rs[0].key.minutes_before, 5);
+        let empty = schedule("2026-11-23T09:00:00Z", &[(5, &[Channel::Mail])], &[]);
+        assert!(reminders_for(&tenant, &empty, at("2026-11-01T00:00:00Z")).is_empty());
+    }
+
+    #[test]
+    fn dst_moves_the_utc_instant_of_nine_oclock_in_new_york() {
+        let ny = chrono_tz::America::New_York;
+        let july = ny.with_ymd_and_hms(2026, 7, 6, 9, 0, 0).unwrap().to_utc();
+        let december = ny.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap().to_utc();
+        assert_eq!(july.format("%H:%M").to_string(), "13:00");
+        assert_eq!(december.format("%H:%M").to_string(), "14:00");
+    }
+
+    #[test]
+    fn shard_is_stable_in_range_and_spreads() {
+        let key = |i: usize| ReminderKey {
+            tenant: "acme".parse().unwrap(),
+            schedule: format!("s{i}").parse().unwrap(),
+            occurrence: Occurrence(at("2026-11-23T09:00:00Z")),
+            minutes_before: 5,
+        };
+        assert_eq!(shard_of(&key(1), 16), shard_of(&key(1), 16));
+        let mut counts = [0usize; 16];
+        for i in 0..3000 {
+            let s = shard_of(&key(i), 16);
+            assert!(s < 16);
+            counts[s as usize] += 1;
+        }
+        // 3,000 reminders due in one minute: no shard gets more than twice its share.
+        assert!(
+            counts
+                .iter()
+                .all(|&c| c > 3000 / 16 / 2 && c < 3000 / 16 * 2),
+            "{counts:?}"
+        );
+        assert_eq!(shard_of(&key(1), 0), 0, "zero shards means one");
+    }
+
+    #[test]
+    fn partition_key_names_minute_and_shard() {
+        let p = Partition {
+            minute: at("2026-11-23T08:55:00Z"),
+            shard: 7,
+        };
+        assert_eq!(p.key(), "R#2026-11-23T08:55#07");
+        assert_eq!(
+            minute_of(at("2026-11-23T08:55:59.999Z")),
+            at("2026-11-23T08:55:00Z")
+        );
+    }
+
+    #[test]
+    fn delay_is_due_minus_now_minus_lead_clamped_to_0_and_900s() {
+        let now = at("2026-11-23T08:40:00Z");
+        let lead = StdDuration::from_secs(2);
+        assert_eq!(
+            delay_for(DueAt(at("2026-11-23T08:41:00Z")), now, lead),
+            StdDuration::from_secs(58)
+        );
+        assert_eq!(
+            delay_for(DueAt(at("2026-11-23T08:40:01Z")), now, lead),
+            StdDuration::ZERO
+        );
+        assert_eq!(
+            delay_for(DueAt(at("2026-11-23T08:39:00Z")), now, lead),
+            StdDuration::ZERO
+        );
+        assert_eq!(
+            delay_for(DueAt(at("2026-11-23T09:10:00Z")), now, lead),
+            MAX_DELAY
+        );
+        assert_eq!(
+            delay_for(DueAt(at("2026-11-23T08:55:02Z")), now, lead),
+            StdDuration::from_secs(900)
+        );
+    }
+
+    #[test]
+    fn window_covers_every_minute_and_shard() {
+        let w = Window::at(
+            at("2026-11-23T08:40:30Z"),
+            StdDuration::from_secs(60),
+            StdDuration::from_secs(900),
+        );
+        let parts = w.partitions(4);
+        // 08:39 .. 08:55 inclusive = 17 minutes × 4 shards.
+        assert_eq!(parts.len(), 17 * 4);
+        assert_eq!(parts.first().unwrap().minute, at("2026-11-23T08:39:00Z"));
+        assert_eq!(parts.last().unwrap().minute, at("2026-11-23T08:55:00Z"));
+        assert!(w.contains(DueAt(at("2026-11-23T08:55:30Z"))));
+        assert!(!w.contains(DueAt(at("2026-11-23T08:55:31Z"))));
+        assert!(!w.contains(DueAt(at("2026-11-23T08:39:29Z"))));
+    }
+
+    #[test]
+    fn sort_keys_order_by_due() {
+        let tenant: TenantId = "acme".parse().unwrap();
+        let a = reminders_for(
+            &tenant,
+            &schedule("2026-11-23T09:00:00Z", &[(5, &[Channel::Mail])], &["a"]),
+            at("2026-01-01T00:00:00Z"),
+        );
+        let b = reminders_for(
+            &tenant,
+            &schedule("2026-11-23T10:00:00Z", &[(5, &[Channel::Mail])], &["a"]),
+            at("2026-01-01T00:00:00Z"),
+        );
+        assert!(sort_key(&a[0]) < sort_key(&b[0]));
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let cap = StdDuration::from_secs(300);
+        assert_eq!(retry_backoff(1, cap), StdDuration::from_secs(5));
+        assert_eq!(retry_backoff(2, cap), StdDuration::from_secs(10));
+        assert_eq!(retry_backoff(4, cap), StdDuration::from_secs(40));
+        assert_eq!(retry_backoff(30, cap), cap);
+    }
+}

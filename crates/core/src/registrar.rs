@@ -92,11 +92,11 @@ impl Registrar {
         input: &ScheduleInput,
     ) -> Result<Registered, RegistrarError> {
         let schedule = input.validate(id)?;
-        self.tenant(tenant).await?;
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let saved = store.put_schedule(&schedule, self.clock.now()).await?;
         let (mirrored, enqueued_directly) = match self
-            .mirror(tenant, MirrorWork::Upsert(saved.clone()))
+            .mirror(&record, MirrorWork::Upsert(saved.clone()))
             .await
         {
             Ok(s) => (true, s.enqueued),
@@ -129,7 +129,7 @@ impl Registrar {
     /// Deletes a schedule; its queued reminders become stale and deliver nothing.
     pub async fn delete_schedule(&self, tenant: &TenantId, id: &str) -> Result<(), RegistrarError> {
         let id = ScheduleId::parse_field("id", id)?;
-        self.tenant(tenant).await?;
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let version = store
             .delete_schedule(&id, self.clock.now())
@@ -137,7 +137,7 @@ impl Registrar {
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))?;
         if let Err(e) = self
             .mirror(
-                tenant,
+                &record,
                 MirrorWork::Delete {
                     schedule: id.clone(),
                     version,
@@ -153,9 +153,10 @@ impl Registrar {
     /// Mirrors one write into the index and records it done in the tenant database.
     async fn mirror(
         &self,
-        tenant: &TenantId,
+        record: &TenantRecord,
         work: MirrorWork,
     ) -> Result<EnqueueSummary, StoreError> {
+        let tenant = &record.id;
         let now = self.clock.now();
         let store = self.stores.open(tenant).await?;
         let (schedule_id, version, rows) = match &work {
@@ -176,10 +177,15 @@ impl Registrar {
             .await?;
         // What the scanner has already covered (or will not reach in time) goes straight in.
         let window = Window::at(now, self.settings.look_back, self.settings.window);
-        let direct: Vec<_> = rows
-            .into_iter()
-            .filter(|r| window.contains(r.due_at))
-            .collect();
+        // A tenant whose contract is off gets nothing; its rows wait in the index
+        // (the scanner holds them back too) in case the contract comes back on.
+        let direct: Vec<_> = if record.may_receive_reminders() {
+            rows.into_iter()
+                .filter(|r| window.contains(r.due_at))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let summary = if direct.is_empty() {
             EnqueueSummary::default()
         } else {
@@ -203,10 +209,11 @@ impl Registrar {
     /// Finishes mirrors that failed (or were cut short) for one tenant.
     /// Returns how many writes were repaired.
     pub async fn repair(&self, tenant: &TenantId) -> Result<usize, RegistrarError> {
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let mut repaired = 0;
         for work in store.unmirrored().await? {
-            self.mirror(tenant, work).await?;
+            self.mirror(&record, work).await?;
             repaired += 1;
         }
         Ok(repaired)

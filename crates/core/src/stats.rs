@@ -31,3 +31,16 @@ impl Lateness {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let l = Lateness::from_millis((1..=100).rev().collect());
+        assert_eq!((l.p50, l.p90, l.p99, l.max), (50, 90, 99, 100));
+        assert_eq!(Lateness::from_millis(vec![]), Lateness::default());
+        assert_eq!(Lateness::from_millis(vec![7]).p99, 7);
+    }
+}

@@ -1,0 +1,147 @@
+//! A whole pipeline (registrar, scanner loop, daemon) on the embedded backend
+//! in a temporary folder, for end-to-end tests.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
+use toki::scenario::{count_outboxes, SinkCounts};
+use toki::{Config, Toki};
+use toki_core::daemon::Daemon;
+use toki_core::input::{RuleInput, ScheduleInput, UserInput};
+use toki_core::ports::TenantStores;
+use toki_core::{DeliveryOutcome, DeliveryStatus, TenantId};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub struct Harness {
+    pub toki: Toki,
+    pub daemon: Arc<Daemon>,
+    pub dir: PathBuf,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Harness {
+    /// Embedded pipeline in a fresh folder: scanner every second, 1 s lead.
+    pub async fn start(tweak: impl FnOnce(&mut Config)) -> Harness {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let mut config = Config::default();
+        config.data_dir = dir.clone();
+        config.pipeline.scan_interval_s = 1;
+        config.pipeline.lead_ms = 1000;
+        config.daemon.workers = 2;
+        tweak(&mut config);
+        config.validate().unwrap();
+        let toki = Toki::open(config).await.unwrap();
+        let daemon = toki.daemon().await.unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(daemon.clone().run(shutdown.clone())),
+            tokio::spawn(toki.clone().run_scanner(shutdown)),
+        ];
+        Harness {
+            toki,
+            daemon,
+            dir,
+            stop,
+            tasks,
+        }
+    }
+
+    /// A tenant with users u0..u9 (mail + Slack addresses).
+    pub async fn tenant(&self, id: &str, reminders_enabled: bool) -> TenantId {
+        let id: TenantId = id.parse().unwrap();
+        self.toki
+            .create_tenant(&id, reminders_enabled)
+            .await
+            .unwrap();
+        for j in 0..10 {
+            self.toki
+                .registrar()
+                .put_user(&id, &format!("u{j}"), &user(j))
+                .await
+                .unwrap();
+        }
+        id
+    }
+
+    pub async fn stop(self) -> PathBuf {
+        self.stop.send(true).unwrap();
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        self.dir
+    }
+
+    pub async fn outcomes(&self, tenant: &TenantId) -> Vec<DeliveryOutcome> {
+        self.toki
+            .stores
+            .open(tenant)
+            .await
+            .unwrap()
+            .deliveries()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delivered(&self, tenant: &TenantId) -> Vec<DeliveryOutcome> {
+        self.outcomes(tenant)
+            .await
+            .into_iter()
+            .filter(|o| o.status == DeliveryStatus::Delivered)
+            .collect()
+    }
+
+    pub fn sinks(&self) -> SinkCounts {
+        count_outboxes(&self.dir).unwrap()
+    }
+
+    /// Waits until `n` deliveries of `tenant` are delivered, or `timeout`.
+    pub async fn wait_delivered(
+        &self,
+        tenant: &TenantId,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<DeliveryOutcome> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let d = self.delivered(tenant).await;
+            if d.len() >= n || tokio::time::Instant::now() > deadline {
+                return d;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+pub fn user(j: usize) -> UserInput {
+    UserInput {
+        name: format!("User {j}"),
+        email: Some(format!("u{j}@example.com")),
+        slack_user_id: Some(format!("U{j:04}")),
+        time_zone: "Asia/Tokyo".into(),
+        locale: "en".into(),
+    }
+}
+
+/// A whole second at least `secs` ahead.
+pub fn due_in(secs: i64) -> DateTime<Utc> {
+    (Utc::now() + ChronoDuration::seconds(secs)).trunc_subsecs(0) + ChronoDuration::seconds(1)
+}
+
+/// A meeting starting 5 minutes after `due`, reminded 5 minutes before, to u0 and u1 by mail and Slack.
+pub fn meeting(due: DateTime<Utc>) -> ScheduleInput {
+    ScheduleInput {
+        title: "Design review".into(),
+        body: "Room 3".into(),
+        starts_at: (due + ChronoDuration::minutes(5)).to_rfc3339(),
+        time_zone: "Asia/Tokyo".into(),
+        participants: vec!["u0".into(), "u1".into()],
+        reminders: vec![RuleInput {
+            minutes_before: 5,
+            channels: vec!["mail".into(), "slack".into()],
+        }],
+    }
+}

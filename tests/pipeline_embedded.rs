@@ -1,0 +1,286 @@
+//! End to end on the embedded backend: registrar → index → scanner → queue → daemon → channels.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{Duration as ChronoDuration, Utc};
+use common::pipeline::{due_in, meeting, Harness};
+use toki::scenario::sink_key;
+use toki_core::message;
+use toki_core::plan::reminders_for;
+use toki_core::ports::{OutgoingMessage, TenantStores};
+use toki_core::{DeliveryStatus, IndexStatus};
+
+fn assert_on_time(outcomes: &[toki_core::DeliveryOutcome]) {
+    for o in outcomes {
+        let late = (o.at - o.due_at.0).num_milliseconds();
+        assert!(
+            (-5..1000).contains(&late),
+            "delivery {} was {late} ms late",
+            o.key
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_scan_deliver() {
+    // A 5 s scan window: a reminder due in 8 s is left to the scanner, not enqueued directly.
+    let h = Harness::start(|c| c.pipeline.window_s = 5).await;
+    let t = h.tenant("acme", true).await;
+    let due = due_in(8);
+    let r = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(due))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.enqueued_directly, 0,
+        "outside the window the registrar must leave it to the scanner"
+    );
+    assert!(r.mirrored);
+    let delivered = h.wait_delivered(&t, 4, Duration::from_secs(20)).await;
+    assert_eq!(delivered.len(), 4, "2 recipients × mail and Slack");
+    assert_on_time(&delivered);
+    let sinks = h.sinks();
+    for d in &delivered {
+        assert_eq!(
+            sinks.get(&sink_key(&t, &d.key)),
+            Some(&1),
+            "{} not in its outbox exactly once",
+            d.key
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_after_enqueue_delivers_only_the_new_time() {
+    let h = Harness::start(|_| {}).await;
+    let t = h.tenant("acme", true).await;
+    let first = due_in(4);
+    let r1 = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(first))
+        .await
+        .unwrap();
+    assert_eq!(r1.enqueued_directly, 1);
+    let moved = first + ChronoDuration::seconds(3);
+    let r2 = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(moved))
+        .await
+        .unwrap();
+    assert_eq!(r2.schedule.version, 2);
+    let delivered = h.wait_delivered(&t, 4, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let all = h.outcomes(&t).await;
+    let delivered_now = h.delivered(&t).await;
+    assert_eq!(delivered_now.len(), 4, "{all:?}");
+    assert!(
+        delivered
+            .iter()
+            .all(|d| d.due_at.0 == moved && d.key.version == 2),
+        "{delivered:?}"
+    );
+    assert_on_time(&delivered_now);
+    let stale: Vec<_> = all
+        .iter()
+        .filter(|o| o.status == DeliveryStatus::Stale)
+        .collect();
+    assert_eq!(
+        stale.len(),
+        4,
+        "the first version's message is dropped as stale"
+    );
+    assert!(stale.iter().all(|o| o.key.version == 1));
+    assert_eq!(h.sinks().values().sum::<u64>(), 4);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_after_enqueue_delivers_nothing() {
+    let h = Harness::start(|_| {}).await;
+    let t = h.tenant("acme", true).await;
+    let due = due_in(3);
+    let r = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(due))
+        .await
+        .unwrap();
+    assert_eq!(r.enqueued_directly, 1);
+    h.toki
+        .registrar()
+        .delete_schedule(&t, "review")
+        .await
+        .unwrap();
+    tokio::time::sleep((due - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(2))
+        .await;
+    assert!(h.delivered(&t).await.is_empty());
+    assert!(
+        h.sinks().is_empty(),
+        "something reached an outbox: {:?}",
+        h.sinks()
+    );
+    let stale = h
+        .outcomes(&t)
+        .await
+        .into_iter()
+        .filter(|o| o.status == DeliveryStatus::Stale)
+        .count();
+    assert_eq!(stale, 4);
+    assert_eq!(
+        h.toki.queue.depth().await.unwrap().messages,
+        0,
+        "the stale message was not acknowledged"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_two_minutes_before_due_is_delivered_on_time() {
+    let h = Harness::start(|c| c.pipeline.lead_ms = 2000).await;
+    let t = h.tenant("acme", true).await;
+    let due = due_in(120);
+    let r = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(due))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.enqueued_directly, 1,
+        "inside the covered window it goes straight to the queue"
+    );
+    let delivered = h.wait_delivered(&t, 4, Duration::from_secs(140)).await;
+    assert_eq!(delivered.len(), 4);
+    assert_on_time(&delivered);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_received_twice_delivers_once() {
+    let h = Harness::start(|_| {}).await;
+    let t = h.tenant("acme", true).await;
+    let due = due_in(4);
+    let r = h
+        .toki
+        .registrar()
+        .put_schedule(&t, "review", &meeting(due))
+        .await
+        .unwrap();
+    // The queue is at-least-once: two more copies of the same message arrive too.
+    let reminder = reminders_for(&t, &r.schedule, Utc::now()).remove(0);
+    let copy = |id: &str| OutgoingMessage {
+        id: id.into(),
+        body: reminder.key.to_string(),
+        attributes: message::encode(&reminder),
+        delay: toki_core::plan::delay_for(reminder.due_at, Utc::now(), Duration::from_secs(1)),
+        group: None,
+    };
+    h.toki
+        .queue
+        .send_batch(&[copy("a"), copy("b")])
+        .await
+        .unwrap();
+    h.wait_delivered(&t, 4, Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sinks = h.sinks();
+    assert_eq!(sinks.len(), 4);
+    assert!(
+        sinks.values().all(|&n| n == 1),
+        "a delivery went out twice: {sinks:?}"
+    );
+    assert_eq!(h.delivered(&t).await.len(), 4);
+    assert!(h.daemon.stats.snapshot().duplicates_skipped >= 8);
+    assert_eq!(
+        h.toki.queue.depth().await.unwrap().messages,
+        0,
+        "duplicates must be acknowledged"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_contract_is_off_gets_nothing() {
+    let h = Harness::start(|_| {}).await;
+    let off = h.tenant("offco", false).await;
+    let due = due_in(3);
+    let r = h
+        .toki
+        .registrar()
+        .put_schedule(&off, "review", &meeting(due))
+        .await
+        .unwrap();
+    assert_eq!(r.enqueued_directly, 0);
+    let summary = h.toki.scanner().scan_once().await.unwrap();
+    assert!(summary.skipped_by_contract >= 1, "{summary:?}");
+    assert_eq!(summary.enqueued, 0);
+    tokio::time::sleep((due - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(2))
+        .await;
+    assert!(h.outcomes(&off).await.is_empty());
+    assert!(h.sinks().is_empty());
+    let p = toki_core::plan::Partition::of(
+        &reminders_for(&off, &r.schedule, Utc::now() - ChronoDuration::hours(1))[0],
+        h.toki.config.pipeline.shards,
+    );
+    let rows = h
+        .toki
+        .index
+        .query_partition(&p, due - ChronoDuration::minutes(1), due)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, IndexStatus::Pending, "held back, not lost");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprocessable_message_is_retried_then_dead_lettered() {
+    let h = Harness::start(|c| c.daemon.max_receives = 2).await;
+    let mut attributes = toki_core::message::Attributes::new();
+    attributes.insert("tenant".into(), "acme".into());
+    attributes.insert("due".into(), "not-a-number".into());
+    h.toki
+        .queue
+        .send_batch(&[OutgoingMessage {
+            id: "0".into(),
+            body: "garbage".into(),
+            attributes,
+            delay: Duration::ZERO,
+            group: None,
+        }])
+        .await
+        .unwrap();
+    // Received, backed off 5 s, received again, backed off 10 s, then dead-lettered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut depth = h.toki.queue.depth().await.unwrap();
+    while depth.dead_letters == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        depth = h.toki.queue.depth().await.unwrap();
+    }
+    assert_eq!(depth.dead_letters, 1, "not dead-lettered: {depth:?}");
+    assert_eq!(depth.messages, 0);
+    assert!(h.daemon.stats.snapshot().retried >= 2);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_mirror_is_repaired() {
+    let h = Harness::start(|_| {}).await;
+    let t = h.tenant("acme", true).await;
+    // Write the tenant database only, as if the process died before mirroring.
+    let store = h.toki.stores.open(&t).await.unwrap();
+    let schedule = meeting(due_in(4)).validate("review").unwrap();
+    store.put_schedule(&schedule, Utc::now()).await.unwrap();
+    assert_eq!(store.unmirrored().await.unwrap().len(), 1);
+    assert_eq!(h.toki.registrar().repair(&t).await.unwrap(), 1);
+    assert!(store.unmirrored().await.unwrap().is_empty());
+    let delivered = h.wait_delivered(&t, 4, Duration::from_secs(15)).await;
+    assert_eq!(delivered.len(), 4);
+    h.stop().await;
+}
