@@ -211,6 +211,9 @@ impl Config {
         if let Some(v) = env("TOKI_DATABASE_URL_TEMPLATE") {
             self.tenant_database_template = Some(v);
         }
+        if let Some(v) = env("TOKI_AWS_CREATE_RESOURCES") {
+            self.aws.create_resources = matches!(v.as_str(), "1" | "true" | "yes");
+        }
         if let Some(v) = env_parse("TOKI_SHARDS")? {
             self.pipeline.shards = v;
         }
@@ -256,7 +259,7 @@ impl Config {
         Ok(())
     }
 
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&mut self) -> anyhow::Result<()> {
         if self.pipeline.shards == 0 || self.pipeline.shards > 1000 {
             bail!(
                 "pipeline.shards: {} is out of range 1..=1000",
@@ -302,6 +305,16 @@ impl Config {
             }
         }
         if self.backend == BackendKind::Aws && self.tenant_database_template.is_none() {
+            if let Some(url) = env("DATABASE_URL") {
+                // A Postgres server under which tenant databases are created.
+                let (server, _) = url.rsplit_once('/').unwrap_or((url.as_str(), ""));
+                let query = url
+                    .split_once('?')
+                    .map(|(_, q)| format!("?{q}"))
+                    .unwrap_or_default();
+                self.tenant_database_template = Some(format!("{server}/toki_{{tenant}}{query}"));
+                return self.validate();
+            }
             bail!("tenant_database_template (TOKI_DATABASE_URL_TEMPLATE): the aws backend keeps tenant databases on Postgres and needs a URL template with {{tenant}}");
         }
         Ok(())
@@ -329,7 +342,7 @@ impl Config {
     /// Where tenant `id`'s database lives.
     pub fn tenant_database(&self, id: &toki_core::TenantId) -> String {
         match &self.tenant_database_template {
-            Some(t) => t.replace("{tenant}", &id.as_str().replace('-', "_")),
+            Some(t) => toki_sql::database_for(t, id),
             None => self
                 .data_dir
                 .join("tenants")

@@ -83,11 +83,23 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     config.backend = opts.backend;
     config.daemon.workers = opts.workers;
     config.pipeline.scan_interval_s = config.pipeline.scan_interval_s.min(10);
+    config.aws.create_resources = true;
     config.validate()?;
     let toki = Toki::open(config).await?;
     let mut progress = Progress::new(!opts.json);
 
-    let tenants = scenario::tenant_ids(opts.tenants);
+    let mut tenants = scenario::tenant_ids(opts.tenants);
+    if opts.backend == BackendKind::Aws {
+        // Shared servers: the demo's tenants are its own, and start empty.
+        tenants = tenants
+            .iter()
+            .map(|t| format!("demo-{t}").parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for t in &tenants {
+            toki_sql::drop_tenant_database(&toki.config.tenant_database(t)).await?;
+        }
+    }
     progress.finish(&format!(
         "toki demo: {} deliveries, {} tenants, {} workers, {:?} backend, data in {}",
         opts.deliveries,

@@ -28,5 +28,7 @@ pub use control::ControlDb;
 pub use directory::SqliteTenantDirectory;
 pub use index::SqliteReminderIndex;
 pub use queue::SqliteDelayQueue;
-pub use stores::{create_tenant_database, SqlTenantStores};
+pub use stores::{
+    create_tenant_database, database_for, drop_tenant_database, Locator, SqlTenantStores,
+};
 pub use tenant_store::{PostgresTenantStore, SqliteTenantStore};

@@ -24,9 +24,18 @@ pub fn is_postgres(database: &str) -> bool {
     database.starts_with("postgres://") || database.starts_with("postgresql://")
 }
 
+/// How a tenant's database is found.
+pub enum Locator {
+    /// Its directory record says where it is.
+    Directory(Arc<dyn TenantDirectory>),
+    /// A URL template with `{tenant}`: no directory read at all (the AWS
+    /// daemon has no access to the directory table).
+    Template(String),
+}
+
 /// Tenant stores opened on demand and kept per tenant.
 pub struct SqlTenantStores {
-    directory: Arc<dyn TenantDirectory>,
+    locator: Locator,
     open: Mutex<HashMap<TenantId, Arc<dyn TenantStore>>>,
     /// Connections per tenant pool (Postgres).
     pub max_connections: u32,
@@ -36,8 +45,12 @@ pub struct SqlTenantStores {
 
 impl SqlTenantStores {
     pub fn new(directory: Arc<dyn TenantDirectory>) -> Self {
+        Self::with_locator(Locator::Directory(directory))
+    }
+
+    pub fn with_locator(locator: Locator) -> Self {
         Self {
-            directory,
+            locator,
             open: Mutex::new(HashMap::new()),
             max_connections: 4,
             idle_timeout: Duration::from_secs(60),
@@ -82,15 +95,55 @@ impl TenantStores for SqlTenantStores {
         if let Some(s) = self.open.lock().await.get(tenant) {
             return Ok(s.clone());
         }
-        let record = self
-            .directory
-            .get(tenant)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?;
-        let store = self.connect(&record.database).await?;
+        let database = match &self.locator {
+            Locator::Directory(directory) => {
+                directory
+                    .get(tenant)
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?
+                    .database
+            }
+            Locator::Template(t) => database_for(t, tenant),
+        };
+        let store = self.connect(&database).await?;
         let mut open = self.open.lock().await;
         Ok(open.entry(tenant.clone()).or_insert(store).clone())
     }
+}
+
+/// A tenant's database from a template with `{tenant}` (`-` becomes `_`, as
+/// database names allow).
+pub fn database_for(template: &str, tenant: &TenantId) -> String {
+    template.replace("{tenant}", &tenant.as_str().replace('-', "_"))
+}
+
+/// Drops a tenant database (Postgres) or deletes its file (SQLite), if it exists.
+pub async fn drop_tenant_database(database: &str) -> StoreResult<()> {
+    if is_postgres(database) {
+        let options = PgConnectOptions::from_str(database)
+            .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+            .disable_statement_logging();
+        let name = options.get_database().unwrap_or_default().to_owned();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(StoreError::Backend(format!(
+                "cannot drop database {name:?}"
+            )));
+        }
+        let mut admin = options
+            .database("postgres")
+            .connect()
+            .await
+            .map_err(db_err)?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .map_err(db_err)?;
+    } else {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{database}{suffix}"));
+        }
+    }
+    Ok(())
 }
 
 /// Creates (if needed) and migrates a tenant database.

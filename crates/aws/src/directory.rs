@@ -1,0 +1,121 @@
+//! The tenant directory on DynamoDB: one item per tenant, partition key
+//! `tenant` (S); attributes reminders_enabled (BOOL), active (BOOL), database
+//! (S), api_key_sha256 (S).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use toki_core::ports::TenantDirectory;
+use toki_core::{StoreResult, TenantId, TenantRecord};
+
+use crate::error::{sdk, AwsError};
+use crate::index::{get_s, s, FieldError};
+
+pub struct DynamoTenantDirectory {
+    client: Client,
+    table: String,
+}
+
+impl DynamoTenantDirectory {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+fn get_bool(
+    item: &HashMap<String, AttributeValue>,
+    name: &'static str,
+) -> Result<bool, FieldError> {
+    match item.get(name) {
+        Some(AttributeValue::Bool(b)) => Ok(*b),
+        Some(other) => Err((name, format!("expected a boolean, got {other:?}"))),
+        None => Err((name, "missing".into())),
+    }
+}
+
+fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsError> {
+    let parse = || -> Result<TenantRecord, FieldError> {
+        Ok(TenantRecord {
+            id: TenantId::parse_field("tenant", get_s(item, "tenant")?)
+                .map_err(|e| ("tenant", e.to_string()))?,
+            reminders_enabled: get_bool(item, "reminders_enabled")?,
+            active: get_bool(item, "active")?,
+            database: get_s(item, "database")?.to_owned(),
+            api_key_sha256: get_s(item, "api_key_sha256")?.to_owned(),
+        })
+    };
+    parse().map_err(|(field, problem)| {
+        AwsError::service(
+            "directory",
+            format!("corrupt tenant item: {field}: {problem}"),
+        )
+    })
+}
+
+#[async_trait]
+impl TenantDirectory for DynamoTenantDirectory {
+    async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>> {
+        let resp = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("tenant", s(tenant.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("GetItem", e))?;
+        Ok(resp.item.as_ref().map(record).transpose()?)
+    }
+
+    async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("tenant", s(r.id.as_str()))
+            .item(
+                "reminders_enabled",
+                AttributeValue::Bool(r.reminders_enabled),
+            )
+            .item("active", AttributeValue::Bool(r.active))
+            .item("database", s(r.database.as_str()))
+            .item("api_key_sha256", s(r.api_key_sha256.as_str()))
+            .send()
+            .await
+            .map_err(|e| sdk("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn list(&self) -> StoreResult<Vec<TenantRecord>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let resp = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| sdk("Scan", e))?;
+            for item in resp.items() {
+                out.push(record(item)?);
+            }
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+}

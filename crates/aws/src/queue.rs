@@ -1,0 +1,437 @@
+//! The delay queue on SQS: per-message DelaySeconds (≤ 900 s), string message
+//! attributes, visibility timeouts, receive counts and a dead-letter queue
+//! (the queue's RedrivePolicy).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+    QueueAttributeName, SendMessageBatchRequestEntry,
+};
+use aws_sdk_sqs::Client;
+use toki_core::message::{Attributes, MAX_ATTRIBUTES};
+use toki_core::plan::MAX_DELAY;
+use toki_core::ports::{DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage};
+use toki_core::{StoreResult, ValidationError};
+use tokio::sync::OnceCell;
+
+use crate::error::{code_of, is_retryable_code, sdk, AwsError};
+
+/// SQS's longest long poll.
+const MAX_WAIT_S: u64 = 20;
+/// SQS's longest visibility timeout (12 hours).
+const MAX_VISIBILITY_S: u64 = 43_200;
+/// SQS's batch limit.
+const MAX_BATCH: usize = 10;
+
+pub struct SqsDelayQueue {
+    client: Client,
+    queue_url: String,
+    /// The dead-letter queue's URL, from the RedrivePolicy (None: the queue has none).
+    dlq_url: OnceCell<Option<String>>,
+}
+
+impl SqsDelayQueue {
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+            dlq_url: OnceCell::new(),
+        }
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// The dead-letter queue's URL, if the queue has a RedrivePolicy.
+    pub async fn dead_letter_queue_url(&self) -> Result<Option<String>, AwsError> {
+        self.dlq_url
+            .get_or_try_init(|| async {
+                let resp = self
+                    .client
+                    .get_queue_attributes()
+                    .queue_url(&self.queue_url)
+                    .attribute_names(QueueAttributeName::RedrivePolicy)
+                    .send()
+                    .await
+                    .map_err(|e| sdk("GetQueueAttributes", e))?;
+                let Some(policy) = resp
+                    .attributes()
+                    .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+                else {
+                    return Ok(None);
+                };
+                let arn = dead_letter_arn(policy)?;
+                let (account, name) = queue_of_arn(&arn)?;
+                let url = self
+                    .client
+                    .get_queue_url()
+                    .queue_name(name)
+                    .queue_owner_aws_account_id(account)
+                    .send()
+                    .await
+                    .map_err(|e| sdk("GetQueueUrl(dead-letter queue)", e))?
+                    .queue_url
+                    .ok_or_else(|| AwsError::service("GetQueueUrl", "no QueueUrl in the answer"))?;
+                Ok(Some(url))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Visible + in flight + delayed messages of one queue.
+    async fn count(&self, url: &str) -> Result<u64, AwsError> {
+        let resp = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(|e| sdk("GetQueueAttributes", e))?;
+        let mut total = 0u64;
+        if let Some(attrs) = resp.attributes() {
+            for name in [
+                QueueAttributeName::ApproximateNumberOfMessages,
+                QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+                QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+            ] {
+                if let Some(v) = attrs.get(&name) {
+                    total += v.parse::<u64>().map_err(|_| {
+                        AwsError::service(
+                            "GetQueueAttributes",
+                            format!("{name}: {v:?} is not a count"),
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// `deadLetterTargetArn` of a RedrivePolicy (JSON).
+pub(crate) fn dead_letter_arn(policy: &str) -> Result<String, AwsError> {
+    let v: serde_json::Value = serde_json::from_str(policy)
+        .map_err(|e| AwsError::service("RedrivePolicy", format!("{policy:?}: {e}")))?;
+    v.get("deadLetterTargetArn")
+        .and_then(|a| a.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            AwsError::service(
+                "RedrivePolicy",
+                format!("no deadLetterTargetArn in {policy:?}"),
+            )
+        })
+}
+
+/// `arn:aws:sqs:<region>:<account>:<name>` → (account, name).
+pub(crate) fn queue_of_arn(arn: &str) -> Result<(String, String), AwsError> {
+    let parts: Vec<&str> = arn.split(':').collect();
+    match parts.as_slice() {
+        [_, _, "sqs", _, account, name] if !name.is_empty() => {
+            Ok(((*account).to_owned(), (*name).to_owned()))
+        }
+        _ => Err(AwsError::service(
+            "RedrivePolicy",
+            format!("{arn:?} is not an SQS queue ARN"),
+        )),
+    }
+}
+
+/// The same checks, with the same field names, as the embedded queue.
+fn check_batch(messages: &[OutgoingMessage]) -> Result<(), ValidationError> {
+    if messages.len() > MAX_BATCH {
+        return Err(ValidationError::new(
+            "messages",
+            format!("a batch holds at most 10, got {}", messages.len()),
+        ));
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m.delay > MAX_DELAY {
+            return Err(ValidationError::new(
+                format!("messages[{i}].delay"),
+                format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
+            ));
+        }
+        if m.attributes.len() > MAX_ATTRIBUTES {
+            return Err(ValidationError::new(
+                format!("messages[{i}].attributes"),
+                format!("{} attributes exceed the limit of 10", m.attributes.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whole seconds, rounded up, capped.
+fn ceil_secs(d: Duration, cap: u64) -> i32 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.min(cap) as i32
+}
+
+fn string_attribute(value: &str) -> Result<MessageAttributeValue, AwsError> {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .map_err(|e| AwsError::service("SendMessageBatch", e.to_string()))
+}
+
+#[async_trait]
+impl DelayQueue for SqsDelayQueue {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
+        check_batch(messages)?;
+        if messages.is_empty() {
+            return Ok(());
+        }
+        // Entry ids are positions: callers' ids need not fit SQS's id alphabet.
+        let mut entries = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let mut entry = SendMessageBatchRequestEntry::builder()
+                .id(format!("m{i}"))
+                .message_body(&m.body)
+                .delay_seconds(ceil_secs(m.delay, MAX_DELAY.as_secs()));
+            for (name, value) in &m.attributes {
+                entry = entry.message_attributes(name, string_attribute(value)?);
+            }
+            // Standard queues accept a group (SQS fair queues): one tenant's
+            // burst does not delay the others'.
+            if let Some(group) = &m.group {
+                entry = entry.message_group_id(group);
+            }
+            entries.push(
+                entry
+                    .build()
+                    .map_err(|e| AwsError::service("SendMessageBatch", e.to_string()))?,
+            );
+        }
+        let resp = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| sdk("SendMessageBatch", e))?;
+        let failed = resp.failed();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let mut retryable = true;
+        let detail: Vec<String> = failed
+            .iter()
+            .map(|f| {
+                let id = f
+                    .id()
+                    .strip_prefix('m')
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| messages.get(i))
+                    .map_or(f.id(), |m| m.id.as_str());
+                if f.sender_fault() && !is_retryable_code(f.code()) {
+                    retryable = false;
+                }
+                format!(
+                    "{id}: {}{}",
+                    f.code(),
+                    f.message().map(|m| format!(" ({m})")).unwrap_or_default()
+                )
+            })
+            .collect();
+        let message = format!(
+            "{} of {} messages failed: {}",
+            failed.len(),
+            messages.len(),
+            detail.join("; ")
+        );
+        Err(if retryable {
+            AwsError::Unavailable {
+                operation: "SendMessageBatch",
+                message,
+            }
+        } else {
+            AwsError::service("SendMessageBatch", message)
+        }
+        .into())
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> StoreResult<Vec<ReceivedMessage>> {
+        if !(1..=MAX_BATCH).contains(&max) {
+            return Err(ValidationError::new("max", format!("must be 1..=10, got {max}")).into());
+        }
+        let resp = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(max as i32)
+            .wait_time_seconds(ceil_secs(wait, MAX_WAIT_S))
+            .visibility_timeout(ceil_secs(visibility, MAX_VISIBILITY_S))
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(|e| sdk("ReceiveMessage", e))?;
+        let mut out = Vec::new();
+        for m in resp.messages.unwrap_or_default() {
+            let receipt = m.receipt_handle.ok_or_else(|| {
+                AwsError::service("ReceiveMessage", "a message without a receipt handle")
+            })?;
+            let receive_count = m
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let attributes: Attributes = m
+                .message_attributes
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(k, v)| v.string_value.map(|s| (k, s)))
+                .collect();
+            out.push(ReceivedMessage {
+                receipt,
+                body: m.body.unwrap_or_default(),
+                attributes,
+                receive_count,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn delete_batch(&self, receipts: &[String]) -> StoreResult<()> {
+        for chunk in receipts.chunks(MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(format!("d{i}"))
+                        .receipt_handle(r)
+                        .build()
+                        .map_err(|e| AwsError::service("DeleteMessageBatch", e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let resp = self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| sdk("DeleteMessageBatch", e))?;
+            let failed = resp.failed();
+            if failed.is_empty() {
+                continue;
+            }
+            let index: HashMap<String, usize> =
+                (0..chunk.len()).map(|i| (format!("d{i}"), i)).collect();
+            let detail: Vec<String> = failed
+                .iter()
+                .map(|f| {
+                    let which = index
+                        .get(f.id())
+                        .map_or_else(|| f.id().to_owned(), |i| format!("receipt #{i}"));
+                    format!(
+                        "{which}: {}{}",
+                        f.code(),
+                        f.message().map(|m| format!(" ({m})")).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let message = format!("{} deletes failed: {}", failed.len(), detail.join("; "));
+            if failed
+                .iter()
+                .all(|f| f.code().contains("ReceiptHandleIsInvalid"))
+            {
+                return Err(ValidationError::new("receipts", message).into());
+            }
+            return Err(if failed.iter().all(|f| !f.sender_fault()) {
+                AwsError::Unavailable {
+                    operation: "DeleteMessageBatch",
+                    message,
+                }
+            } else {
+                AwsError::service("DeleteMessageBatch", message)
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()> {
+        let res = self
+            .client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(ceil_secs(timeout, MAX_VISIBILITY_S))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            // Already visible again or deleted: there is nothing left to hide
+            // (the embedded queue ignores a stale receipt the same way).
+            Err(e)
+                if code_of(&e).is_some_and(|c| {
+                    c == "AWS.SimpleQueueService.MessageNotInflight" || c == "MessageNotInflight"
+                }) =>
+            {
+                Ok(())
+            }
+            // A receipt SQS does not know (malformed, or of a deleted message).
+            Err(e) if code_of(&e).is_some_and(|c| c.contains("ReceiptHandleIsInvalid")) => {
+                Err(ValidationError::new("receipt", sdk("ChangeMessageVisibility", e)).into())
+            }
+            Err(e) => Err(sdk("ChangeMessageVisibility", e).into()),
+        }
+    }
+
+    async fn depth(&self) -> StoreResult<QueueDepth> {
+        let messages = self.count(&self.queue_url).await?;
+        let dead_letters = match self.dead_letter_queue_url().await? {
+            Some(url) => self.count(&url).await?,
+            None => 0,
+        };
+        Ok(QueueDepth {
+            messages,
+            dead_letters,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_delays_up_and_caps_them() {
+        assert_eq!(ceil_secs(Duration::ZERO, 900), 0);
+        assert_eq!(ceil_secs(Duration::from_millis(1), 900), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(5000), 900), 5);
+        assert_eq!(ceil_secs(Duration::from_millis(5001), 900), 6);
+        assert_eq!(ceil_secs(Duration::from_secs(1000), 900), 900);
+    }
+
+    #[test]
+    fn finds_the_dead_letter_queue_in_the_redrive_policy() {
+        let arn = dead_letter_arn(
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:123456789012:q-dlq","maxReceiveCount":"3"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            queue_of_arn(&arn).unwrap(),
+            ("123456789012".to_owned(), "q-dlq".to_owned())
+        );
+        assert!(queue_of_arn("arn:aws:sns:us-east-1:1:x").is_err());
+    }
+}
