@@ -11,6 +11,7 @@ pub mod demo;
 pub mod report;
 pub mod scenario;
 pub mod serve;
+pub mod slack_standin;
 
 pub use app::Toki;
 pub use config::{BackendKind, Config};

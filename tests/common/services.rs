@@ -57,3 +57,46 @@ pub fn smtp_addr() -> Option<String> {
         .ok()
         .filter(|s| !s.is_empty())
 }
+
+/// A Slack stand-in served in this process; returns it and its API base URL.
+pub async fn slack_standin(
+    options: toki::slack_standin::StandinOptions,
+) -> (toki::slack_standin::Standin, String) {
+    let standin = toki::slack_standin::Standin::new(options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api", listener.local_addr().unwrap());
+    tokio::spawn(toki::slack_standin::serve(standin.clone(), listener));
+    (standin, url)
+}
+
+/// The SMTP capture server (`host:port`) and the maildir it writes: the one
+/// scripts/test.sh started, or one started here for this test binary.
+pub fn smtp() -> (String, std::path::PathBuf) {
+    static SMTP: std::sync::OnceLock<(String, std::path::PathBuf)> = std::sync::OnceLock::new();
+    SMTP.get_or_init(|| {
+        if let (Some(addr), Ok(dir)) = (smtp_addr(), std::env::var("TOKI_TEST_SMTP_MAILDIR")) {
+            return (addr, dir.into());
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let python = root.join(".venv-tools/bin/python");
+        assert!(python.exists(), "no SMTP capture server: run scripts/test.sh (it installs aiosmtpd into .venv-tools)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap().keep();
+        // The watchdog stops the server when this test process exits.
+        let script = format!(
+            "{} -m aiosmtpd -n -l 127.0.0.1:{port} -c aiosmtpd.handlers.Mailbox {} & p=$!; while kill -0 {} 2>/dev/null; do sleep 1; done; kill $p",
+            python.display(),
+            dir.join("maildir").display(),
+            std::process::id()
+        );
+        std::process::Command::new("sh").arg("-c").arg(script).spawn().unwrap();
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        (format!("127.0.0.1:{port}"), dir.join("maildir"))
+    })
+    .clone()
+}
