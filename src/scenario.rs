@@ -98,7 +98,11 @@ pub fn user_input(tenant: &TenantId, j: usize) -> UserInput {
             tenant.as_str().to_uppercase().replace(['-', '_'], "")
         )),
         time_zone: ZONES[j % ZONES.len()].into(),
-        locale: if j % 5 == 0 { "ja".into() } else { "en".into() },
+        locale: if j.is_multiple_of(5) {
+            "ja".into()
+        } else {
+            "en".into()
+        },
     }
 }
 
@@ -139,11 +143,9 @@ impl Progress {
 
     pub fn bar(done: u64, total: u64) -> String {
         let width = 30;
-        let filled = if total == 0 {
-            width
-        } else {
-            (done.min(total) * width as u64 / total) as usize
-        };
+        let filled = (done.min(total) * width as u64)
+            .checked_div(total)
+            .map_or(width, |f| f as usize);
         format!(
             "[{}{}] {done}/{total}",
             "#".repeat(filled),

@@ -516,7 +516,7 @@ pub mod directory {
         assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
         rec.reminders_enabled = false;
         d.put(&rec).await.unwrap();
-        assert_eq!(d.get(&id).await.unwrap().unwrap().reminders_enabled, false);
+        assert!(!d.get(&id).await.unwrap().unwrap().reminders_enabled);
         assert!(d.list().await.unwrap().contains(&rec));
     }
 }
@@ -788,8 +788,12 @@ pub mod store {
             text: "hi".into(),
             created_at: Utc::now(),
         };
-        s.insert_chat_messages(&[m.clone()]).await.unwrap();
-        s.insert_chat_messages(&[m.clone()]).await.unwrap();
+        s.insert_chat_messages(std::slice::from_ref(&m))
+            .await
+            .unwrap();
+        s.insert_chat_messages(std::slice::from_ref(&m))
+            .await
+            .unwrap();
         let got = s.chat_messages(&"a".parse().unwrap()).await.unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].text, "hi");

@@ -27,8 +27,10 @@ impl Harness {
     /// Embedded pipeline in a fresh folder: scanner every second, 1 s lead.
     pub async fn start(tweak: impl FnOnce(&mut Config)) -> Harness {
         let dir = tempfile::tempdir().unwrap().keep();
-        let mut config = Config::default();
-        config.data_dir = dir.clone();
+        let mut config = Config {
+            data_dir: dir.clone(),
+            ..Config::default()
+        };
         config.pipeline.scan_interval_s = 1;
         config.pipeline.lead_ms = 1000;
         config.daemon.workers = 2;

@@ -89,6 +89,8 @@ pub fn smtp() -> (String, std::path::PathBuf) {
             dir.join("maildir").display(),
             std::process::id()
         );
+        // Deliberately not waited on: it lives as long as this test process.
+        #[allow(clippy::zombie_processes)]
         std::process::Command::new("sh").arg("-c").arg(script).spawn().unwrap();
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -509,11 +509,7 @@ impl Daemon {
                 async move {
                     let batch: Vec<Notification> = items.iter().map(|(_, n)| n.clone()).collect();
                     let results = sender.send(store_ref, &batch).await;
-                    items
-                        .into_iter()
-                        .map(|(m, n)| (m, n))
-                        .zip(results)
-                        .collect::<Vec<_>>()
+                    items.into_iter().zip(results).collect::<Vec<_>>()
                 }
             }))
             .await;
