@@ -60,7 +60,7 @@ echo "moto on $TOKI_TEST_AWS_ENDPOINT"
 
 step "SMTP capture (aiosmtpd)"
 SMTP_PORT="$(free_port)"
-mkdir -p "$WORK/maildir"
+
 "$VENV/bin/python" -m aiosmtpd -n -l "127.0.0.1:$SMTP_PORT" -c aiosmtpd.handlers.Mailbox "$WORK/maildir" >"$WORK/smtp.log" 2>&1 &
 PIDS+=($!)
 wait_for "$SMTP_PORT" "aiosmtpd"
@@ -90,7 +90,7 @@ fi
 psql "$TOKI_TEST_DATABASE_URL" -Atc 'select version()' | head -1
 
 step "cargo test --workspace"
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"
 
 step "infra: cfn-lint and emulator deploy (infra/check.sh)"
 TOKI_VENV="$VENV" bash infra/check.sh

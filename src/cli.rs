@@ -62,6 +62,40 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure lateness: N deliveries due at one instant, the daemon and a Slack stand-in in their own processes.
+    Bench {
+        /// Deliveries, or a sweep: 3000,30000,100000.
+        #[arg(long, default_value = "3000")]
+        deliveries: String,
+        /// Daemon workers, or a sweep: 1,4,16.
+        #[arg(long, default_value = "8")]
+        workers: String,
+        #[arg(long, default_value_t = 3)]
+        tenants: usize,
+        /// Seconds from registration to the due instant (default: 10 + 1 per 1,000 deliveries).
+        #[arg(long)]
+        lead: Option<u64>,
+        #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
+        backend: BackendKind,
+        /// slack (to the stand-in process), chat (tenant database rows) or mail (needs --smtp-url and --maildir).
+        #[arg(long, default_value = "slack")]
+        channel: String,
+        /// Runs per point; the median run is reported.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Where runs keep their data (each run replaces its own subfolder).
+        #[arg(long, default_value = "toki-bench")]
+        data_dir: PathBuf,
+        /// SMTP server for --channel mail, e.g. smtp://127.0.0.1:2525.
+        #[arg(long)]
+        smtp_url: Option<String>,
+        /// The Maildir the SMTP capture server writes, to count duplicates.
+        #[arg(long)]
+        maildir: Option<PathBuf>,
+        /// One JSON object per run per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Registrar API, scanner and daemon in one process.
     Serve {
         #[command(flatten)]
@@ -187,6 +221,37 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             } else {
                 1
             })
+        }
+        Command::Bench {
+            deliveries,
+            workers,
+            tenants,
+            lead,
+            backend,
+            channel,
+            repeat,
+            data_dir,
+            smtp_url,
+            maildir,
+            json,
+        } => {
+            let opts = crate::bench::BenchOptions {
+                deliveries: crate::bench::parse_list("--deliveries", &deliveries)?,
+                workers: crate::bench::parse_list("--workers", &workers)?,
+                tenants,
+                lead,
+                backend,
+                channel: channel
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--channel: {e}"))?,
+                repeat,
+                data_dir,
+                json,
+                smtp_url,
+                maildir,
+            };
+            let clean = crate::bench::run(Config::load(file)?, opts).await?;
+            Ok(if clean { 0 } else { 1 })
         }
         Command::Serve {
             common,

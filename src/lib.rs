@@ -5,6 +5,7 @@
 pub mod api;
 pub mod app;
 pub mod aws;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;

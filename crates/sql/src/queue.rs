@@ -16,6 +16,10 @@ use tokio::sync::Notify;
 
 use crate::{db_err, now_millis};
 
+/// How often a waiting receive looks for messages sent by other processes
+/// (sends in this process wake it at once).
+const CROSS_PROCESS_POLL: Duration = Duration::from_millis(200);
+
 pub struct SqliteDelayQueue {
     pool: SqlitePool,
     name: String,
@@ -193,14 +197,14 @@ impl DelayQueue for SqliteDelayQueue {
             if now >= deadline {
                 return Ok(Vec::new());
             }
-            // Sleep until the next message becomes visible, a send, or the deadline.
-            let wake = match self.next_visible_at().await? {
-                Some(at) => {
-                    let in_ms = (at - now_millis()).max(0) as u64;
-                    deadline.min(now + Duration::from_millis(in_ms))
-                }
-                None => deadline,
-            };
+            // Sleep until the next message becomes visible, a send in this
+            // process, or the deadline; and look again at least every
+            // CROSS_PROCESS_POLL for messages other processes sent.
+            let mut wake = deadline.min(now + CROSS_PROCESS_POLL);
+            if let Some(at) = self.next_visible_at().await? {
+                let in_ms = (at - now_millis()).max(0) as u64;
+                wake = wake.min(now + Duration::from_millis(in_ms));
+            }
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(wake) => {}

@@ -1,0 +1,440 @@
+//! `toki bench`: N deliveries across T tenants, all due at one whole second;
+//! the daemon runs as its own process (`toki daemon`) and Slack deliveries go
+//! to the Slack stand-in, also its own process, which records when each
+//! request arrived. Lateness = arrival − due, per delivery.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant as StdInstant};
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use serde::Serialize;
+use toki_core::ports::TenantStores;
+use toki_core::stats::Lateness;
+use toki_core::{Channel, DeliveryStatus};
+
+use crate::app::Toki;
+use crate::config::{BackendKind, Config};
+use crate::scenario::{self, Progress};
+use crate::slack_standin::{Arrival, StandinStats};
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub deliveries: Vec<usize>,
+    pub workers: Vec<usize>,
+    pub tenants: usize,
+    /// Seconds from the start of registration to the due instant; None: 10 s + 1 s per 1,000.
+    pub lead: Option<u64>,
+    pub backend: BackendKind,
+    pub channel: Channel,
+    /// Runs per (deliveries, workers); the median run is reported too.
+    pub repeat: usize,
+    pub data_dir: PathBuf,
+    pub json: bool,
+    /// For `--channel mail`: the SMTP server and the Maildir its capture writes.
+    pub smtp_url: Option<String>,
+    pub maildir: Option<PathBuf>,
+}
+
+/// One run, as printed (`--json`: one object per line).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRun {
+    pub deliveries: usize,
+    pub workers: usize,
+    pub backend: BackendKind,
+    pub channel: Channel,
+    pub lateness_ms: Lateness,
+    pub missing: u64,
+    pub duplicates: u64,
+    pub deliveries_per_s: f64,
+    pub peak_rss_mb: f64,
+    pub cpu_s: f64,
+    /// Registration of every meeting, until the last reminder was enqueued.
+    pub enqueue_s: f64,
+    /// Where lateness was measured: "sink" (the stand-in's arrival clock) or "rows" (delivery rows).
+    pub measured_at: &'static str,
+}
+
+/// Kills a child process when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} not found next to {}; build it with `cargo build --release --bins`",
+            name,
+            exe.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Starts the Slack stand-in process; returns it and its API base URL.
+fn start_standin() -> anyhow::Result<(Guard, String)> {
+    let mut child = Command::new(sibling_binary("toki-slack-standin")?)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting toki-slack-standin")?;
+    let stdout = child.stdout.take().context("stand-in stdout")?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    let base = line.trim().to_owned();
+    if !base.starts_with("http://") {
+        bail!("the Slack stand-in did not print its address (got {line:?})");
+    }
+    Ok((Guard(child), base))
+}
+
+/// Peak resident memory (MB) and CPU seconds of a process, from /proc.
+fn process_usage(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm_kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (
+        (hwm_kb / 1024.0 * 10.0).round() / 10.0,
+        ((ticks(11) + ticks(12)) / hz.max(1.0) * 100.0).round() / 100.0,
+    )
+}
+
+async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<T> {
+    Ok(http
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// Counts delivered rows across tenants.
+async fn delivered_rows(
+    toki: &Toki,
+    tenants: &[toki_core::TenantId],
+    channel: Channel,
+) -> anyhow::Result<u64> {
+    let mut n = 0;
+    for t in tenants {
+        for c in toki.stores.open(t).await?.delivery_counts().await? {
+            if c.channel == channel && c.status == DeliveryStatus::Delivered {
+                n += c.count;
+            }
+        }
+    }
+    Ok(n)
+}
+
+pub async fn run_once(
+    base: &Config,
+    opts: &BenchOptions,
+    n: usize,
+    workers: usize,
+    dir: &Path,
+) -> anyhow::Result<BenchRun> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut config = base.clone();
+    config.backend = opts.backend;
+    config.data_dir = dir.to_path_buf();
+    config.daemon.workers = workers;
+    config.aws.create_resources = true;
+    let (standin, slack_url) = if opts.channel == Channel::Slack {
+        let (g, url) = start_standin()?;
+        (Some(g), Some(url))
+    } else {
+        (None, None)
+    };
+    if let Some(url) = &slack_url {
+        config.slack.token = Some("xoxb-toki-bench".into());
+        config.slack.api_url = format!("{url}/api");
+    }
+    if opts.channel == Channel::Mail {
+        config.mail.smtp_url =
+            Some(opts.smtp_url.clone().context(
+                "--channel mail needs --smtp-url (an SMTP capture server) and --maildir",
+            )?);
+    }
+    config.validate()?;
+    let toki = Toki::open(config.clone()).await?;
+    let mut tenants = scenario::tenant_ids(opts.tenants);
+    if opts.backend == BackendKind::Aws {
+        tenants = tenants
+            .iter()
+            .map(|t| format!("bench-{t}").parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for t in &tenants {
+            toki_sql::drop_tenant_database(&toki.config.tenant_database(t)).await?;
+        }
+    }
+    scenario::create_tenants(&toki, &tenants).await?;
+
+    // The daemon: its own process, configured through the environment.
+    let log = std::fs::File::create(dir.join("daemon.log"))?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["daemon", "--workers", &workers.to_string(), "--data-dir"])
+        .arg(dir)
+        .env(
+            "TOKI_BACKEND",
+            if opts.backend == BackendKind::Aws {
+                "aws"
+            } else {
+                "embedded"
+            },
+        )
+        .env("TOKI_LEAD_MS", config.pipeline.lead_ms.to_string())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if let Some(t) = &config.tenant_database_template {
+        cmd.env("TOKI_DATABASE_URL_TEMPLATE", t);
+    }
+    if let Some(url) = &slack_url {
+        cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
+            .env("TOKI_SLACK_API_URL", format!("{url}/api"));
+    }
+    if let Some(s) = &config.mail.smtp_url {
+        cmd.env("TOKI_SMTP_URL", s);
+    }
+    let daemon = Guard(cmd.spawn().context("starting the daemon process")?);
+    let pid = daemon.0.id();
+
+    let mut progress = Progress::new(!opts.json);
+    let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
+    let due = scenario::due_instant(lead);
+    let meetings = scenario::plan_meetings(n, &tenants, &[opts.channel], due);
+    let started = StdInstant::now();
+    let expected = scenario::register(&toki, meetings, &mut progress).await?;
+    let enqueue_s = started.elapsed().as_secs_f64();
+    if Utc::now() >= due {
+        bail!("registration took {enqueue_s:.1} s, past the due instant; raise --lead");
+    }
+
+    // Wait for the due instant, then for every delivery (or a deadline).
+    let http = reqwest::Client::new();
+    let deadline = due + chrono::Duration::seconds(60 + (n / 1000) as i64);
+    loop {
+        let now = Utc::now();
+        let done = match &slack_url {
+            Some(url) => {
+                get_json::<StandinStats>(&http, &format!("{url}/stats"))
+                    .await?
+                    .unique
+            }
+            None if now >= due => delivered_rows(&toki, &tenants, opts.channel).await?,
+            None => 0,
+        };
+        if done >= n as u64 || now > deadline {
+            break;
+        }
+        if now < due {
+            progress.update(&format!(
+                "n={n} w={workers}: due in {:.1} s",
+                (due - now).num_milliseconds() as f64 / 1000.0
+            ));
+        } else {
+            progress.update(&format!(
+                "n={n} w={workers}: {}",
+                Progress::bar(done, n as u64)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A moment for duplicates to show up, and for the daemon to record its rows.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (peak_rss_mb, cpu_s) = process_usage(pid);
+    progress.finish(&format!("n={n} w={workers}: done"));
+
+    let (mut lateness, missing, duplicates, measured_at, last_ms) = match &slack_url {
+        Some(url) => {
+            let arrivals: Vec<Arrival> = get_json(&http, &format!("{url}/arrivals")).await?;
+            let stats: StandinStats = get_json(&http, &format!("{url}/stats")).await?;
+            let lat: Vec<i64> = arrivals
+                .iter()
+                .map(|a| a.arrived_ms - a.due_at_ms)
+                .collect();
+            let last =
+                arrivals.iter().map(|a| a.arrived_ms).max().unwrap_or(0) - due.timestamp_millis();
+            (
+                Lateness::from_millis(lat),
+                (n as u64).saturating_sub(stats.unique),
+                stats.duplicates,
+                "sink",
+                last,
+            )
+        }
+        None => {
+            let sinks = match (&opts.maildir, opts.channel) {
+                (Some(md), Channel::Mail) => maildir_counts(md)?,
+                _ => scenario::SinkCounts::new(),
+            };
+            let v = scenario::verify(&toki, &expected, due, &sinks).await?;
+            (
+                v.lateness_ms,
+                v.missing,
+                v.duplicates,
+                "rows",
+                v.last_delivery_ms,
+            )
+        }
+    };
+    // Max lateness is the time from due to the last delivery.
+    lateness.max = lateness.max.max(last_ms);
+    drop(daemon);
+    drop(standin);
+    Ok(BenchRun {
+        deliveries: n,
+        workers,
+        backend: opts.backend,
+        channel: opts.channel,
+        lateness_ms: lateness,
+        missing,
+        duplicates,
+        deliveries_per_s: if last_ms > 0 {
+            ((n as f64 - missing as f64) / (last_ms as f64 / 1000.0)).round()
+        } else {
+            0.0
+        },
+        peak_rss_mb,
+        cpu_s,
+        enqueue_s: (enqueue_s * 100.0).round() / 100.0,
+        measured_at,
+    })
+}
+
+/// Mails in an aiosmtpd Maildir, counted by their delivery header.
+fn maildir_counts(dir: &Path) -> anyhow::Result<scenario::SinkCounts> {
+    let mut counts = scenario::SinkCounts::new();
+    let header = format!("{}: ", toki_channels::DELIVERY_HEADER);
+    for sub in ["new", "cur"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for e in entries {
+            let text = std::fs::read_to_string(e?.path())?;
+            if let Some(l) = text.lines().find(|l| l.starts_with(&header)) {
+                *counts
+                    .entry(l[header.len()..].trim().to_owned())
+                    .or_default() += 1;
+            }
+        }
+    }
+    Ok(counts)
+}
+
+pub fn header() -> Vec<&'static str> {
+    vec![
+        "N",
+        "W",
+        "backend",
+        "channel",
+        "enqueue s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "deliv/s",
+        "missing",
+        "dup",
+        "RSS MB",
+        "CPU s",
+    ]
+}
+
+pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
+    vec![
+        format!("{}{}", r.deliveries, label.unwrap_or("")),
+        r.workers.to_string(),
+        format!("{:?}", r.backend).to_lowercase(),
+        r.channel.to_string(),
+        format!("{:.1}", r.enqueue_s),
+        r.lateness_ms.p50.to_string(),
+        r.lateness_ms.p90.to_string(),
+        r.lateness_ms.p99.to_string(),
+        r.lateness_ms.max.to_string(),
+        format!("{:.0}", r.deliveries_per_s),
+        r.missing.to_string(),
+        r.duplicates.to_string(),
+        format!("{:.1}", r.peak_rss_mb),
+        format!("{:.2}", r.cpu_s),
+    ]
+}
+
+/// Runs the sweep; prints rows as they finish. Returns whether every run delivered everything once.
+pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
+    let mut rows = Vec::new();
+    let mut clean = true;
+    for &n in &opts.deliveries {
+        for &w in &opts.workers {
+            let mut runs = Vec::new();
+            for k in 0..opts.repeat.max(1) {
+                let dir = opts.data_dir.join(format!("n{n}-w{w}-{k}"));
+                let r = run_once(&base, &opts, n, w, &dir).await?;
+                clean &= r.missing == 0 && r.duplicates == 0;
+                if opts.json {
+                    println!("{}", serde_json::to_string(&r)?);
+                }
+                runs.push(r);
+            }
+            if runs.len() > 1 {
+                for r in &runs {
+                    rows.push(row(r, Some(" (run)")));
+                }
+            }
+            // The median run by p99 lateness.
+            runs.sort_by_key(|r| (r.lateness_ms.p99, r.lateness_ms.max));
+            let median = &runs[runs.len() / 2];
+            rows.push(row(
+                median,
+                if runs.len() > 1 {
+                    Some(" median")
+                } else {
+                    None
+                },
+            ));
+        }
+    }
+    if !opts.json {
+        println!("{}", scenario::table(&header(), &rows));
+        println!("lateness = arrival at the sink - due (Slack stand-in clock), or delivered_at - due from the delivery rows for chat/mail; max = due to last delivery");
+    }
+    Ok(clean)
+}
+
+/// `--deliveries 3000,30000` → [3000, 30000].
+pub fn parse_list(field: &str, s: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',')
+        .map(|p| {
+            let p = p.trim().replace('_', "");
+            p.parse::<usize>()
+                .ok()
+                .filter(|v| *v > 0)
+                .with_context(|| format!("{field}: {p:?} is not a positive number"))
+        })
+        .collect()
+}
