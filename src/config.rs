@@ -238,6 +238,9 @@ impl Config {
         if let Some(v) = env("TOKI_SLACK_TOKEN") {
             self.slack.token = Some(v);
         }
+        if let Some(v) = env_parse("TOKI_SLACK_CONCURRENCY")? {
+            self.slack.concurrency = v;
+        }
         if let Some(v) = env("TOKI_SLACK_API_URL") {
             self.slack.api_url = v;
         }

@@ -68,6 +68,10 @@ impl Standin {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/api/chat.postMessage", post(post_message))
+            .route(
+                "/api/api.test",
+                post(|| async { Json(json!({ "ok": true })) }),
+            )
             .route("/stats", get(stats))
             .route("/arrivals", get(arrivals))
             .with_state(self.clone())

@@ -25,14 +25,14 @@ fn notification(i: usize, slack: &str) -> Notification {
             channel: Channel::Slack,
         },
         due_at: DueAt(Utc::now()),
-        recipient: User {
+        recipient: std::sync::Arc::new(User {
             id: format!("u{i}").parse().unwrap(),
             name: format!("User {i}"),
             email: Some(format!("u{i}@example.com")),
             slack_user_id: Some(slack.to_string()),
             time_zone: chrono_tz::UTC,
             locale: "en".into(),
-        },
+        }),
         subject: "Reminder: review".into(),
         text: "review starts in 5 minutes".into(),
     }

@@ -284,3 +284,41 @@ async fn a_failed_mirror_is_repaired() {
     assert_eq!(delivered.len(), 4);
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_for_one_tenant_never_opens_another_tenants_database() {
+    // Registrar side: two tenants, a meeting for one of them.
+    let h = Harness::start(|_| {}).await;
+    let a = h.tenant("alpha", true).await;
+    let _b = h.tenant("beta", true).await;
+    let dir = h.stop().await;
+    // A separate daemon process-equivalent with its own pools.
+    let mut config = toki::Config {
+        data_dir: dir,
+        ..toki::Config::default()
+    };
+    config.pipeline.lead_ms = 1000;
+    config.validate().unwrap();
+    let daemon_side = toki::Toki::open(config).await.unwrap();
+    let registrar_side = toki::Toki::open(daemon_side.config.clone()).await.unwrap();
+    registrar_side
+        .registrar()
+        .put_schedule(&a, "review", &meeting(due_in(3)))
+        .await
+        .unwrap();
+    let daemon = daemon_side.daemon().await.unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.clone().run(shutdown));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while daemon.stats.snapshot().delivered < 4 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    assert_eq!(daemon.stats.snapshot().delivered, 4);
+    assert_eq!(
+        daemon_side.stores.opened().await,
+        vec![a],
+        "the daemon opened a database it had no delivery for"
+    );
+}

@@ -3,6 +3,10 @@
 
 use clap::Parser;
 
+// Many small, short-lived allocations per delivery: mimalloc keeps them cheap and RSS low.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "toki-daemon",

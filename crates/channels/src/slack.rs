@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use futures::stream::{self, StreamExt};
 use serde_json::json;
 use toki_core::channel::{ChannelSender, Notification, SendError};
 use toki_core::ports::TenantStore;
@@ -20,11 +19,22 @@ use tracing::debug;
 const INLINE_RETRY_LIMIT: Duration = Duration::from_secs(5);
 const MAX_ATTEMPTS: u32 = 3;
 
+/// The part of a Web API reply Toki reads.
+#[derive(serde::Deserialize)]
+struct SlackReply {
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+}
+
 enum Mode {
     Api {
         client: reqwest::Client,
         base_url: String,
         token: String,
+        /// Requests in flight across every batch: reuses a bounded pool of
+        /// keep-alive connections instead of opening one per request at the due instant.
+        permits: Arc<tokio::sync::Semaphore>,
     },
     Outbox(Arc<Mutex<tokio::fs::File>>),
 }
@@ -47,6 +57,7 @@ impl SlackChannel {
                 client,
                 base_url: base_url.trim_end_matches('/').to_owned(),
                 token: token.to_owned(),
+                permits: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
             },
             concurrency: concurrency.max(1),
         })
@@ -90,9 +101,9 @@ impl SlackChannel {
 
     async fn post(
         client: &reqwest::Client,
-        url: &str,
-        token: &str,
-        body: &serde_json::Value,
+        url: &reqwest::Url,
+        token: &reqwest::header::HeaderValue,
+        body: bytes::Bytes,
     ) -> Result<Instant, SendError> {
         let transient = |reason: String, retry_after| SendError::Transient {
             reason,
@@ -102,9 +113,13 @@ impl SlackChannel {
         loop {
             attempt += 1;
             let response = client
-                .post(url)
-                .bearer_auth(token)
-                .json(body)
+                .post(url.clone())
+                .header(reqwest::header::AUTHORIZATION, token)
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/json; charset=utf-8",
+                )
+                .body(body.clone())
                 .send()
                 .await
                 .map_err(|e| transient(format!("slack: {e}"), None))?;
@@ -128,18 +143,16 @@ impl SlackChannel {
                 return Err(transient(format!("slack: HTTP {status}"), None));
             }
             let at = Utc::now();
-            let reply: serde_json::Value = response
-                .json()
+            let bytes = response
+                .bytes()
                 .await
                 .map_err(|e| transient(format!("slack: unreadable reply: {e}"), None))?;
-            if reply.get("ok").and_then(|v| v.as_bool()) == Some(true) {
+            let reply: SlackReply = serde_json::from_slice(&bytes)
+                .map_err(|e| transient(format!("slack: unreadable reply: {e}"), None))?;
+            if reply.ok {
                 return Ok(at);
             }
-            let error = reply
-                .get("error")
-                .and_then(|v| v.as_str())
-                .unwrap_or("unknown_error")
-                .to_owned();
+            let error = reply.error.unwrap_or_else(|| "unknown_error".into());
             return Err(match error.as_str() {
                 // The recipient cannot be reached this way: retrying will not help.
                 "channel_not_found" | "user_not_found" | "is_archived" | "not_in_channel"
@@ -159,6 +172,28 @@ impl ChannelSender for SlackChannel {
         Channel::Slack
     }
 
+    /// Opens the pool's connections with Slack's `api.test`, one per permit.
+    async fn warm_up(&self) {
+        if let Mode::Api {
+            client,
+            base_url,
+            token,
+            ..
+        } = &self.mode
+        {
+            let url = format!("{base_url}/api.test");
+            let tests: Vec<_> = (0..self.concurrency)
+                .map(|_| client.post(&url).bearer_auth(token).send())
+                .collect();
+            let ok = futures::future::join_all(tests)
+                .await
+                .iter()
+                .filter(|r| r.is_ok())
+                .count();
+            debug!(connections = ok, "slack connections warmed");
+        }
+    }
+
     async fn send(
         &self,
         _store: &dyn TenantStore,
@@ -169,20 +204,43 @@ impl ChannelSender for SlackChannel {
                 client,
                 base_url,
                 token,
+                permits,
             } => {
-                let url = format!("{base_url}/chat.postMessage");
+                let url = match reqwest::Url::parse(&format!("{base_url}/chat.postMessage")) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        let err = SendError::Transient {
+                            reason: format!("slack: api url: {e}"),
+                            retry_after: None,
+                        };
+                        return vec![Err(err); batch.len()];
+                    }
+                };
                 let url = &url;
+                let token =
+                    &match reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")) {
+                        Ok(t) => t,
+                        Err(_) => {
+                            let err = SendError::Transient {
+                                reason: "slack: the token is not a valid header value".into(),
+                                retry_after: None,
+                            };
+                            return vec![Err(err); batch.len()];
+                        }
+                    };
+                // Bodies are serialised before any permit is taken.
                 let sends: Vec<_> = batch
                     .iter()
-                    .map(|n| async move {
-                        let body = Self::payload(n)?;
-                        Self::post(client, url, token, &body).await
+                    .map(|n| {
+                        let body = Self::payload(n).map(|p| bytes::Bytes::from(p.to_string()));
+                        async move {
+                            let body = body?;
+                            let _permit = permits.acquire().await.expect("semaphore never closed");
+                            Self::post(client, url, token, body).await
+                        }
                     })
                     .collect();
-                stream::iter(sends)
-                    .buffered(self.concurrency)
-                    .collect()
-                    .await
+                futures::future::join_all(sends).await
             }
             Mode::Outbox(file) => {
                 let mut lines = String::new();

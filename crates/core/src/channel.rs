@@ -1,5 +1,6 @@
 //! The channel port: how a notification reaches a person.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,7 +15,8 @@ pub struct Notification {
     pub tenant: TenantId,
     pub key: DeliveryKey,
     pub due_at: DueAt,
-    pub recipient: User,
+    /// Shared by every notification to this user in a batch.
+    pub recipient: Arc<User>,
     pub subject: String,
     pub text: String,
 }
@@ -38,6 +40,11 @@ pub enum SendError {
 #[async_trait]
 pub trait ChannelSender: Send + Sync {
     fn channel(&self) -> Channel;
+
+    /// Gets ready to send soon (e.g. opens pooled connections), so the sends at
+    /// the due instant pay no set-up. Called ahead of due; failures are ignored.
+    async fn warm_up(&self) {}
+
     async fn send(
         &self,
         store: &dyn TenantStore,

@@ -110,7 +110,11 @@ pub struct Daemon {
     pub clock: Arc<dyn Clock>,
     pub settings: DaemonSettings,
     pub stats: Arc<DaemonStats>,
+    warmed: std::sync::Mutex<HashMap<Channel, std::time::Instant>>,
 }
+
+/// Channels are warmed again after this long (pooled connections go idle).
+const WARM_EVERY: Duration = Duration::from_secs(20);
 
 /// A received message after decoding.
 struct Work {
@@ -139,6 +143,7 @@ impl Daemon {
             clock,
             settings,
             stats: Arc::default(),
+            warmed: std::sync::Mutex::default(),
         }
     }
 
@@ -252,6 +257,7 @@ impl Daemon {
                 .map(|(tenant, work)| self.clone().prepare_tenant(tenant, work, now)),
         )
         .await;
+        self.warm_channels(&prepared).await;
 
         let me = self;
         async move {
@@ -264,6 +270,35 @@ impl Daemon {
                 }
             }
             me.ack(acks).await;
+        }
+    }
+
+    /// Warms the channels a batch will use, at most once per WARM_EVERY each,
+    /// while there is still time before the due instant.
+    async fn warm_channels(&self, prepared: &[Option<Prepared>]) {
+        let used: HashSet<Channel> = prepared
+            .iter()
+            .flatten()
+            .flat_map(|p| p.messages.iter())
+            .flat_map(|m| m.notifications.iter().map(|n| n.key.channel))
+            .collect();
+        for channel in used {
+            let due_for_warming = {
+                let mut warmed = self.warmed.lock().expect("warm lock");
+                let last = warmed.get(&channel).copied();
+                let now = std::time::Instant::now();
+                if last.is_none_or(|t| now.duration_since(t) > WARM_EVERY) {
+                    warmed.insert(channel, now);
+                    true
+                } else {
+                    false
+                }
+            };
+            if due_for_warming {
+                if let Some(sender) = self.channels.get(&channel) {
+                    sender.warm_up().await;
+                }
+            }
         }
     }
 
@@ -417,6 +452,11 @@ impl Daemon {
         };
         bump(&self.stats.duplicates_skipped, requested - owned.len());
 
+        let users: HashMap<_, Arc<crate::domain::User>> = ctx
+            .users
+            .into_iter()
+            .map(|(id, u)| (id, Arc::new(u)))
+            .collect();
         let mut messages = Vec::with_capacity(live.len());
         let mut undeliverable = Vec::new();
         for w in live {
@@ -427,7 +467,7 @@ impl Daemon {
                     continue;
                 }
                 let snapshot = snapshot.expect("live reminders have a current schedule");
-                let problem = match ctx.users.get(&key.recipient) {
+                let problem = match users.get(&key.recipient) {
                     None => Some("recipient no longer exists".to_string()),
                     Some(u) if key.channel == Channel::Mail && u.email.is_none() => {
                         Some("recipient has no e-mail address".to_string())
@@ -493,23 +533,23 @@ impl Daemon {
             if let Ok(wait) = (due.0 - self.clock.now()).to_std() {
                 tokio::time::sleep(wait).await;
             }
-            let group = &messages[i..j];
-            let mut per_channel: BTreeMap<Channel, Vec<(usize, Notification)>> = BTreeMap::new();
-            for (m, pm) in group.iter().enumerate() {
-                for n in &pm.notifications {
-                    per_channel
-                        .entry(n.key.channel)
-                        .or_default()
-                        .push((m, n.clone()));
+            // Notifications move into per-channel batches: no copies on the hot path.
+            let mut per_channel: BTreeMap<Channel, (Vec<usize>, Vec<Notification>)> =
+                BTreeMap::new();
+            for (m, pm) in messages[i..j].iter_mut().enumerate() {
+                for n in pm.notifications.drain(..) {
+                    let (idx, batch) = per_channel.entry(n.key.channel).or_default();
+                    idx.push(m);
+                    batch.push(n);
                 }
             }
+            let group = &messages[i..j];
             let store_ref = store.as_ref();
-            let sent = join_all(per_channel.into_iter().map(|(channel, items)| {
+            let sent = join_all(per_channel.into_iter().map(|(channel, (idx, batch))| {
                 let sender = self.channels[&channel].clone();
                 async move {
-                    let batch: Vec<Notification> = items.iter().map(|(_, n)| n.clone()).collect();
                     let results = sender.send(store_ref, &batch).await;
-                    items.into_iter().zip(results).collect::<Vec<_>>()
+                    idx.into_iter().zip(batch).zip(results).collect::<Vec<_>>()
                 }
             }))
             .await;

@@ -1,0 +1,107 @@
+//! `toki demo` as a user runs it, with `--json`: on the embedded default and
+//! against the AWS emulator (DynamoDB + SQS on moto, tenant databases on Postgres).
+
+mod aws_support;
+mod common;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const TOKI: &str = env!("CARGO_BIN_EXE_toki");
+
+fn check(out: std::process::Output, deliveries: u64) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"));
+    assert_eq!(report["deliveries"], deliveries);
+    assert_eq!(report["delivered"], deliveries);
+    assert_eq!(report["missing"], 0);
+    assert_eq!(report["duplicates"], 0);
+    for k in ["p50", "p90", "p99", "max"] {
+        assert!(
+            report["lateness_ms"][k].is_i64(),
+            "lateness_ms.{k} missing: {report}"
+        );
+    }
+    assert!(report["elapsed_s"].as_f64().unwrap() > 0.0);
+    report
+}
+
+#[test]
+fn demo_on_the_embedded_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    let out = Command::new(TOKI)
+        .args([
+            "demo",
+            "--deliveries",
+            "300",
+            "--lead",
+            "6",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let report = check(out, 300);
+    assert_eq!(
+        report["channels"].as_array().unwrap().len(),
+        3,
+        "mixed channels: {report}"
+    );
+    // A second run replaces its own folder; a foreign folder is refused.
+    let foreign = dir.path().join("mine");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("precious.txt"), "keep me").unwrap();
+    let refused = Command::new(TOKI)
+        .args(["demo", "--data-dir"])
+        .arg(&foreign)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--data-dir"));
+    assert!(foreign.join("precious.txt").exists());
+}
+
+#[test]
+fn demo_against_the_aws_emulator() {
+    let endpoint = aws_support::endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let suffix = common::conformance::unique("");
+    let out = Command::new(TOKI)
+        .args([
+            "demo",
+            "--backend",
+            "aws",
+            "--deliveries",
+            "300",
+            "--lead",
+            "10",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("demo"))
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("TOKI_INDEX_TABLE", format!("demo-index-{suffix}"))
+        .env("TOKI_DIRECTORY_TABLE", format!("demo-tenants-{suffix}"))
+        .env("TOKI_QUEUE_NAME", format!("demo-q-{suffix}"))
+        .env("TOKI_DLQ_NAME", format!("demo-dlq-{suffix}"))
+        .env(
+            "TOKI_DATABASE_URL_TEMPLATE",
+            common::services::postgres_url_for(&format!("toki_test_demo{suffix}_{{tenant}}")),
+        )
+        .output()
+        .unwrap();
+    let report = check(out, 300);
+    assert_eq!(report["backend"], "aws");
+}
