@@ -105,11 +105,10 @@ impl Toki {
             None => MailChannel::outbox(outbox.join("mail"), &self.config.mail.from)?,
         };
         let slack = match &self.config.slack.token {
-            Some(token) => SlackChannel::api(
-                &self.config.slack.api_url,
-                token,
-                self.config.slack.concurrency,
-            )?,
+            Some(token) => {
+                let s = &self.config.slack;
+                SlackChannel::api(&s.api_url, token, s.concurrency)?
+            }
             None => SlackChannel::outbox(outbox.join("slack.jsonl"))
                 .await
                 .context("opening the Slack outbox")?,

@@ -70,6 +70,7 @@ pub struct SlackConfig {
     /// Bot token; unset: JSON lines in `<data_dir>/outbox/slack.jsonl`.
     pub token: Option<String>,
     pub api_url: String,
+    /// Requests in flight (and pooled connections) to the Slack API.
     pub concurrency: usize,
 }
 
@@ -141,7 +142,7 @@ impl Default for SlackConfig {
         SlackConfig {
             token: None,
             api_url: "https://slack.com/api".into(),
-            concurrency: 64,
+            concurrency: 32,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde::Serialize;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
@@ -111,6 +111,8 @@ pub struct Daemon {
     pub settings: DaemonSettings,
     pub stats: Arc<DaemonStats>,
     warmed: std::sync::Mutex<HashMap<Channel, std::time::Instant>>,
+    /// One outcome writer per tenant (see `record`).
+    writers: std::sync::Mutex<HashMap<TenantId, mpsc::UnboundedSender<OutcomeWrite>>>,
 }
 
 /// Channels are warmed again after this long (pooled connections go idle).
@@ -144,6 +146,7 @@ impl Daemon {
             settings,
             stats: Arc::default(),
             warmed: std::sync::Mutex::default(),
+            writers: std::sync::Mutex::default(),
         }
     }
 
@@ -345,6 +348,7 @@ impl Daemon {
             .await
         {
             Ok((messages, undeliverable)) => Some(Prepared {
+                tenant,
                 store,
                 messages,
                 undeliverable,
@@ -514,6 +518,7 @@ impl Daemon {
     /// with each message.
     async fn fire(self: Arc<Self>, p: Prepared) -> Vec<(ReceivedMessage, Disposition)> {
         let Prepared {
+            tenant,
             store,
             mut messages,
             undeliverable,
@@ -593,7 +598,7 @@ impl Daemon {
             }
             i = j;
         }
-        if let Err(e) = store.record_outcomes(&outcomes).await {
+        if let Err(e) = self.record(&tenant, &store, outcomes).await {
             // Sent but not recorded: keep the messages so nothing is lost; the
             // claims expire and a redelivery may repeat a send (at-least-once).
             error!(error = %e, "recording outcomes failed; messages will come back");
@@ -609,6 +614,62 @@ impl Daemon {
     }
 }
 
+/// Outcomes waiting to be written, and who waits for the write.
+type OutcomeWrite = (Vec<DeliveryOutcome>, oneshot::Sender<Result<(), String>>);
+
+/// How long a tenant's outcome writer gathers batches before one write: batches
+/// fired at the same due instant finish together, and one statement for all of
+/// them costs the burst far less than one per batch.
+const COALESCE: Duration = Duration::from_millis(5);
+
+impl Daemon {
+    /// Records outcomes through the tenant's writer; resolves once they are stored.
+    async fn record(
+        &self,
+        tenant: &TenantId,
+        store: &Arc<dyn TenantStore>,
+        outcomes: Vec<DeliveryOutcome>,
+    ) -> Result<(), String> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let (done, wait) = oneshot::channel();
+        let tx = {
+            let mut writers = self.writers.lock().expect("writers lock");
+            writers
+                .entry(tenant.clone())
+                .or_insert_with(|| spawn_writer(store.clone()))
+                .clone()
+        };
+        tx.send((outcomes, done))
+            .map_err(|_| "outcome writer stopped".to_string())?;
+        wait.await
+            .map_err(|_| "outcome writer stopped".to_string())?
+    }
+}
+
+fn spawn_writer(store: Arc<dyn TenantStore>) -> mpsc::UnboundedSender<OutcomeWrite> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<OutcomeWrite>();
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            tokio::time::sleep(COALESCE).await;
+            let mut waiting = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                waiting.push(more);
+            }
+            let all: Vec<DeliveryOutcome> = waiting
+                .iter_mut()
+                .flat_map(|(o, _)| std::mem::take(o))
+                .collect();
+            let result = store.record_outcomes(&all).await.map_err(|e| e.to_string());
+            for (_, done) in waiting {
+                let _ = done.send(result.clone());
+            }
+        }
+    });
+    tx
+}
+
 struct PreparedMessage {
     msg: ReceivedMessage,
     due_at: DueAt,
@@ -616,6 +677,7 @@ struct PreparedMessage {
 }
 
 struct Prepared {
+    tenant: TenantId,
     store: Arc<dyn TenantStore>,
     messages: Vec<PreparedMessage>,
     undeliverable: Vec<DeliveryOutcome>,
