@@ -18,6 +18,9 @@ use toki_core::{StoreError, TenantId};
 
 use crate::app::api_key_hash;
 
+/// The header that may carry the tenant's API key instead of `Authorization`.
+pub const API_KEY_HEADER: &str = "x-toki-api-key";
+
 #[derive(Clone)]
 pub struct ApiState {
     pub registrar: Arc<Registrar>,
@@ -131,15 +134,22 @@ async fn authorize(
         )
     };
     let tenant: TenantId = tenant.parse().map_err(|_| unauthorized())?;
+    // `x-toki-api-key` for callers whose `Authorization` carries something else
+    // (behind API Gateway's IAM authoriser it holds the SigV4 signature).
     let key = headers
-        .get(axum::http::header::AUTHORIZATION)
+        .get(API_KEY_HEADER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| {
+            headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+        })
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "missing Authorization: Bearer <api key>",
+                "missing Authorization: Bearer <api key> (or x-toki-api-key)",
             )
         })?;
     let record = state

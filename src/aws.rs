@@ -58,13 +58,13 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
         dynamo.clone(),
         names.directory_table.clone(),
     ));
-    let template = config
-        .tenant_database_template
-        .clone()
-        .context("tenant_database_template: the aws backend needs a Postgres URL template")?;
+    // Tenant databases are found by template: the daemon never reads DynamoDB.
+    let locator = match &config.tenant_database_template {
+        Some(t) => Locator::Template(t.clone()),
+        None => Locator::Unconfigured("TOKI_DATABASE_URL_TEMPLATE (or DATABASE_URL)"),
+    };
     Ok(Toki {
-        // Tenant databases are found by template: the daemon never reads DynamoDB.
-        stores: Arc::new(SqlTenantStores::with_locator(Locator::Template(template))),
+        stores: Arc::new(SqlTenantStores::with_locator(locator)),
         directory,
         index: Arc::new(DynamoReminderIndex::new(
             dynamo,

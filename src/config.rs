@@ -309,17 +309,17 @@ impl Config {
             }
         }
         if self.backend == BackendKind::Aws && self.tenant_database_template.is_none() {
+            // A Postgres server under which tenant databases are created. Without
+            // either, only processes that never open a tenant database (the
+            // scanner) can run; the others fail when they first need one.
             if let Some(url) = env("DATABASE_URL") {
-                // A Postgres server under which tenant databases are created.
                 let (server, _) = url.rsplit_once('/').unwrap_or((url.as_str(), ""));
                 let query = url
                     .split_once('?')
                     .map(|(_, q)| format!("?{q}"))
                     .unwrap_or_default();
                 self.tenant_database_template = Some(format!("{server}/toki_{{tenant}}{query}"));
-                return self.validate();
             }
-            bail!("tenant_database_template (TOKI_DATABASE_URL_TEMPLATE): the aws backend keeps tenant databases on Postgres and needs a URL template with {{tenant}}");
         }
         Ok(())
     }

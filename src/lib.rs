@@ -27,6 +27,36 @@ pub fn init_tracing(default: &str) {
         .try_init();
 }
 
+/// Logging for AWS Lambda (CloudWatch): plain lines without colours or
+/// timestamps (Lambda adds its own), JSON lines when the function's log format
+/// is JSON (`AWS_LAMBDA_LOG_FORMAT`). Level: `AWS_LAMBDA_LOG_LEVEL`, else
+/// `RUST_LOG`, else info.
+pub fn init_lambda_tracing() {
+    use std::str::FromStr;
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+
+    let lambda_level = std::env::var("AWS_LAMBDA_LOG_LEVEL")
+        .ok()
+        .and_then(|l| LevelFilter::from_str(&l).ok());
+    let filter = match lambda_level {
+        Some(level) => EnvFilter::default().add_directive(level.into()),
+        None => EnvFilter::builder()
+            .with_default_directive(LevelFilter::INFO.into())
+            .from_env_lossy(),
+    };
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false);
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let _ = if json {
+        fmt.json().try_init()
+    } else {
+        fmt.try_init()
+    };
+}
+
 /// Resolves when SIGTERM or Ctrl-C arrives.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -31,6 +31,8 @@ pub enum Locator {
     /// A URL template with `{tenant}`: no directory read at all (the AWS
     /// daemon has no access to the directory table).
     Template(String),
+    /// Not configured: opening any tenant database is an error naming the setting.
+    Unconfigured(&'static str),
 }
 
 /// Tenant stores opened on demand and kept per tenant.
@@ -104,6 +106,11 @@ impl TenantStores for SqlTenantStores {
                     .database
             }
             Locator::Template(t) => database_for(t, tenant),
+            Locator::Unconfigured(setting) => {
+                return Err(StoreError::Backend(format!(
+                    "{setting} is not set: cannot open the database of tenant {tenant}"
+                )))
+            }
         };
         let store = self.connect(&database).await?;
         let mut open = self.open.lock().await;

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds the scanner and registrar Lambdas as zips for the provided.al2023
+# runtime, with cargo-lambda (pinned, from PyPI, into the repo's tools venv;
+# it brings zig, which links against an old glibc so the binary runs on
+# Amazon Linux 2023 whatever this machine's glibc is).
+#
+#   scripts/build-lambdas.sh            # x86_64 (LambdaArchitecture=x86_64)
+#   scripts/build-lambdas.sh --arm64    # Graviton (LambdaArchitecture=arm64)
+#
+# Writes <target>/lambda/toki-scanner-lambda/bootstrap.zip and
+# <target>/lambda/toki-registrar-lambda/bootstrap.zip (the CodeUris of
+# infra/template.yaml); both architectures write the same paths, so build the
+# one you deploy last. Environment: TOKI_VENV (default .venv-tools, relative to
+# the repo root), CARGO_TARGET_DIR, CARGO_LAMBDA_COMPILER (cargo-zigbuild or
+# cargo; default: zig when it runs, else plain cargo for x86_64).
+set -euo pipefail
+
+CARGO_LAMBDA_VERSION=1.9.2
+BINS=(toki-scanner-lambda toki-registrar-lambda)
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+
+arch=x86_64
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arm64) arch=arm64 ;;
+    --x86-64 | --x86_64) arch=x86_64 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "build-lambdas: unknown argument: $1 (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+venv=$root/${TOKI_VENV:-.venv-tools}
+
+# cargo-lambda, pinned.
+if [ ! -x "$venv/bin/python" ]; then
+  echo "build-lambdas: creating $venv"
+  python3 -m venv "$venv"
+fi
+export PATH="$venv/bin:$PATH"
+if ! cargo lambda --version 2>/dev/null | grep -q "^cargo-lambda $CARGO_LAMBDA_VERSION "; then
+  echo "build-lambdas: installing cargo-lambda==$CARGO_LAMBDA_VERSION into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "cargo-lambda==$CARGO_LAMBDA_VERSION"
+fi
+cargo lambda --version
+
+# The compiler: zig (cargo-zigbuild, cargo-lambda's default) when it runs, which
+# also cross-compiles for arm64; otherwise plain cargo, x86_64 only, linked
+# against this machine's glibc.
+compiler=${CARGO_LAMBDA_COMPILER:-}
+if [ -z "$compiler" ]; then
+  if "$venv/bin/python" -m ziglang version >/dev/null 2>&1 || command -v zig >/dev/null 2>&1; then
+    compiler=cargo-zigbuild
+  elif [ "$arch" = x86_64 ] && [ "$(uname -m)" = x86_64 ]; then
+    compiler=cargo
+    echo "build-lambdas: zig does not run here; building with --compiler cargo (x86_64 only)" >&2
+  else
+    echo "build-lambdas: --arm64 needs zig (pip package ziglang, installed with cargo-lambda), which does not run here" >&2
+    exit 1
+  fi
+fi
+
+if [ "$arch" = arm64 ]; then
+  triple=aarch64-unknown-linux-gnu
+  arch_flag=--arm64
+else
+  triple=x86_64-unknown-linux-gnu
+  arch_flag=--x86-64
+fi
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx "$triple"; then
+  echo "build-lambdas: adding the Rust target $triple"
+  rustup target add "$triple"
+fi
+
+started=$(date +%s)
+compiler_flag=()
+[ "$compiler" = cargo-zigbuild ] || compiler_flag=(--compiler "$compiler")
+for bin in "${BINS[@]}"; do
+  echo "build-lambdas: $bin ($arch, $compiler)"
+  # --package too: the root manifest is a package, so --bin alone looks only there.
+  cargo lambda build --release --output-format zip "$arch_flag" "${compiler_flag[@]}" \
+    --package "$bin" --bin "$bin"
+done
+
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+echo "build-lambdas: done in $(($(date +%s) - started)) s ($arch)"
+for bin in "${BINS[@]}"; do
+  zip=$target_dir/lambda/$bin/bootstrap.zip
+  if [ ! -f "$zip" ]; then
+    echo "build-lambdas: $zip is missing" >&2
+    exit 1
+  fi
+  # The runtime runs the file named bootstrap at the root of the zip.
+  python3 -c 'import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); sys.exit(0 if "bootstrap" in n else "no bootstrap in %s: %s" % (sys.argv[1], n))' "$zip"
+  printf '%s\t%s bytes\t(%s)\n' "$zip" "$(stat -c %s "$zip")" "$(du -h "$zip" | cut -f1)"
+done
