@@ -152,11 +152,12 @@ async fn authorize(
                 "missing Authorization: Bearer <api key> (or x-toki-api-key)",
             )
         })?;
-    let record = state
-        .registrar
-        .tenant(&tenant)
-        .await
-        .map_err(|_| unauthorized())?;
+    let record = match state.registrar.tenant(&tenant).await {
+        Ok(r) => r,
+        Err(RegistrarError::UnknownTenant(_)) => return Err(unauthorized()),
+        // The directory is down: say so, so clients retry (not "wrong key").
+        Err(e) => return Err(e.into()),
+    };
     if record.api_key_sha256 != api_key_hash(key.trim()) {
         return Err(unauthorized());
     }

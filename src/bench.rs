@@ -399,6 +399,10 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
                 if opts.json {
                     println!("{}", serde_json::to_string(&r)?);
                 }
+                if !opts.json {
+                    // Each run as it finishes: a long sweep shows results as it goes.
+                    eprintln!("{}", scenario::table(&header(), &[row(&r, None)]));
+                }
                 runs.push(r);
             }
             if runs.len() > 1 {

@@ -50,7 +50,10 @@ CREATE TABLE schedule_mirror (
 CREATE INDEX schedule_mirror_unmirrored ON schedule_mirror (mirrored);
 
 -- One row per (reminder instance, recipient, channel): the record of every
--- delivery, and the unique key that keeps a redelivered message from sending twice.
+-- delivery, and the unique key that keeps a redelivered message from sending
+-- twice. The schedule version is a column, not part of the key: an edit after a
+-- reminder went out must not send it again. `claim_token` names the batch that
+-- holds a `sending` claim.
 CREATE TABLE deliveries (
     schedule_id    TEXT NOT NULL,
     occurrence     BIGINT NOT NULL,
@@ -64,7 +67,8 @@ CREATE TABLE deliveries (
     finished_at    BIGINT,
     attempts       BIGINT NOT NULL,
     detail         TEXT,
-    PRIMARY KEY (schedule_id, occurrence, minutes_before, version, recipient, channel)
+    claim_token    TEXT,
+    PRIMARY KEY (schedule_id, occurrence, minutes_before, recipient, channel)
 );
 CREATE INDEX deliveries_by_status ON deliveries (channel, status);
 
@@ -77,6 +81,6 @@ CREATE TABLE chat_messages (
     user_id        TEXT NOT NULL,
     body           TEXT NOT NULL,
     created_at     BIGINT NOT NULL,
-    PRIMARY KEY (schedule_id, occurrence, minutes_before, version, user_id)
+    PRIMARY KEY (schedule_id, occurrence, minutes_before, user_id)
 );
 CREATE INDEX chat_messages_by_user ON chat_messages (user_id, created_at);

@@ -705,37 +705,35 @@ pub mod store {
 
     pub async fn claims_make_deliveries_exactly_once(s: Arc<dyn TenantStore>) {
         let now = Utc::now();
+        let hour_ago = |t: chrono::DateTime<Utc>| t - ChronoDuration::seconds(60);
         let k1 = key("a", Channel::Mail);
         let k2 = DeliveryKey {
             recipient: "b".parse().unwrap(),
             ..k1.clone()
         };
         let due = DueAt(now);
-        let owned = s
-            .claim_deliveries(
-                &[(k1.clone(), due), (k2.clone(), due)],
-                now,
-                now - ChronoDuration::seconds(60),
-            )
+        let first = s
+            .claim_deliveries(&[(k1.clone(), due), (k2.clone(), due)], now, hour_ago(now))
             .await
             .unwrap();
-        assert_eq!(owned.len(), 2);
+        assert_eq!(first.owned.len(), 2);
         let again = s
-            .claim_deliveries(&[(k1.clone(), due)], now, now - ChronoDuration::seconds(60))
+            .claim_deliveries(&[(k1.clone(), due)], now, hour_ago(now))
             .await
             .unwrap();
-        assert!(again.is_empty(), "claimed twice");
+        assert!(again.owned.is_empty(), "claimed twice");
+        assert_eq!(
+            again.busy,
+            vec![k1.clone()],
+            "a delivery someone else is sending is reported busy"
+        );
         // A claim older than the cut-off is taken over (its holder died).
         let later = now + ChronoDuration::seconds(120);
         let taken = s
-            .claim_deliveries(
-                &[(k1.clone(), due)],
-                later,
-                later - ChronoDuration::seconds(60),
-            )
+            .claim_deliveries(&[(k1.clone(), due)], later, hour_ago(later))
             .await
             .unwrap();
-        assert_eq!(taken, vec![k1.clone()]);
+        assert_eq!(taken.owned, vec![k1.clone()]);
         let out = |k: &DeliveryKey, status| DeliveryOutcome {
             key: k.clone(),
             due_at: due,
@@ -754,10 +752,41 @@ pub mod store {
             .await
             .unwrap();
         assert_eq!(
-            retry,
+            retry.owned,
             vec![k2.clone()],
             "only the failed delivery may be claimed again"
         );
+        assert!(retry.busy.is_empty(), "a delivered row is final, not busy");
+        // An edit after the reminder went out (newer version, same reminder) sends nothing again.
+        let k1_v2 = DeliveryKey {
+            version: 2,
+            ..k1.clone()
+        };
+        let edited = s
+            .claim_deliveries(&[(k1_v2, due)], later, later)
+            .await
+            .unwrap();
+        assert!(
+            edited.owned.is_empty() && edited.busy.is_empty(),
+            "{edited:?}"
+        );
+        // A stale verdict (older version) gives way to the current version's claim.
+        let k3 = DeliveryKey {
+            recipient: "c".parse().unwrap(),
+            ..k1.clone()
+        };
+        s.record_outcomes(&[out(&k3, DeliveryStatus::Stale)])
+            .await
+            .unwrap();
+        let k3_v2 = DeliveryKey {
+            version: 2,
+            ..k3.clone()
+        };
+        let current = s
+            .claim_deliveries(&[(k3_v2.clone(), due)], later, hour_ago(later))
+            .await
+            .unwrap();
+        assert_eq!(current.owned, vec![k3_v2.clone()]);
         // Delivered is final: nothing overwrites it.
         s.record_outcomes(&[out(&k1, DeliveryStatus::Stale)])
             .await
@@ -772,6 +801,11 @@ pub mod store {
         assert_eq!(rows[&k1].status, DeliveryStatus::Delivered);
         assert_eq!(rows[&k1].at.timestamp_millis(), later.timestamp_millis());
         assert_eq!(rows[&k2].status, DeliveryStatus::Sending);
+        assert_eq!(
+            rows[&k3_v2].status,
+            DeliveryStatus::Sending,
+            "the row carries the claiming version"
+        );
         let counts = s.delivery_counts().await.unwrap();
         assert!(counts.contains(&DeliveryCount {
             channel: Channel::Mail,

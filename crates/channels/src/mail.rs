@@ -44,6 +44,8 @@ impl MailChannel {
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
             .map_err(|e| MailConfigError::SmtpUrl(e.to_string()))?
             .pool_config(PoolConfig::new().max_size(connections.max(1)))
+            // Well inside the daemon's visibility timeout: a hung server fails the send, not the claim.
+            .timeout(Some(std::time::Duration::from_secs(10)))
             .build();
         Ok(Self {
             transport: Transport::Smtp(transport),

@@ -195,7 +195,10 @@ impl Daemon {
                     // waiting for due and sending run as a task, and the worker
                     // goes back to the queue.
                     let fire = me.clone().prepare(messages).await;
-                    tasks.lock().await.spawn(async move {
+                    let mut set = tasks.lock().await;
+                    // Reap finished batches so the set holds only work in flight.
+                    while set.try_join_next().is_some() {}
+                    set.spawn(async move {
                         fire.await;
                         drop(permits);
                     });
@@ -443,14 +446,15 @@ impl Daemon {
             .iter()
             .map(|w| w.reminder.delivery_count())
             .sum::<usize>();
-        let mut owned: HashSet<DeliveryKey> = if claims.is_empty() {
-            HashSet::new()
+        // A claim is taken over only once its holder has had longer than any
+        // hold (visibility timeout + lead + margin): it must have died.
+        let takeover_before = now
+            - to_chrono(self.settings.visibility + self.settings.lead + Duration::from_secs(10));
+        let (mut owned, busy): (HashSet<DeliveryKey>, HashSet<DeliveryKey>) = if claims.is_empty() {
+            Default::default()
         } else {
-            match store
-                .claim_deliveries(&claims, now, now - to_chrono(self.settings.visibility))
-                .await
-            {
-                Ok(o) => o.into_iter().collect(),
+            match store.claim_deliveries(&claims, now, takeover_before).await {
+                Ok(c) => (c.owned.into_iter().collect(), c.busy.into_iter().collect()),
                 Err(e) => return Err((e, live)),
             }
         };
@@ -505,10 +509,14 @@ impl Daemon {
                     });
                 }
             }
+            // Another holder is still sending some of these: the message must
+            // come back until they are final, never be acknowledged meanwhile.
+            let busy = delivery_keys(&w.reminder).iter().any(|k| busy.contains(k));
             messages.push(PreparedMessage {
                 msg: w.msg,
                 due_at: w.reminder.due_at,
                 notifications,
+                busy,
             });
         }
         Ok((messages, undeliverable))
@@ -590,9 +598,10 @@ impl Daemon {
             for (m, pm) in group.iter().enumerate() {
                 dispositions.push((
                     pm.msg.clone(),
-                    match retry_after[m] {
-                        None => Disposition::Ack,
-                        Some(d) => Disposition::Retry(d),
+                    match (retry_after[m], pm.busy) {
+                        (None, false) => Disposition::Ack,
+                        (None, true) => Disposition::Retry(self.backoff(&pm.msg)),
+                        (Some(d), _) => Disposition::Retry(d),
                     },
                 ));
             }
@@ -674,6 +683,8 @@ struct PreparedMessage {
     msg: ReceivedMessage,
     due_at: DueAt,
     notifications: Vec<Notification>,
+    /// Some of its deliveries are being sent by another holder.
+    busy: bool,
 }
 
 struct Prepared {

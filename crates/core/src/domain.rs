@@ -317,7 +317,9 @@ pub struct IndexedReminder {
     pub status: IndexStatus,
 }
 
-/// One delivery: a reminder instance to one recipient by one channel.
+/// One delivery: a reminder instance to one recipient by one channel, as sent
+/// by one version of the schedule (the version is not part of its identity in
+/// storage; see `Display`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeliveryKey {
     pub schedule: ScheduleId,
@@ -328,15 +330,16 @@ pub struct DeliveryKey {
     pub channel: Channel,
 }
 
+/// The delivery's identity, without the version: the same reminder to the same
+/// person by the same channel, whichever version of the schedule sent it.
 impl fmt::Display for DeliveryKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}#{}#{}#v{}#{}#{}",
+            "{}#{}#{}#{}#{}",
             self.schedule,
             self.occurrence.millis(),
             self.minutes_before,
-            self.version,
             self.recipient,
             self.channel
         )

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Channel, ChannelSet, ReminderRule, Schedule, ScheduleId, User, UserId};
 use crate::error::ValidationError;
 
+/// Participants per schedule: they travel in one queue message's attributes.
+pub const MAX_PARTICIPANTS: usize = 1_000;
+
 /// The longest offset a reminder may have: 4 weeks.
 pub const MAX_MINUTES_BEFORE: i64 = 4 * 7 * 24 * 60;
 
@@ -145,6 +148,15 @@ impl ScheduleInput {
         // Instants are kept to the millisecond everywhere (storage and wire).
         let starts_at = crate::domain::from_millis("starts_at", starts_at.timestamp_millis())?;
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
+        if self.participants.len() > MAX_PARTICIPANTS {
+            return Err(ValidationError::new(
+                "participants",
+                format!(
+                    "{} participants; at most {MAX_PARTICIPANTS}",
+                    self.participants.len()
+                ),
+            ));
+        }
         let mut seen = HashSet::new();
         let mut participants = Vec::with_capacity(self.participants.len());
         for (i, p) in self.participants.iter().enumerate() {

@@ -188,15 +188,15 @@ pub trait TenantStore: Send + Sync {
         users: &[UserId],
     ) -> StoreResult<DeliveryContext>;
 
-    /// Claims deliveries for sending: inserts `sending` rows, or takes over rows
-    /// that `failed` or whose claim is older than `stale_claim_before`. Returns the
-    /// keys this caller now owns; the others are done or owned elsewhere.
+    /// Claims deliveries for sending, in one transaction: inserts `sending`
+    /// rows, or takes over rows that `failed`, are `stale` (an older version's
+    /// verdict), or whose claim is older than `stale_claim_before`.
     async fn claim_deliveries(
         &self,
         claims: &[(DeliveryKey, crate::domain::DueAt)],
         now: Instant,
         stale_claim_before: Instant,
-    ) -> StoreResult<Vec<DeliveryKey>>;
+    ) -> StoreResult<Claims>;
 
     /// Records outcomes (delivered, stale, failed, undeliverable), one row each.
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()>;
@@ -212,6 +212,15 @@ pub trait TenantStore: Send + Sync {
 
     /// Chat messages of one user.
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>>;
+}
+
+/// What a claim got: the deliveries this caller now sends, and those another
+/// holder is still sending (their message must come back, not be acknowledged).
+/// Requested deliveries in neither list are final (delivered, undeliverable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claims {
+    pub owned: Vec<DeliveryKey>,
+    pub busy: Vec<DeliveryKey>,
 }
 
 /// Opens tenant stores by tenant, lazily, one pool per tenant.

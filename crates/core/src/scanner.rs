@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::{info, warn};
 
@@ -29,6 +29,8 @@ pub struct ScanSummary {
     /// Rows held back because the tenant's contract is off, inactive or unknown.
     pub skipped_by_contract: usize,
     pub partitions: usize,
+    /// Partitions whose query failed this run.
+    pub failed_partitions: usize,
     pub duration_ms: u64,
 }
 
@@ -51,11 +53,25 @@ impl Scanner {
             ..Default::default()
         };
         let index = &self.index;
-        let rows: Vec<Vec<_>> = stream::iter(partitions)
-            .map(|p| async move { index.query_partition(&p, window.from, window.to).await })
+        let results: Vec<_> = stream::iter(partitions)
+            .map(|p| async move {
+                let r = index.query_partition(&p, window.from, window.to).await;
+                (p, r)
+            })
             .buffer_unordered(32)
-            .try_collect()
-            .await?;
+            .collect()
+            .await;
+        // One bad partition must not stop the others: skip it, count it, say so.
+        let mut rows = Vec::with_capacity(results.len());
+        for (p, r) in results {
+            match r {
+                Ok(r) => rows.push(r),
+                Err(e) => {
+                    warn!(partition = %p.key(), error = %e, "partition query failed; next run retries");
+                    summary.failed_partitions += 1;
+                }
+            }
+        }
 
         let mut by_tenant: BTreeMap<TenantId, Vec<Reminder>> = BTreeMap::new();
         for row in rows.into_iter().flatten() {
@@ -77,13 +93,18 @@ impl Scanner {
         // The contract is checked once per tenant per run.
         let mut to_send = Vec::new();
         for (tenant, reminders) in by_tenant {
-            match self.directory.get(&tenant).await? {
-                Some(t) if t.may_receive_reminders() => to_send.extend(reminders),
-                other => {
+            match self.directory.get(&tenant).await {
+                Ok(Some(t)) if t.may_receive_reminders() => to_send.extend(reminders),
+                Ok(other) => {
                     if other.is_none() {
                         warn!(%tenant, "reminders for an unknown tenant");
                     }
                     summary.skipped_by_contract += reminders.len();
+                }
+                // Left pending: the next run looks again.
+                Err(e) => {
+                    warn!(%tenant, error = %e, "contract lookup failed; next run retries");
+                    summary.failed += reminders.len();
                 }
             }
         }
@@ -102,7 +123,7 @@ impl Scanner {
         .await;
         summary.enqueued = enqueued;
         summary.already_claimed = already_claimed;
-        summary.failed = failed;
+        summary.failed += failed;
         summary.duration_ms = started.elapsed().as_millis() as u64;
         info!(
             scanned = summary.scanned,

@@ -4,7 +4,9 @@
 
 use async_trait::async_trait;
 use chrono_tz::Tz;
-use toki_core::ports::{ChatMessage, DeliveryContext, MirrorWork, ScheduleSnapshot, TenantStore};
+use toki_core::ports::{
+    ChatMessage, Claims, DeliveryContext, MirrorWork, ScheduleSnapshot, TenantStore,
+};
 use toki_core::{
     from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus,
     DueAt, Instant, Occurrence, ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User,
@@ -17,6 +19,13 @@ pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../mi
 
 /// Rows per multi-row statement: well under both engines' bind-parameter limits.
 const CHUNK: usize = 500;
+
+/// Names one batch's claims: unique per process and call.
+fn claim_token(now: Instant) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{}-{n}", std::process::id(), now.timestamp_millis())
+}
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("corrupt row in tenant database: {what}: {e}"))
@@ -231,15 +240,22 @@ macro_rules! tenant_store {
                         .into());
                     }
                 }
-                // Versions never repeat, even across a delete and re-create.
-                let previous: Option<i64> =
-                    sqlx::query_scalar("SELECT version FROM schedule_mirror WHERE schedule_id = $1")
-                        .bind(s.id.as_str())
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(db_err)?;
-                let version = previous.unwrap_or(0) + 1;
+                // Versions never repeat, even across a delete and re-create; the
+                // upsert takes the row lock, so concurrent writes of one schedule
+                // get distinct versions and serialise.
                 let now_ms = now.timestamp_millis();
+                let version: i64 = sqlx::query_scalar(
+                    "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)
+                     VALUES ($1, 1, FALSE, FALSE, $2)
+                     ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
+                       deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
+                     RETURNING version",
+                )
+                .bind(s.id.as_str())
+                .bind(now_ms)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_err)?;
                 sqlx::query(
                     "INSERT INTO schedules (id, title, body, starts_at, time_zone, version, updated_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -286,18 +302,6 @@ macro_rules! tenant_store {
                     });
                     qb.build().execute(&mut *tx).await.map_err(db_err)?;
                 }
-                sqlx::query(
-                    "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)
-                     VALUES ($1, $2, FALSE, FALSE, $3)
-                     ON CONFLICT (schedule_id) DO UPDATE SET version = excluded.version,
-                       deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at",
-                )
-                .bind(s.id.as_str())
-                .bind(version)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err)?;
                 tx.commit().await.map_err(db_err)?;
                 Ok(Schedule {
                     version,
@@ -442,13 +446,16 @@ macro_rules! tenant_store {
                 claims: &[(DeliveryKey, DueAt)],
                 now: Instant,
                 stale_claim_before: Instant,
-            ) -> StoreResult<Vec<DeliveryKey>> {
+            ) -> StoreResult<Claims> {
                 use sqlx::Row;
-                let mut owned = Vec::with_capacity(claims.len());
+                let token = claim_token(now);
+                let mut out = Claims::default();
+                // All chunks or none: a half-made claim would strand `sending` rows.
+                let mut tx = self.pool.begin().await.map_err(db_err)?;
                 for chunk in claims.chunks(CHUNK) {
                     let mut qb = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, version,
-                           recipient, channel, status, due_at, claimed_at, attempts) ",
+                           recipient, channel, status, due_at, claimed_at, attempts, claim_token) ",
                     );
                     qb.push_values(chunk, |mut b, (k, due)| {
                         let c = cols(k);
@@ -461,22 +468,23 @@ macro_rules! tenant_store {
                             .push_bind("sending")
                             .push_bind(due.millis())
                             .push_bind(now.timestamp_millis())
-                            .push_bind(1_i64);
+                            .push_bind(1_i64)
+                            .push_bind(token.clone());
                     });
                     qb.push(
-                        " ON CONFLICT (schedule_id, occurrence, minutes_before, version, recipient, channel)
-                          DO UPDATE SET status = 'sending', claimed_at = excluded.claimed_at,
-                            attempts = deliveries.attempts + 1
-                          WHERE deliveries.status = 'failed'
+                        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+                          DO UPDATE SET status = 'sending', version = excluded.version,
+                            due_at = excluded.due_at, claimed_at = excluded.claimed_at,
+                            claim_token = excluded.claim_token, attempts = deliveries.attempts + 1
+                          WHERE deliveries.status IN ('failed', 'stale')
                              OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
                     );
                     qb.push_bind(stale_claim_before.timestamp_millis());
                     qb.push(
                         ") RETURNING schedule_id, occurrence, minutes_before, version, recipient, channel",
                     );
-                    let rows = qb.build().fetch_all(&self.pool).await.map_err(db_err)?;
-                    for row in rows {
-                        owned.push(key_from(
+                    for row in qb.build().fetch_all(&mut *tx).await.map_err(db_err)? {
+                        out.owned.push(key_from(
                             row.get("schedule_id"),
                             row.get("occurrence"),
                             row.get("minutes_before"),
@@ -486,7 +494,38 @@ macro_rules! tenant_store {
                         )?);
                     }
                 }
-                Ok(owned)
+                if out.owned.len() < claims.len() {
+                    // Which of the others someone else is still sending.
+                    for chunk in claims.chunks(CHUNK) {
+                        let mut qb = sqlx::QueryBuilder::<$db>::new(
+                            "SELECT schedule_id, occurrence, minutes_before, version, recipient, channel
+                             FROM deliveries WHERE status = 'sending' AND claim_token <> ",
+                        );
+                        qb.push_bind(token.clone());
+                        qb.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
+                        qb.push_values(chunk, |mut b, (k, _)| {
+                            let c = cols(k);
+                            b.push_bind(c.schedule)
+                                .push_bind(c.occurrence)
+                                .push_bind(c.minutes_before)
+                                .push_bind(c.recipient)
+                                .push_bind(c.channel);
+                        });
+                        qb.push(")");
+                        for row in qb.build().fetch_all(&mut *tx).await.map_err(db_err)? {
+                            out.busy.push(key_from(
+                                row.get("schedule_id"),
+                                row.get("occurrence"),
+                                row.get("minutes_before"),
+                                row.get("version"),
+                                row.get("recipient"),
+                                row.get("channel"),
+                            )?);
+                        }
+                    }
+                }
+                tx.commit().await.map_err(db_err)?;
+                Ok(out)
             }
 
             async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
@@ -511,9 +550,9 @@ macro_rules! tenant_store {
                     });
                     // A finished delivery is final; a stale verdict never overwrites a send in progress.
                     qb.push(
-                        " ON CONFLICT (schedule_id, occurrence, minutes_before, version, recipient, channel)
+                        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
                           DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at,
-                            detail = excluded.detail
+                            detail = excluded.detail, version = excluded.version
                           WHERE deliveries.status = 'failed'
                              OR (deliveries.status = 'sending' AND excluded.status <> 'stale')",
                     );
