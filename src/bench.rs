@@ -290,7 +290,9 @@ pub async fn run_once(
         }
         None => {
             let sinks = match (&opts.maildir, opts.channel) {
-                (Some(md), Channel::Mail) => maildir_counts(md)?,
+                (Some(md), Channel::Mail) => {
+                    scenario::count_mail(&[md.join("new"), md.join("cur")])?
+                }
                 _ => scenario::SinkCounts::new(),
             };
             let v = scenario::verify(&toki, &expected, due, &sinks).await?;
@@ -325,26 +327,6 @@ pub async fn run_once(
         enqueue_s: (enqueue_s * 100.0).round() / 100.0,
         measured_at,
     })
-}
-
-/// Mails in an aiosmtpd Maildir, counted by their delivery header.
-fn maildir_counts(dir: &Path) -> anyhow::Result<scenario::SinkCounts> {
-    let mut counts = scenario::SinkCounts::new();
-    let header = format!("{}: ", toki_channels::DELIVERY_HEADER);
-    for sub in ["new", "cur"] {
-        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
-            continue;
-        };
-        for e in entries {
-            let text = std::fs::read_to_string(e?.path())?;
-            if let Some(l) = text.lines().find(|l| l.starts_with(&header)) {
-                *counts
-                    .entry(l[header.len()..].trim().to_owned())
-                    .or_default() += 1;
-            }
-        }
-    }
-    Ok(counts)
 }
 
 pub fn header() -> Vec<&'static str> {

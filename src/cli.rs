@@ -103,7 +103,7 @@ pub enum Command {
         /// Address of the registrar API.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Daemon workers.
+        /// Daemon workers (default: daemon.workers / TOKI_WORKERS).
         #[arg(long)]
         workers: Option<usize>,
     },
@@ -111,6 +111,7 @@ pub enum Command {
     Daemon {
         #[command(flatten)]
         common: Common,
+        /// Concurrent workers (default: daemon.workers / TOKI_WORKERS).
         #[arg(long)]
         workers: Option<usize>,
     },

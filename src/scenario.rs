@@ -255,18 +255,21 @@ pub fn sink_key(tenant: &TenantId, key: &DeliveryKey) -> String {
     format!("{tenant}/{key}")
 }
 
-/// Counts the mail outbox (.eml files) and the Slack outbox (JSON lines) by delivery.
-pub fn count_outboxes(data_dir: &Path) -> anyhow::Result<SinkCounts> {
+/// Counts mails by their delivery header, in mail folders: lettre's file outbox
+/// (`*.eml`) or an SMTP capture's Maildir (`new/`, `cur/`). Missing folders count nothing.
+pub fn count_mail(dirs: &[std::path::PathBuf]) -> anyhow::Result<SinkCounts> {
+    let header = format!("{}: ", toki_channels::DELIVERY_HEADER);
     let mut counts = SinkCounts::new();
-    let mail_dir = data_dir.join("outbox").join("mail");
-    if mail_dir.exists() {
-        for entry in std::fs::read_dir(&mail_dir)? {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries {
             let path = entry?.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("eml") {
+            if path.is_dir() {
                 continue;
             }
             let text = std::fs::read_to_string(&path)?;
-            let header = format!("{}: ", toki_channels::DELIVERY_HEADER);
             if let Some(line) = text.lines().find(|l| l.starts_with(&header)) {
                 *counts
                     .entry(line[header.len()..].trim().to_owned())
@@ -274,6 +277,12 @@ pub fn count_outboxes(data_dir: &Path) -> anyhow::Result<SinkCounts> {
             }
         }
     }
+    Ok(counts)
+}
+
+/// Counts the mail outbox (.eml files) and the Slack outbox (JSON lines) by delivery.
+pub fn count_outboxes(data_dir: &Path) -> anyhow::Result<SinkCounts> {
+    let mut counts = count_mail(&[data_dir.join("outbox").join("mail")])?;
     let slack = data_dir.join("outbox").join("slack.jsonl");
     if slack.exists() {
         for line in std::fs::read_to_string(&slack)?.lines() {

@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use aws_sdk_sqs::Client;
-use toki_core::message::{Attributes, MAX_ATTRIBUTES};
+use toki_core::message::Attributes;
 use toki_core::plan::MAX_DELAY;
 use toki_core::ports::{DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage};
 use toki_core::{StoreResult, ValidationError};
@@ -144,31 +144,6 @@ pub(crate) fn queue_of_arn(arn: &str) -> Result<(String, String), AwsError> {
     }
 }
 
-/// The same checks, with the same field names, as the embedded queue.
-fn check_batch(messages: &[OutgoingMessage]) -> Result<(), ValidationError> {
-    if messages.len() > MAX_BATCH {
-        return Err(ValidationError::new(
-            "messages",
-            format!("a batch holds at most 10, got {}", messages.len()),
-        ));
-    }
-    for (i, m) in messages.iter().enumerate() {
-        if m.delay > MAX_DELAY {
-            return Err(ValidationError::new(
-                format!("messages[{i}].delay"),
-                format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
-            ));
-        }
-        if m.attributes.len() > MAX_ATTRIBUTES {
-            return Err(ValidationError::new(
-                format!("messages[{i}].attributes"),
-                format!("{} attributes exceed the limit of 10", m.attributes.len()),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Whole seconds, rounded up, capped.
 fn ceil_secs(d: Duration, cap: u64) -> i32 {
     let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
@@ -186,7 +161,7 @@ fn string_attribute(value: &str) -> Result<MessageAttributeValue, AwsError> {
 #[async_trait]
 impl DelayQueue for SqsDelayQueue {
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
-        check_batch(messages)?;
+        toki_core::ports::check_batch(messages)?;
         if messages.is_empty() {
             return Ok(());
         }

@@ -79,6 +79,33 @@ pub struct OutgoingMessage {
     pub group: Option<String>,
 }
 
+/// The limits every delay queue enforces (SQS's): at most 10 messages a batch,
+/// delays up to 900 s, at most 10 attributes. The error names the message at fault.
+pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), crate::error::ValidationError> {
+    use crate::error::ValidationError;
+    if messages.len() > 10 {
+        return Err(ValidationError::new(
+            "messages",
+            format!("a batch holds at most 10, got {}", messages.len()),
+        ));
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m.delay > crate::plan::MAX_DELAY {
+            return Err(ValidationError::new(
+                format!("messages[{i}].delay"),
+                format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
+            ));
+        }
+        if m.attributes.len() > crate::message::MAX_ATTRIBUTES {
+            return Err(ValidationError::new(
+                format!("messages[{i}].attributes"),
+                format!("{} attributes exceed the limit of 10", m.attributes.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A message received from the delay queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceivedMessage {

@@ -125,37 +125,10 @@ fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
         })
 }
 
-pub(crate) fn check_batch(messages: &[OutgoingMessage]) -> StoreResult<()> {
-    if messages.len() > 10 {
-        return Err(ValidationError::new(
-            "messages",
-            format!("a batch holds at most 10, got {}", messages.len()),
-        )
-        .into());
-    }
-    for (i, m) in messages.iter().enumerate() {
-        if m.delay > toki_core::plan::MAX_DELAY {
-            return Err(ValidationError::new(
-                format!("messages[{i}].delay"),
-                format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
-            )
-            .into());
-        }
-        if m.attributes.len() > toki_core::message::MAX_ATTRIBUTES {
-            return Err(ValidationError::new(
-                format!("messages[{i}].attributes"),
-                format!("{} attributes exceed the limit of 10", m.attributes.len()),
-            )
-            .into());
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl DelayQueue for SqliteDelayQueue {
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
-        check_batch(messages)?;
+        toki_core::ports::check_batch(messages)?;
         if messages.is_empty() {
             return Ok(());
         }
