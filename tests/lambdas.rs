@@ -57,7 +57,7 @@ impl Aws {
         let endpoint = aws_support::endpoint();
         let base = aws_support::unique("lt");
         let db_template = common::services::postgres_url_for(&format!(
-            "toki_lt_{}_{{tenant}}",
+            "toki_test_lt_{}_{{tenant}}",
             common::conformance::unique("")
         ));
         let mut config = Config {
