@@ -18,7 +18,7 @@ use lambda_http::request::LambdaRequest;
 use lambda_http::tower::ServiceExt;
 use lambda_http::{Context, LambdaEvent, Service};
 use serde_json::{json, Value};
-use toki::{BackendKind, Config, Toki};
+use toki::Toki;
 use toki_aws::aws_sdk_dynamodb::types::AttributeValue;
 use toki_core::message;
 use toki_core::TenantId;
@@ -54,24 +54,8 @@ struct Aws {
 
 impl Aws {
     async fn open() -> Aws {
-        let endpoint = aws_support::endpoint();
-        let base = aws_support::unique("lt");
-        let db_template = common::services::postgres_url_for(&format!(
-            "toki_test_lt_{}_{{tenant}}",
-            common::conformance::unique("")
-        ));
-        let mut config = Config {
-            backend: BackendKind::Aws,
-            tenant_database_template: Some(db_template.clone()),
-            ..Config::default()
-        };
-        config.aws.endpoint_url = Some(endpoint.to_owned());
-        config.aws.region = Some(aws_support::REGION.to_owned());
-        config.aws.index_table = format!("{base}-reminders");
-        config.aws.directory_table = format!("{base}-tenants");
-        config.aws.queue_name = format!("{base}-q");
-        config.aws.dlq_name = format!("{base}-dlq");
-        config.aws.create_resources = true;
+        let mut config = aws_support::backend_config("lt", &tempfile::tempdir().unwrap().keep());
+        let db_template = config.tenant_database_template.clone().unwrap();
         config.validate().unwrap();
         Aws {
             toki: Toki::open(config)

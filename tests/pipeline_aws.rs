@@ -7,27 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::pipeline::{due_in, meeting, user};
-use toki::{BackendKind, Config, Toki};
+use toki::{Config, Toki};
 use toki_core::TenantId;
 
 fn config(dir: &std::path::Path) -> Config {
-    let base = aws_support::unique("pa");
-    let mut config = Config {
-        backend: BackendKind::Aws,
-        data_dir: dir.to_path_buf(),
-        tenant_database_template: Some(common::services::postgres_url_for(&format!(
-            "toki_test_pa_{}_{{tenant}}",
-            common::conformance::unique("")
-        ))),
-        ..Config::default()
-    };
-    config.aws.endpoint_url = Some(aws_support::endpoint().to_owned());
-    config.aws.region = Some(aws_support::REGION.to_owned());
-    config.aws.index_table = format!("{base}-reminders");
-    config.aws.directory_table = format!("{base}-tenants");
-    config.aws.queue_name = format!("{base}-q");
-    config.aws.dlq_name = format!("{base}-dlq");
-    config.aws.create_resources = true;
+    let mut config = aws_support::backend_config("pa", dir);
     config.pipeline.lead_ms = 1000;
     config.daemon.workers = 2;
     config.validate().unwrap();

@@ -199,3 +199,27 @@ pub async fn index(shards: u16) -> Arc<dyn ReminderIndex> {
 pub async fn directory() -> Arc<dyn TenantDirectory> {
     Arc::new(dynamo_directory().await)
 }
+
+/// A configuration of the whole aws backend on the emulator: unique table and
+/// queue names, tenant databases on the test Postgres (`toki_test_<prefix>_…`),
+/// resources created on open. `data_dir` holds the outboxes.
+pub fn backend_config(prefix: &str, data_dir: &Path) -> toki::Config {
+    let base = unique(prefix);
+    let mut config = toki::Config {
+        backend: toki::BackendKind::Aws,
+        data_dir: data_dir.to_path_buf(),
+        tenant_database_template: Some(crate::common::services::postgres_url_for(&format!(
+            "toki_test_{prefix}_{}_{{tenant}}",
+            crate::common::conformance::unique("")
+        ))),
+        ..toki::Config::default()
+    };
+    config.aws.endpoint_url = Some(endpoint().to_owned());
+    config.aws.region = Some(REGION.to_owned());
+    config.aws.index_table = format!("{base}-reminders");
+    config.aws.directory_table = format!("{base}-tenants");
+    config.aws.queue_name = format!("{base}-q");
+    config.aws.dlq_name = format!("{base}-dlq");
+    config.aws.create_resources = true;
+    config
+}
