@@ -79,11 +79,7 @@ impl From<RegistrarError> for ApiError {
                 message: v.to_string(),
                 field: Some(v.field),
             },
-            RegistrarError::UnknownTenant(_) => ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "unknown tenant or wrong API key",
-            ),
+            RegistrarError::UnknownTenant(_) => unauthorized(),
             RegistrarError::NotFound(what) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -102,6 +98,15 @@ impl From<RegistrarError> for ApiError {
             }
         }
     }
+}
+
+/// Unknown tenant and wrong key look the same, so tenant ids cannot be probed.
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "unknown tenant or wrong API key",
+    )
 }
 
 /// A JSON body that does not parse: name the field serde complained about.
@@ -126,13 +131,6 @@ async fn authorize(
     tenant: &str,
     headers: &HeaderMap,
 ) -> Result<TenantId, ApiError> {
-    let unauthorized = || {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "unknown tenant or wrong API key",
-        )
-    };
     let tenant: TenantId = tenant.parse().map_err(|_| unauthorized())?;
     // `x-toki-api-key` for callers whose `Authorization` carries something else
     // (behind API Gateway's IAM authoriser it holds the SigV4 signature).

@@ -18,7 +18,7 @@ use toki_core::plan::{sort_key, to_chrono, Partition};
 use toki_core::ports::ReminderIndex;
 use toki_core::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
-    ReminderKey, ScheduleId, StoreResult, TenantId, UserId,
+    ReminderKey, ScheduleId, StoreResult, TenantId,
 };
 
 use crate::error::{sdk, AwsError};
@@ -75,14 +75,7 @@ impl DynamoReminderIndex {
         item.insert("minutes_before".into(), n(k.minutes_before));
         item.insert("due".into(), n(r.due_at.millis()));
         item.insert("version".into(), n(r.version));
-        item.insert(
-            "recipients".into(),
-            s(r.recipients
-                .iter()
-                .map(UserId::as_str)
-                .collect::<Vec<_>>()
-                .join(",")),
-        );
+        item.insert("recipients".into(), s(r.encode_recipients()));
         item.insert("channels".into(), s(r.channels.encode()));
         item.insert("status".into(), s(STATUS_PENDING));
         item.insert(
@@ -256,11 +249,7 @@ fn to_indexed(item: &HashMap<String, AttributeValue>) -> Result<IndexedReminder,
         },
         due_at: DueAt(from_millis("due", get_n(item, "due")?).map_err(bad("due"))?),
         version: get_n(item, "version")?,
-        recipients: get_s(item, "recipients")?
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| UserId::parse_field("recipients", s))
-            .collect::<Result<_, _>>()
+        recipients: Reminder::decode_recipients("recipients", get_s(item, "recipients")?)
             .map_err(bad("recipients"))?,
         channels: ChannelSet::decode("channels", get_s(item, "channels")?)
             .map_err(bad("channels"))?,

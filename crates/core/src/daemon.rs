@@ -319,6 +319,13 @@ impl Daemon {
         }
     }
 
+    /// Sends every message of a failed tenant round trip back, with backoff.
+    async fn retry_all(&self, work: &[Work]) {
+        for w in work {
+            self.retry(&w.msg, self.backoff(&w.msg)).await;
+        }
+    }
+
     async fn ack(&self, receipts: Vec<String>) {
         for chunk in receipts.chunks(10) {
             match self.queue.delete_batch(chunk).await {
@@ -340,9 +347,7 @@ impl Daemon {
             Ok(s) => s,
             Err(e) => {
                 warn!(%tenant, error = %e, "tenant database unavailable");
-                for w in &work {
-                    self.retry(&w.msg, self.backoff(&w.msg)).await;
-                }
+                self.retry_all(&work).await;
                 return None;
             }
         };
@@ -358,9 +363,7 @@ impl Daemon {
             }),
             Err((e, work)) => {
                 warn!(%tenant, error = %e, "tenant database round trip failed");
-                for w in &work {
-                    self.retry(&w.msg, self.backoff(&w.msg)).await;
-                }
+                self.retry_all(&work).await;
                 None
             }
         }

@@ -297,6 +297,23 @@ impl Reminder {
     pub fn delivery_count(&self) -> usize {
         self.recipients.len() * self.channels.len()
     }
+
+    /// Wire and index form of the recipients: `u1,u2`.
+    pub fn encode_recipients(&self) -> String {
+        self.recipients
+            .iter()
+            .map(UserId::as_str)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Parses `u1,u2`; `field` names it in the error.
+    pub fn decode_recipients(field: &str, s: &str) -> Result<Vec<UserId>, ValidationError> {
+        s.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| UserId::parse_field(field, s))
+            .collect()
+    }
 }
 
 /// Where a reminder stands in the index.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::domain::{
-    from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId, UserId,
+    from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId,
 };
 use crate::error::ValidationError;
 
@@ -33,15 +33,7 @@ pub fn encode(reminder: &Reminder) -> Attributes {
     a.insert(ATTR_MINUTES_BEFORE.into(), k.minutes_before.to_string());
     a.insert(ATTR_DUE.into(), reminder.due_at.millis().to_string());
     a.insert(ATTR_VERSION.into(), reminder.version.to_string());
-    a.insert(
-        ATTR_RECIPIENTS.into(),
-        reminder
-            .recipients
-            .iter()
-            .map(UserId::as_str)
-            .collect::<Vec<_>>()
-            .join(","),
-    );
+    a.insert(ATTR_RECIPIENTS.into(), reminder.encode_recipients());
     a.insert(ATTR_CHANNELS.into(), reminder.channels.encode());
     debug_assert!(a.len() <= MAX_ATTRIBUTES);
     a
@@ -67,11 +59,7 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
     let minutes_before: u32 = int(a, ATTR_MINUTES_BEFORE)?;
     let due_at = DueAt(from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?);
     let version: i64 = int(a, ATTR_VERSION)?;
-    let recipients = get(a, ATTR_RECIPIENTS)?
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| UserId::parse_field(ATTR_RECIPIENTS, s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let recipients = Reminder::decode_recipients(ATTR_RECIPIENTS, get(a, ATTR_RECIPIENTS)?)?;
     if recipients.is_empty() {
         return Err(ValidationError::new(ATTR_RECIPIENTS, "names no recipient"));
     }

@@ -8,7 +8,7 @@ use toki_core::plan::{sort_key, to_chrono, Partition};
 use toki_core::ports::ReminderIndex;
 use toki_core::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
-    ReminderKey, ScheduleId, StoreError, StoreResult, TenantId, UserId,
+    ReminderKey, ScheduleId, StoreError, StoreResult, TenantId,
 };
 
 use crate::db_err;
@@ -67,11 +67,7 @@ pub(crate) fn row_to_indexed(row: &SqliteRow) -> StoreResult<IndexedReminder> {
         },
         due_at: DueAt(from_millis("due_at", row.get("due_at")).map_err(|e| bad("due_at", e))?),
         version: row.get("version"),
-        recipients: recipients
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| UserId::parse_field("recipients", s))
-            .collect::<Result<_, _>>()
+        recipients: Reminder::decode_recipients("recipients", &recipients)
             .map_err(|e| bad("recipients", e))?,
         channels: ChannelSet::decode("channels", &channels).map_err(|e| bad("channels", e))?,
     };
@@ -118,13 +114,7 @@ impl ReminderIndex for SqliteReminderIndex {
                     .push_bind(i64::from(r.key.minutes_before))
                     .push_bind(r.due_at.millis())
                     .push_bind(r.version)
-                    .push_bind(
-                        r.recipients
-                            .iter()
-                            .map(UserId::as_str)
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    )
+                    .push_bind(r.encode_recipients())
                     .push_bind(r.channels.encode())
                     .push_bind("pending")
                     .push_bind(None::<i64>)
