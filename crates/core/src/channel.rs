@@ -7,13 +7,14 @@ use async_trait::async_trait;
 use thiserror::Error;
 
 use crate::domain::{Channel, DeliveryKey, DueAt, Instant, TenantId, User};
-use crate::ports::TenantStore;
 
 /// A rendered reminder for one recipient on one channel, ready to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notification {
     pub tenant: TenantId,
     pub key: DeliveryKey,
+    /// The schedule version it was rendered from.
+    pub version: i64,
     pub due_at: DueAt,
     /// Shared by every notification to this user in a batch.
     pub recipient: Arc<User>,
@@ -24,16 +25,28 @@ pub struct Notification {
 /// Why a send failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SendError {
-    /// Try again later (throttled, connection failed); `retry_after` if the service said.
-    #[error("transient: {reason}")]
-    Transient {
-        reason: String,
-        retry_after: Option<Duration>,
-    },
+    /// Try again later (connection failed, 5xx, a 4xx SMTP reply). Counts
+    /// towards the delivery's failure budget.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// The service asked to slow down (HTTP 429, Retry-After): try again after
+    /// `retry_after`. Not a failure: it never uses up the budget.
+    #[error("throttled: retry after {retry_after:?}")]
+    Throttled { retry_after: Duration },
     /// Will never succeed (no address, channel not found).
     #[error("permanent: {0}")]
     Permanent(String),
 }
+
+impl SendError {
+    /// A transient failure with this reason.
+    pub fn transient(reason: impl Into<String>) -> Self {
+        SendError::Transient(reason.into())
+    }
+}
+
+/// What one notification's send came to: the instant it went out, or why not.
+pub type SendResult = Result<Instant, SendError>;
 
 /// A delivery channel. `send` gets a batch of one tenant's notifications and
 /// returns, per notification and in order, the instant it went out or why not.
@@ -45,9 +58,19 @@ pub trait ChannelSender: Send + Sync {
     /// the due instant pay no set-up. Called ahead of due; failures are ignored.
     async fn warm_up(&self) {}
 
-    async fn send(
-        &self,
-        store: &dyn TenantStore,
-        batch: &[Notification],
-    ) -> Vec<Result<Instant, SendError>>;
+    async fn send(&self, batch: &[Notification]) -> Vec<SendResult>;
+
+    /// Whether the service answers now (a cheap request that sends nothing):
+    /// how an open circuit breaker finds out that it came back.
+    async fn probe(&self) -> Result<(), SendError> {
+        Ok(())
+    }
+
+    /// Whether `notification` reached its recipient already, if the channel
+    /// can tell (Slack: the delivery key in a recent message's metadata).
+    /// Asked before sending a delivery taken over from a holder that stopped,
+    /// which may have sent it. `None`: cannot tell, send.
+    async fn already_sent(&self, _notification: &Notification) -> Option<Instant> {
+        None
+    }
 }

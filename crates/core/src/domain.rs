@@ -279,14 +279,16 @@ impl fmt::Display for ReminderKey {
     }
 }
 
-/// A reminder instance as mirrored into the index: everything the scanner and
-/// the daemon's message need, nothing more (titles and addresses stay in the RDBMS).
+/// A reminder instance as mirrored into the index and carried by a queue
+/// message: what the scanner and the daemon need to find it, nothing more.
+/// The recipients are not here: the daemon reads the schedule's participants
+/// at this version from the tenant database (a version that no longer matches
+/// makes the message stale), so a message stays small however large the meeting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reminder {
     pub key: ReminderKey,
     pub due_at: DueAt,
     pub version: i64,
-    pub recipients: Vec<UserId>,
     pub channels: ChannelSet,
 }
 
@@ -294,25 +296,21 @@ impl Reminder {
     pub fn due_for(occurrence: Occurrence, minutes_before: u32) -> DueAt {
         DueAt(occurrence.0 - Duration::minutes(i64::from(minutes_before)))
     }
-    pub fn delivery_count(&self) -> usize {
-        self.recipients.len() * self.channels.len()
-    }
 
-    /// Wire and index form of the recipients: `u1,u2`.
-    pub fn encode_recipients(&self) -> String {
-        self.recipients
-            .iter()
-            .map(UserId::as_str)
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Parses `u1,u2`; `field` names it in the error.
-    pub fn decode_recipients(field: &str, s: &str) -> Result<Vec<UserId>, ValidationError> {
-        s.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| UserId::parse_field(field, s))
-            .collect()
+    /// Its deliveries to `recipients`: one per recipient and channel.
+    pub fn deliveries_to<'a>(
+        &'a self,
+        recipients: &'a [UserId],
+    ) -> impl Iterator<Item = DeliveryKey> + 'a {
+        recipients.iter().flat_map(move |recipient| {
+            self.channels.iter().map(move |channel| DeliveryKey {
+                schedule: self.key.schedule.clone(),
+                occurrence: self.key.occurrence,
+                minutes_before: self.key.minutes_before,
+                recipient: recipient.clone(),
+                channel,
+            })
+        })
     }
 }
 
@@ -334,21 +332,20 @@ pub struct IndexedReminder {
     pub status: IndexStatus,
 }
 
-/// One delivery: a reminder instance to one recipient by one channel, as sent
-/// by one version of the schedule (the version is not part of its identity in
-/// storage; see `Display`).
+/// One delivery: a reminder instance to one recipient by one channel. This is
+/// its whole identity, in memory, in storage and on the wire: the schedule
+/// version that sends it is an attribute of the delivery, not part of it, so
+/// the same reminder to the same person by the same channel is one delivery
+/// whichever version of the schedule carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeliveryKey {
     pub schedule: ScheduleId,
     pub occurrence: Occurrence,
     pub minutes_before: u32,
-    pub version: i64,
     pub recipient: UserId,
     pub channel: Channel,
 }
 
-/// The delivery's identity, without the version: the same reminder to the same
-/// person by the same channel, whichever version of the schedule sent it.
 impl fmt::Display for DeliveryKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -363,6 +360,14 @@ impl fmt::Display for DeliveryKey {
     }
 }
 
+/// A delivery to claim for sending: which one, as sent by which version, due when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryClaim {
+    pub key: DeliveryKey,
+    pub version: i64,
+    pub due_at: DueAt,
+}
+
 /// What became of one delivery. Stored as one row per delivery, never as counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -374,8 +379,15 @@ pub enum DeliveryStatus {
     Stale,
     /// Cannot ever be delivered (e.g. the recipient has no address for the channel).
     Undeliverable,
-    /// Failed for now; the message comes back and it is tried again.
+    /// Failed for now; the message comes back and it is tried again. Counts
+    /// towards the delivery's failure budget.
     Failed,
+    /// The service asked to slow down (429); tried again when it said, without
+    /// counting towards the failure budget.
+    Throttled,
+    /// Not attempted: its channel's circuit was open. Tried again when it
+    /// closes; not a failure.
+    Deferred,
 }
 
 impl DeliveryStatus {
@@ -386,6 +398,8 @@ impl DeliveryStatus {
             DeliveryStatus::Stale => "stale",
             DeliveryStatus::Undeliverable => "undeliverable",
             DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Throttled => "throttled",
+            DeliveryStatus::Deferred => "deferred",
         }
     }
 }
@@ -399,6 +413,8 @@ impl FromStr for DeliveryStatus {
             "stale" => Self::Stale,
             "undeliverable" => Self::Undeliverable,
             "failed" => Self::Failed,
+            "throttled" => Self::Throttled,
+            "deferred" => Self::Deferred,
             other => return Err(format!("unknown delivery status {other:?}")),
         })
     }
@@ -414,6 +430,8 @@ impl fmt::Display for DeliveryStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryOutcome {
     pub key: DeliveryKey,
+    /// The schedule version the attempt was made for.
+    pub version: i64,
     pub due_at: DueAt,
     pub status: DeliveryStatus,
     pub at: Instant,

@@ -1,19 +1,21 @@
 //! Moving due reminders from the index into the delay queue: claim each row
-//! conditionally, send in batches of 10, then mark enqueued (or release on failure).
-//! Shared by the scanner and by the registrar's direct path.
+//! conditionally, send in batches that respect SQS's limits, then mark the
+//! sent rows enqueued and release the refused ones. Shared by the scanner and
+//! the registrar's direct path.
 
+use std::collections::HashMap;
+
+use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::warn;
 
 use crate::domain::{Instant, Reminder};
+use crate::error::chain;
 use crate::message;
 use crate::plan::{delay_for, to_chrono};
-use crate::ports::{DelayQueue, OutgoingMessage, ReminderIndex};
+use crate::ports::{batches, DelayQueue, OutgoingMessage, ReminderIndex};
 use crate::settings::PipelineSettings;
-
-/// SQS's batch limit.
-pub const SEND_BATCH: usize = 10;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct EnqueueSummary {
@@ -23,6 +25,8 @@ pub struct EnqueueSummary {
     pub already_claimed: usize,
     /// Rows whose claim or send failed; they stay pending for the next run.
     pub failed: usize,
+    /// Rows left for the next run because the deadline came first.
+    pub deferred: usize,
 }
 
 impl EnqueueSummary {
@@ -30,22 +34,40 @@ impl EnqueueSummary {
         self.enqueued += o.enqueued;
         self.already_claimed += o.already_claimed;
         self.failed += o.failed;
+        self.deferred += o.deferred;
     }
 }
 
+/// The message for a reminder, to be visible `lead` before it is due.
+pub fn message_for(r: &Reminder, now: Instant, settings: &PipelineSettings) -> OutgoingMessage {
+    OutgoingMessage {
+        id: r.key.to_string(),
+        body: r.key.to_string(),
+        attributes: message::encode(r),
+        delay: delay_for(r.due_at, now, settings.lead),
+        group: Some(r.key.tenant.to_string()),
+    }
+}
+
+/// Enqueues `reminders`. No new row is claimed once `deadline` has passed
+/// (a Lambda's end, less a margin): those stay pending for the next run.
 pub async fn enqueue(
     index: &dyn ReminderIndex,
     queue: &dyn DelayQueue,
     reminders: Vec<Reminder>,
     now: Instant,
     settings: &PipelineSettings,
+    deadline: Option<tokio::time::Instant>,
 ) -> EnqueueSummary {
     let mut summary = EnqueueSummary::default();
     let lease_until = now + to_chrono(settings.claim_lease);
-    let claims: Vec<(Reminder, Result<bool, _>)> = stream::iter(reminders)
+    let claims: Vec<(Reminder, Option<Result<bool, _>>)> = stream::iter(reminders)
         .map(|r| async move {
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return (r, None);
+            }
             let c = index.claim(&r, now, lease_until).await;
-            (r, c)
+            (r, Some(c))
         })
         .buffer_unordered(32)
         .collect()
@@ -53,53 +75,27 @@ pub async fn enqueue(
     let mut claimed = Vec::with_capacity(claims.len());
     for (r, c) in claims {
         match c {
-            Ok(true) => claimed.push(r),
-            Ok(false) => summary.already_claimed += 1,
-            Err(e) => {
-                warn!(reminder = %r.key, error = %e, "claim failed; left for the next run");
+            Some(Ok(true)) => claimed.push(r),
+            Some(Ok(false)) => summary.already_claimed += 1,
+            Some(Err(e)) => {
+                warn!(reminder = %r.key, error = %chain(&e), "claim failed; left for the next run");
                 summary.failed += 1;
             }
+            None => summary.deferred += 1,
         }
     }
     claimed.sort_by_key(|r| r.due_at);
 
-    let batches: Vec<Vec<Reminder>> = claimed.chunks(SEND_BATCH).map(<[_]>::to_vec).collect();
-    let results: Vec<EnqueueSummary> = stream::iter(batches)
-        .map(|batch| async move {
-            let mut s = EnqueueSummary::default();
-            let messages: Vec<OutgoingMessage> = batch
-                .iter()
-                .enumerate()
-                .map(|(i, r)| OutgoingMessage {
-                    id: i.to_string(),
-                    body: r.key.to_string(),
-                    attributes: message::encode(r),
-                    delay: delay_for(r.due_at, now, settings.lead),
-                    group: Some(r.key.tenant.to_string()),
-                })
-                .collect();
-            match queue.send_batch(&messages).await {
-                Ok(()) => {
-                    for r in &batch {
-                        // The message is out; a failed mark only means the row may be
-                        // claimed again after its lease, and the daemon dedupes.
-                        if let Err(e) = index.mark_enqueued(r).await {
-                            warn!(reminder = %r.key, error = %e, "mark enqueued failed");
-                        }
-                    }
-                    s.enqueued += batch.len();
-                }
-                Err(e) => {
-                    warn!(error = %e, count = batch.len(), "send batch failed; releasing claims");
-                    for r in &batch {
-                        if let Err(e) = index.release(r).await {
-                            warn!(reminder = %r.key, error = %e, "release failed; the lease will expire");
-                        }
-                    }
-                    s.failed += batch.len();
-                }
-            }
-            s
+    let messages: Vec<OutgoingMessage> = claimed
+        .iter()
+        .map(|r| message_for(r, now, settings))
+        .collect();
+    let by_id: HashMap<String, &Reminder> =
+        claimed.iter().map(|r| (r.key.to_string(), r)).collect();
+    let results: Vec<EnqueueSummary> = stream::iter(batches(messages))
+        .map(|batch| {
+            let by_id = &by_id;
+            async move { send_one_batch(index, queue, batch, by_id).await }
         })
         .buffer_unordered(8)
         .collect()
@@ -108,4 +104,48 @@ pub async fn enqueue(
         summary.add(r);
     }
     summary
+}
+
+/// Sends one batch; marks what went out, releases what did not.
+async fn send_one_batch(
+    index: &dyn ReminderIndex,
+    queue: &dyn DelayQueue,
+    batch: Vec<OutgoingMessage>,
+    by_id: &HashMap<String, &Reminder>,
+) -> EnqueueSummary {
+    let mut s = EnqueueSummary::default();
+    let reminders: Vec<&Reminder> = batch.iter().map(|m| by_id[&m.id]).collect();
+    let refused: Vec<usize> = match queue.send_batch(&batch).await {
+        Ok(sent) => {
+            for r in &sent.refused {
+                warn!(reminder = %reminders[r.index].key, reason = %r.reason, "the queue refused a message; released for the next run");
+            }
+            sent.refused.iter().map(|r| r.index).collect()
+        }
+        Err(e) => {
+            warn!(error = %chain(&e), count = batch.len(), "send batch failed; releasing claims");
+            (0..batch.len()).collect()
+        }
+    };
+    let (gone, kept): (Vec<_>, Vec<_>) = reminders
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| !refused.contains(i));
+    // The messages are out: a failed mark only means the row may be claimed
+    // again after its lease, and the daemon's claims dedupe.
+    join_all(gone.iter().map(|(_, r)| async move {
+        if let Err(e) = index.mark_enqueued(r).await {
+            warn!(reminder = %r.key, error = %chain(&e), "mark enqueued failed");
+        }
+    }))
+    .await;
+    join_all(kept.iter().map(|(_, r)| async move {
+        if let Err(e) = index.release(r).await {
+            warn!(reminder = %r.key, error = %chain(&e), "release failed; the lease will expire");
+        }
+    }))
+    .await;
+    s.enqueued = gone.len();
+    s.failed = kept.len();
+    s
 }

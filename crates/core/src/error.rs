@@ -1,5 +1,6 @@
 //! Error types shared by the ports.
 
+use std::error::Error as StdError;
 use std::fmt;
 
 use thiserror::Error;
@@ -21,7 +22,11 @@ impl ValidationError {
     }
 }
 
-/// A failure of a storage or queue backend.
+/// The error a backend's driver or SDK gave, kept as the source.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A failure of a storage or queue backend. `Display` says what was being
+/// done; the driver's own error is the `source` (print the chain with [`chain`]).
 #[derive(Debug, Error)]
 pub enum StoreError {
     #[error("invalid input: {0}")]
@@ -31,16 +36,94 @@ pub enum StoreError {
     #[error("conflict: {0}")]
     Conflict(String),
     /// Worth retrying: connection refused, throttled, timed out.
-    #[error("backend unavailable: {0}")]
-    Unavailable(String),
-    #[error("backend error: {0}")]
-    Backend(String),
+    #[error("{what}: backend unavailable")]
+    Unavailable {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    /// The backend refused or failed in a way retrying will not fix.
+    #[error("{what}: backend error")]
+    Backend {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    /// Stored data that does not parse back into the domain.
+    #[error("corrupt data: {what}")]
+    Corrupt {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    /// Toki itself is misconfigured (a setting is missing or wrong).
+    #[error("not configured: {0}")]
+    Unconfigured(String),
 }
 
 impl StoreError {
-    pub fn backend(e: impl fmt::Display) -> Self {
-        StoreError::Backend(e.to_string())
+    pub fn unavailable(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Unavailable {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn backend(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Backend {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn corrupt(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Corrupt {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Whether trying again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
     }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// An error and its sources on one line (`a: b: c`), for logs.
+pub fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        // Some errors repeat their source in their own text; say it once.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chain_keeps_the_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = StoreError::unavailable("opening the tenant database", io);
+        assert_eq!(
+            e.to_string(),
+            "opening the tenant database: backend unavailable"
+        );
+        assert_eq!(
+            chain(&e),
+            "opening the tenant database: backend unavailable: refused"
+        );
+        assert!(e.is_transient());
+        assert!(e.source().is_some());
+    }
+}

@@ -10,8 +10,18 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Channel, ChannelSet, ReminderRule, Schedule, ScheduleId, User, UserId};
 use crate::error::ValidationError;
 
-/// Participants per schedule: they travel in one queue message's attributes.
+// Input limits: every one is answered with a 422 naming the field and the
+// limit (README, "Input limits"); nothing past them reaches a store.
+
+/// Participants per schedule.
 pub const MAX_PARTICIPANTS: usize = 1_000;
+/// Reminder rules per schedule (each is a row per occurrence in the index).
+pub const MAX_RULES: usize = 20;
+/// Characters of a schedule's title and body.
+pub const MAX_TITLE_CHARS: usize = 500;
+pub const MAX_BODY_CHARS: usize = 10_000;
+/// Characters of a user's name.
+pub const MAX_NAME_CHARS: usize = 200;
 
 /// The longest offset a reminder may have: 4 weeks.
 pub const MAX_MINUTES_BEFORE: i64 = 4 * 7 * 24 * 60;
@@ -78,9 +88,9 @@ fn non_empty(field: &str, s: &str, max: usize) -> Result<String, ValidationError
 }
 
 impl UserInput {
-    pub fn validate(&self, id: &str) -> Result<User, ValidationError> {
-        let id = UserId::parse_field("id", id)?;
-        let name = non_empty("name", &self.name, 200)?;
+    pub fn validate(&self, id: &UserId) -> Result<User, ValidationError> {
+        let id = id.clone();
+        let name = non_empty("name", &self.name, MAX_NAME_CHARS)?;
         let email = match self.email.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(e) => {
@@ -125,13 +135,22 @@ impl UserInput {
 
 impl ScheduleInput {
     /// Validates into a schedule at version 0 (the store assigns the real version).
-    pub fn validate(&self, id: &str) -> Result<Schedule, ValidationError> {
-        let id = ScheduleId::parse_field("id", id)?;
-        let title = non_empty("title", &self.title, 500)?;
-        if self.body.chars().count() > 10_000 {
+    pub fn validate(&self, id: &ScheduleId) -> Result<Schedule, ValidationError> {
+        let id = id.clone();
+        let title = non_empty("title", &self.title, MAX_TITLE_CHARS)?;
+        if self.body.chars().count() > MAX_BODY_CHARS {
             return Err(ValidationError::new(
                 "body",
-                "must be at most 10000 characters",
+                format!("must be at most {MAX_BODY_CHARS} characters"),
+            ));
+        }
+        if self.reminders.len() > MAX_RULES {
+            return Err(ValidationError::new(
+                "reminders",
+                format!(
+                    "{} reminder rules; at most {MAX_RULES}",
+                    self.reminders.len()
+                ),
             ));
         }
         let starts_at = DateTime::parse_from_rfc3339(&self.starts_at)
@@ -290,15 +309,43 @@ mod tests {
         }
     }
 
+    fn id(s: &str) -> ScheduleId {
+        s.parse().unwrap()
+    }
+
     fn field_of(input: ScheduleInput) -> String {
-        input.validate("s1").unwrap_err().field
+        input.validate(&id("s1")).unwrap_err().field
     }
 
     #[test]
     fn a_valid_schedule_is_kept_to_the_millisecond() {
-        let s = good().validate("s1").unwrap();
+        let s = good().validate(&id("s1")).unwrap();
         assert_eq!(s.starts_at.timestamp_subsec_nanos(), 123_000_000);
         assert_eq!(s.rules[0].channels.encode(), "mail,slack");
+    }
+
+    #[test]
+    fn limits_are_named() {
+        let mut many = good();
+        many.reminders = (0..=MAX_RULES as i64)
+            .map(|m| RuleInput {
+                minutes_before: m,
+                channels: vec!["mail".into()],
+            })
+            .collect();
+        let e = many.validate(&id("s1")).unwrap_err();
+        assert_eq!(e.field, "reminders");
+        assert!(e.problem.contains("at most 20"), "{e}");
+        let long = ScheduleInput {
+            body: "x".repeat(MAX_BODY_CHARS + 1),
+            ..good()
+        };
+        assert_eq!(field_of(long), "body");
+        let crowd = ScheduleInput {
+            participants: (0..=MAX_PARTICIPANTS).map(|i| format!("u{i}")).collect(),
+            ..good()
+        };
+        assert_eq!(field_of(crowd), "participants");
     }
 
     #[test]
@@ -347,7 +394,10 @@ mod tests {
         let mut negative = good();
         negative.reminders[0].minutes_before = -5;
         assert_eq!(field_of(negative), "reminders[0].minutes_before");
-        assert_eq!(good().validate("has space").unwrap_err().field, "id");
+        assert_eq!(
+            "has space".parse::<ScheduleId>().unwrap_err().field,
+            "schedule"
+        );
     }
 
     #[test]
@@ -359,13 +409,13 @@ mod tests {
             time_zone: "Europe/Paris".into(),
             locale: "fr".into(),
         };
-        assert!(u.validate("ana").is_ok());
+        assert!(u.validate(&"ana".parse().unwrap()).is_ok());
         assert_eq!(
             UserInput {
                 email: Some("not-an-address".into()),
                 ..u.clone()
             }
-            .validate("ana")
+            .validate(&"ana".parse().unwrap())
             .unwrap_err()
             .field,
             "email"
@@ -375,7 +425,7 @@ mod tests {
                 slack_user_id: Some("#general".into()),
                 ..u.clone()
             }
-            .validate("ana")
+            .validate(&"ana".parse().unwrap())
             .unwrap_err()
             .field,
             "slack_user_id"
@@ -385,7 +435,7 @@ mod tests {
                 time_zone: "EST5".into(),
                 ..u.clone()
             }
-            .validate("ana")
+            .validate(&"ana".parse().unwrap())
             .unwrap_err()
             .field,
             "time_zone"

@@ -16,6 +16,10 @@ pub mod render;
 pub mod scanner;
 pub mod settings;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 pub use domain::*;
 pub use error::{StoreError, StoreResult, ValidationError};

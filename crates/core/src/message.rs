@@ -14,7 +14,6 @@ pub const ATTR_OCCURRENCE: &str = "occurrence";
 pub const ATTR_MINUTES_BEFORE: &str = "minutes_before";
 pub const ATTR_DUE: &str = "due";
 pub const ATTR_VERSION: &str = "version";
-pub const ATTR_RECIPIENTS: &str = "recipients";
 pub const ATTR_CHANNELS: &str = "channels";
 
 /// SQS's limit on message attributes.
@@ -33,7 +32,6 @@ pub fn encode(reminder: &Reminder) -> Attributes {
     a.insert(ATTR_MINUTES_BEFORE.into(), k.minutes_before.to_string());
     a.insert(ATTR_DUE.into(), reminder.due_at.millis().to_string());
     a.insert(ATTR_VERSION.into(), reminder.version.to_string());
-    a.insert(ATTR_RECIPIENTS.into(), reminder.encode_recipients());
     a.insert(ATTR_CHANNELS.into(), reminder.channels.encode());
     debug_assert!(a.len() <= MAX_ATTRIBUTES);
     a
@@ -59,10 +57,6 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
     let minutes_before: u32 = int(a, ATTR_MINUTES_BEFORE)?;
     let due_at = DueAt(from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?);
     let version: i64 = int(a, ATTR_VERSION)?;
-    let recipients = Reminder::decode_recipients(ATTR_RECIPIENTS, get(a, ATTR_RECIPIENTS)?)?;
-    if recipients.is_empty() {
-        return Err(ValidationError::new(ATTR_RECIPIENTS, "names no recipient"));
-    }
     let channels = ChannelSet::decode(ATTR_CHANNELS, get(a, ATTR_CHANNELS)?)?;
     Ok(Reminder {
         key: ReminderKey {
@@ -73,7 +67,6 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
         },
         due_at,
         version,
-        recipients,
         channels,
     })
 }
@@ -94,7 +87,6 @@ mod tests {
             },
             due_at: Reminder::due_for(occurrence, 5),
             version: 12,
-            recipients: vec!["u1".parse().unwrap(), "ana@x".parse().unwrap()],
             channels: ChannelSet::new("c", &[Channel::Slack, Channel::Mail]).unwrap(),
         }
     }
@@ -104,6 +96,9 @@ mod tests {
         let r = sample();
         let a = encode(&r);
         assert!(a.len() <= MAX_ATTRIBUTES);
+        // Small whatever the meeting: no recipient list travels.
+        let bytes: usize = a.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert!(bytes < 200, "{bytes} bytes");
         assert_eq!(a[ATTR_CHANNELS], "mail,slack");
         assert_eq!(decode(&a).unwrap(), r);
     }
@@ -121,8 +116,9 @@ mod tests {
         let mut a = encode(&sample());
         a.insert(ATTR_CHANNELS.into(), "mail,fax".into());
         assert_eq!(decode(&a).unwrap_err().field, ATTR_CHANNELS);
+        // A message of an older release still carrying its recipients decodes.
         let mut a = encode(&sample());
-        a.insert(ATTR_RECIPIENTS.into(), String::new());
-        assert_eq!(decode(&a).unwrap_err().field, ATTR_RECIPIENTS);
+        a.insert("recipients".into(), "u1,u2".into());
+        assert_eq!(decode(&a).unwrap(), sample());
     }
 }

@@ -32,7 +32,6 @@ pub fn reminders_for(tenant: &TenantId, schedule: &Schedule, not_before: Instant
                 },
                 due_at,
                 version: schedule.version,
-                recipients: schedule.participants.clone(),
                 channels: rule.channels.clone(),
             });
         }
@@ -139,10 +138,19 @@ pub fn delay_for(due: DueAt, now: Instant, lead: StdDuration) -> StdDuration {
     }
 }
 
-/// Backoff before a failed message is received again: 5 s doubling per receive, capped.
-pub fn retry_backoff(receive_count: u32, cap: StdDuration) -> StdDuration {
-    let exp = receive_count.saturating_sub(1).min(16);
-    StdDuration::from_secs(5u64 << exp).min(cap)
+/// Backoff before a failed delivery is tried again: `base` doubling with each
+/// failure, capped, then spread by `jitter` (0..1, drawn by the caller) over
+/// the upper half, so that a crowd that failed together does not come back
+/// together.
+pub fn retry_backoff(
+    failures: u32,
+    base: StdDuration,
+    cap: StdDuration,
+    jitter: f64,
+) -> StdDuration {
+    let exp = failures.saturating_sub(1).min(20);
+    let full = base.saturating_mul(1u32 << exp).min(cap);
+    full.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
 pub fn to_chrono(d: StdDuration) -> Duration {
@@ -199,7 +207,7 @@ mod tests {
         assert_eq!(rs[0].due_at.0, at("2026-11-23T08:55:00+09:00"));
         assert_eq!(rs[1].due_at.0, at("2026-11-23T08:00:00+09:00"));
         assert_eq!(rs[0].version, 3);
-        assert_eq!(rs[1].delivery_count(), 4);
+        assert_eq!(rs[1].deliveries_to(&s.participants).count(), 4);
         assert_eq!(rs[0].key.occurrence.0, s.starts_at);
     }
 
@@ -326,11 +334,13 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_and_caps() {
-        let cap = StdDuration::from_secs(300);
-        assert_eq!(retry_backoff(1, cap), StdDuration::from_secs(5));
-        assert_eq!(retry_backoff(2, cap), StdDuration::from_secs(10));
-        assert_eq!(retry_backoff(4, cap), StdDuration::from_secs(40));
-        assert_eq!(retry_backoff(30, cap), cap);
+    fn backoff_doubles_caps_and_spreads() {
+        let (base, cap) = (StdDuration::from_secs(1), StdDuration::from_secs(60));
+        assert_eq!(retry_backoff(1, base, cap, 1.0), StdDuration::from_secs(1));
+        assert_eq!(retry_backoff(3, base, cap, 1.0), StdDuration::from_secs(4));
+        assert_eq!(retry_backoff(30, base, cap, 1.0), cap);
+        // Jitter spreads over the upper half: never less than half the step.
+        assert_eq!(retry_backoff(3, base, cap, 0.0), StdDuration::from_secs(2));
+        assert_eq!(retry_backoff(3, base, cap, 0.5), StdDuration::from_secs(3));
     }
 }

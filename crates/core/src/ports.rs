@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::domain::{
-    DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant, Reminder, ReminderKey,
-    Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
+    DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant, Reminder,
+    ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
 };
 use crate::error::StoreResult;
 use crate::message::Attributes;
@@ -35,13 +35,17 @@ impl Clock for SystemClock {
 /// by (due minute, shard).
 #[async_trait]
 pub trait ReminderIndex: Send + Sync {
-    /// Replaces every row of one schedule with `rows` (an empty slice deletes them).
+    /// Replaces every row of one schedule with `rows` (an empty slice deletes
+    /// them), written by the schedule's `version`, unless a newer version's
+    /// rows are there already: then nothing changes and it returns false. Two
+    /// writes of one schedule racing each other leave the newer one's rows.
     async fn replace_schedule(
         &self,
         tenant: &TenantId,
         schedule: &ScheduleId,
+        version: i64,
         rows: &[Reminder],
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
 
     /// Rows of one partition due in `[from, to]`, in due order, whatever their status.
     async fn query_partition(
@@ -79,17 +83,65 @@ pub struct OutgoingMessage {
     pub group: Option<String>,
 }
 
-/// The limits every delay queue enforces (SQS's): at most 10 messages a batch,
-/// delays up to 900 s, at most 10 attributes. The error names the message at fault.
+/// SQS's limits on what one message and one batch may weigh (the sum of the
+/// body and every attribute's name, type and value).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// SQS's limit on messages per batch.
+pub const MAX_BATCH_MESSAGES: usize = 10;
+
+/// What a message weighs as SQS counts it.
+pub fn message_bytes(m: &OutgoingMessage) -> usize {
+    m.body.len()
+        + m.attributes
+            .iter()
+            .map(|(name, value)| name.len() + "String".len() + value.len())
+            .sum::<usize>()
+}
+
+/// Splits messages into batches that respect SQS: at most 10 messages and
+/// 1 MiB each, in order. (A message over 256 KiB goes alone and is refused by
+/// [`check_batch`].)
+pub fn batches(messages: Vec<OutgoingMessage>) -> Vec<Vec<OutgoingMessage>> {
+    let mut out: Vec<Vec<OutgoingMessage>> = Vec::new();
+    let mut bytes = 0;
+    for m in messages {
+        let size = message_bytes(&m);
+        match out.last_mut() {
+            Some(b) if b.len() < MAX_BATCH_MESSAGES && bytes + size <= MAX_BATCH_BYTES => {
+                bytes += size;
+                b.push(m);
+            }
+            _ => {
+                bytes = size;
+                out.push(vec![m]);
+            }
+        }
+    }
+    out
+}
+
+/// The limits every delay queue enforces (SQS's): at most 10 messages and
+/// 1 MiB a batch, 256 KiB a message, delays up to 900 s, at most 10
+/// attributes. The error names the message at fault.
 pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), crate::error::ValidationError> {
     use crate::error::ValidationError;
-    if messages.len() > 10 {
+    if messages.len() > MAX_BATCH_MESSAGES {
         return Err(ValidationError::new(
             "messages",
             format!("a batch holds at most 10, got {}", messages.len()),
         ));
     }
+    let mut total = 0;
     for (i, m) in messages.iter().enumerate() {
+        let size = message_bytes(m);
+        if size > MAX_MESSAGE_BYTES {
+            return Err(ValidationError::new(
+                format!("messages[{i}]"),
+                format!("{size} bytes exceed the {MAX_MESSAGE_BYTES}-byte message limit"),
+            ));
+        }
+        total += size;
         if m.delay > crate::plan::MAX_DELAY {
             return Err(ValidationError::new(
                 format!("messages[{i}].delay"),
@@ -103,7 +155,47 @@ pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), crate::error::Val
             ));
         }
     }
+    if total > MAX_BATCH_BYTES {
+        return Err(ValidationError::new(
+            "messages",
+            format!("{total} bytes exceed the {MAX_BATCH_BYTES}-byte batch limit"),
+        ));
+    }
     Ok(())
+}
+
+/// What a batch send left unsent: the queue took every other message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchSent {
+    pub refused: Vec<RefusedMessage>,
+}
+
+/// A message of a batch the queue refused, by position, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedMessage {
+    pub index: usize,
+    pub reason: String,
+}
+
+/// The attribute a dead letter carries its reason in (removed on redrive).
+pub const DEAD_LETTER_REASON: &str = "dead_letter_reason";
+
+/// A dead letter's attributes: the message's own, and why it was dead-lettered
+/// if there is room for one more attribute. The reason is cut to 1 KiB.
+pub fn with_dead_letter_reason(
+    attributes: &crate::message::Attributes,
+    reason: &str,
+) -> crate::message::Attributes {
+    let mut a = attributes.clone();
+    a.remove(DEAD_LETTER_REASON);
+    if a.len() < crate::message::MAX_ATTRIBUTES {
+        let mut cut = reason.len().min(1024);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        a.insert(DEAD_LETTER_REASON.to_owned(), reason[..cut].to_owned());
+    }
+    a
 }
 
 /// A message received from the delay queue.
@@ -120,8 +212,9 @@ pub struct ReceivedMessage {
 /// visibility timeouts, receive counts and a dead-letter queue.
 #[async_trait]
 pub trait DelayQueue: Send + Sync {
-    /// Sends up to 10 messages. All-or-error: on error none may be assumed sent.
-    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()>;
+    /// Sends a batch (see [`check_batch`]). `Ok` lists the messages the queue
+    /// refused (the others are sent); on `Err` none may be assumed sent.
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<BatchSent>;
 
     /// Receives up to `max` (≤ 10) visible messages, waiting up to `wait` for one
     /// to become visible. Received messages are hidden for `visibility`.
@@ -138,8 +231,26 @@ pub trait DelayQueue: Send + Sync {
     /// Hides a received message for `timeout` from now (0 makes it visible again).
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()>;
 
+    /// Moves a received message to the dead-letter queue at once, with
+    /// `reason` in its [`DEAD_LETTER_REASON`] attribute (where there is room
+    /// for one more): the daemon's verdict when a message is out of its
+    /// failure budget. Fails, leaving the message where it is, if the queue
+    /// has no dead-letter queue.
+    async fn dead_letter(&self, message: &ReceivedMessage, reason: &str) -> StoreResult<()>;
+
     /// Messages in the queue (visible or not) and in its dead-letter queue.
     async fn depth(&self) -> StoreResult<QueueDepth>;
+
+    /// Up to `max` dead-lettered messages, held from other readers of the
+    /// dead-letter queue for `hold` while they are looked at or moved.
+    async fn dead_letters(&self, max: usize, hold: Duration) -> StoreResult<Vec<ReceivedMessage>>;
+
+    /// Moves dead letters (as `dead_letters` returned them) back to the queue,
+    /// visible at once, with their receive count starting over. Returns how many moved.
+    async fn redrive(&self, letters: &[ReceivedMessage]) -> StoreResult<usize>;
+
+    /// Leaves dead letters where they are, visible to the next look at once.
+    async fn release_dead_letters(&self, letters: &[ReceivedMessage]) -> StoreResult<()>;
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,9 +282,12 @@ pub struct ScheduleSnapshot {
     pub body: String,
     pub starts_at: Instant,
     pub version: i64,
+    /// The participants at this version, in order.
+    pub participants: Vec<UserId>,
 }
 
-/// What one round trip to a tenant database gives the daemon for a batch.
+/// What one round trip to a tenant database gives the daemon for a batch:
+/// the schedules, and every participant of them as a user.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeliveryContext {
     pub schedules: HashMap<ScheduleId, ScheduleSnapshot>,
@@ -184,6 +298,8 @@ pub struct DeliveryContext {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMessage {
     pub key: DeliveryKey,
+    /// The schedule version it was sent for.
+    pub version: i64,
     pub user: UserId,
     pub text: String,
     pub created_at: Instant,
@@ -192,7 +308,7 @@ pub struct ChatMessage {
 /// One tenant's database (the source of truth).
 #[async_trait]
 pub trait TenantStore: Send + Sync {
-    async fn put_user(&self, user: &User) -> StoreResult<()>;
+    async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
 
     /// Writes a schedule, its participants and rules in one transaction with
@@ -208,22 +324,31 @@ pub trait TenantStore: Send + Sync {
     /// Records that the mirror of `schedule` at `version` is done.
     async fn mark_mirrored(&self, schedule: &ScheduleId, version: i64) -> StoreResult<()>;
 
-    /// One round trip: the schedules and users a batch of deliveries needs.
-    async fn delivery_context(
-        &self,
-        schedules: &[ScheduleId],
-        users: &[UserId],
-    ) -> StoreResult<DeliveryContext>;
+    /// One round trip: the schedules a batch of deliveries needs, with their
+    /// participants, and those participants as users.
+    async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext>;
 
     /// Claims deliveries for sending, in one transaction: inserts `sending`
-    /// rows, or takes over rows that `failed`, are `stale` (an older version's
-    /// verdict), or whose claim is older than `stale_claim_before`.
+    /// rows, or takes over rows that `failed`, were `throttled`, are `stale`
+    /// (an older version's verdict), or whose claim was last renewed before
+    /// `takeover_before` (its holder stopped: marked `taken_over`).
     async fn claim_deliveries(
         &self,
-        claims: &[(DeliveryKey, crate::domain::DueAt)],
+        claims: &[DeliveryClaim],
         now: Instant,
-        stale_claim_before: Instant,
+        takeover_before: Instant,
     ) -> StoreResult<Claims>;
+
+    /// Renews the claims named by `tokens` (a live holder's heartbeat), so
+    /// that nobody takes them over while they are being sent.
+    async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()>;
+
+    /// The current version of each schedule that still exists (one query):
+    /// the last look before firing, for changes made after the claim.
+    async fn schedule_versions(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<HashMap<ScheduleId, i64>>;
 
     /// Records outcomes (delivered, stale, failed, undeliverable), one row each.
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()>;
@@ -237,6 +362,12 @@ pub trait TenantStore: Send + Sync {
     /// Every delivery row (for reports and verification).
     async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>>;
 
+    /// The delivery rows of one reminder (e.g. why its message was dead-lettered).
+    async fn reminder_deliveries(
+        &self,
+        reminder: &ReminderKey,
+    ) -> StoreResult<Vec<DeliveryOutcome>>;
+
     /// Chat messages of one user.
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>>;
 }
@@ -246,31 +377,35 @@ pub trait TenantStore: Send + Sync {
 /// Requested deliveries in neither list are final (delivered, undeliverable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claims {
-    pub owned: Vec<DeliveryKey>,
+    /// Names this claim, for renewing it while the deliveries are held.
+    pub token: String,
+    pub owned: Vec<OwnedDelivery>,
     pub busy: Vec<DeliveryKey>,
+}
+
+/// A delivery a claim got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedDelivery {
+    pub key: DeliveryKey,
+    /// Failed attempts so far that count towards its budget.
+    pub failures: u32,
+    /// Taken over from a holder that stopped renewing: it may have been sent.
+    pub taken_over: bool,
+}
+
+impl OwnedDelivery {
+    /// A first claim: no failure yet, nobody to take over from.
+    pub fn new(key: DeliveryKey) -> Self {
+        OwnedDelivery {
+            key,
+            failures: 0,
+            taken_over: false,
+        }
+    }
 }
 
 /// Opens tenant stores by tenant, lazily, one pool per tenant.
 #[async_trait]
 pub trait TenantStores: Send + Sync {
     async fn open(&self, tenant: &TenantId) -> StoreResult<Arc<dyn TenantStore>>;
-}
-
-/// The keys of a reminder message's deliveries.
-pub fn delivery_keys(reminder: &Reminder) -> Vec<DeliveryKey> {
-    let k: &ReminderKey = &reminder.key;
-    let mut out = Vec::with_capacity(reminder.delivery_count());
-    for recipient in &reminder.recipients {
-        for channel in reminder.channels.iter() {
-            out.push(DeliveryKey {
-                schedule: k.schedule.clone(),
-                occurrence: k.occurrence,
-                minutes_before: k.minutes_before,
-                version: reminder.version,
-                recipient: recipient.clone(),
-                channel,
-            });
-        }
-    }
-    out
 }

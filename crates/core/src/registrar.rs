@@ -5,25 +5,26 @@
 use std::sync::Arc;
 
 use thiserror::Error;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::domain::{Schedule, ScheduleId, TenantId, TenantRecord, User, UserId};
 use crate::enqueue::{enqueue, EnqueueSummary};
-use crate::error::{StoreError, ValidationError};
+use crate::error::{chain, StoreError, ValidationError};
 use crate::input::{ScheduleInput, UserInput};
 use crate::plan::{reminders_for, Window};
 use crate::ports::{Clock, DelayQueue, MirrorWork, ReminderIndex, TenantDirectory, TenantStores};
 use crate::settings::PipelineSettings;
 
+/// Why a registrar call failed: the caller's input, or ours (with its source).
 #[derive(Debug, Error)]
 pub enum RegistrarError {
-    #[error("{0}")]
+    #[error(transparent)]
     Invalid(#[from] ValidationError),
     #[error("unknown tenant {0}")]
     UnknownTenant(TenantId),
     #[error("{0} not found")]
     NotFound(String),
-    #[error("{0}")]
+    #[error(transparent)]
     Store(StoreError),
 }
 
@@ -34,6 +35,16 @@ impl From<StoreError> for RegistrarError {
             other => RegistrarError::Store(other),
         }
     }
+}
+
+/// One repair pass over every tenant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RepairSummary {
+    pub tenants: usize,
+    /// Writes whose mirror was finished.
+    pub repaired: usize,
+    /// Tenants whose repair failed (their database or the index was unreachable).
+    pub failed_tenants: usize,
 }
 
 /// The result of a schedule write.
@@ -65,22 +76,21 @@ impl Registrar {
     pub async fn put_user(
         &self,
         tenant: &TenantId,
-        id: &str,
+        id: &UserId,
         input: &UserInput,
     ) -> Result<User, RegistrarError> {
         let user = input.validate(id)?;
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
-        store.put_user(&user).await?;
+        store.put_user(&user, self.clock.now()).await?;
         Ok(user)
     }
 
-    pub async fn get_user(&self, tenant: &TenantId, id: &str) -> Result<User, RegistrarError> {
-        let id = UserId::parse_field("id", id)?;
+    pub async fn get_user(&self, tenant: &TenantId, id: &UserId) -> Result<User, RegistrarError> {
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         store
-            .get_user(&id)
+            .get_user(id)
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("user {id}")))
     }
@@ -88,7 +98,7 @@ impl Registrar {
     pub async fn put_schedule(
         &self,
         tenant: &TenantId,
-        id: &str,
+        id: &ScheduleId,
         input: &ScheduleInput,
     ) -> Result<Registered, RegistrarError> {
         let schedule = input.validate(id)?;
@@ -101,7 +111,7 @@ impl Registrar {
         {
             Ok(s) => (true, s.enqueued),
             Err(e) => {
-                warn!(%tenant, schedule = %saved.id, error = %e, "mirror failed; repair will retry");
+                warn!(%tenant, schedule = %saved.id, error = %chain(&e), "mirror failed; repair will retry");
                 (false, 0)
             }
         };
@@ -115,24 +125,27 @@ impl Registrar {
     pub async fn get_schedule(
         &self,
         tenant: &TenantId,
-        id: &str,
+        id: &ScheduleId,
     ) -> Result<Schedule, RegistrarError> {
-        let id = ScheduleId::parse_field("id", id)?;
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         store
-            .get_schedule(&id)
+            .get_schedule(id)
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))
     }
 
-    /// Deletes a schedule; its queued reminders become stale and deliver nothing.
-    pub async fn delete_schedule(&self, tenant: &TenantId, id: &str) -> Result<(), RegistrarError> {
-        let id = ScheduleId::parse_field("id", id)?;
+    /// Deletes a schedule; its queued reminders become stale and deliver
+    /// nothing. Returns whether the index mirror is done (else repair finishes it).
+    pub async fn delete_schedule(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+    ) -> Result<bool, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let version = store
-            .delete_schedule(&id, self.clock.now())
+            .delete_schedule(id, self.clock.now())
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))?;
         if let Err(e) = self
@@ -145,9 +158,10 @@ impl Registrar {
             )
             .await
         {
-            warn!(%tenant, schedule = %id, error = %e, "mirror of delete failed; repair will retry");
+            warn!(%tenant, schedule = %id, error = %chain(&e), "mirror of delete failed; repair will retry");
+            return Ok(false);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Mirrors one write into the index and records it done in the tenant database.
@@ -172,9 +186,15 @@ impl Registrar {
             ),
             MirrorWork::Delete { schedule, version } => (schedule.clone(), *version, Vec::new()),
         };
-        self.index
-            .replace_schedule(tenant, &schedule_id, &rows)
-            .await?;
+        if !self
+            .index
+            .replace_schedule(tenant, &schedule_id, version, &rows)
+            .await?
+        {
+            // A newer write of this schedule is mirrored already: it wins.
+            store.mark_mirrored(&schedule_id, version).await?;
+            return Ok(EnqueueSummary::default());
+        }
         // What the scanner has already covered (or will not reach in time) goes straight in.
         let window = Window::at(now, self.settings.look_back, self.settings.window);
         // A tenant whose contract is off gets nothing; its rows wait in the index
@@ -195,6 +215,7 @@ impl Registrar {
                 direct,
                 now,
                 &self.settings,
+                None,
             )
             .await
         };
@@ -204,6 +225,46 @@ impl Registrar {
         }
         store.mark_mirrored(&schedule_id, version).await?;
         Ok(summary)
+    }
+
+    /// Finishes failed mirrors for every tenant (`toki serve` every minute;
+    /// the repair Lambda on AWS). A tenant whose repair fails is counted and
+    /// retried next time; the others go on.
+    pub async fn repair_all(&self) -> Result<RepairSummary, RegistrarError> {
+        let mut summary = RepairSummary::default();
+        for t in self.directory.list().await? {
+            summary.tenants += 1;
+            match self.repair(&t.id).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    info!(tenant = %t.id, repaired = n, "repaired index mirrors");
+                    summary.repaired += n;
+                }
+                Err(e) => {
+                    warn!(tenant = %t.id, error = %chain(&e), "repair failed; next pass retries");
+                    summary.failed_tenants += 1;
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Repairs every `every` until `shutdown` turns true.
+    pub async fn run_repair(
+        &self,
+        every: std::time::Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if let Err(e) = self.repair_all().await {
+                warn!(error = %chain(&e), "repair: listing tenants failed");
+            }
+        }
     }
 
     /// Finishes mirrors that failed (or were cut short) for one tenant.

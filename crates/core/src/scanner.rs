@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant as StdInstant;
 
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
@@ -11,7 +10,7 @@ use tracing::{info, warn};
 
 use crate::domain::{IndexStatus, Reminder, TenantId};
 use crate::enqueue::{enqueue, EnqueueSummary};
-use crate::error::StoreResult;
+use crate::error::{chain, StoreResult};
 use crate::plan::Window;
 use crate::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 use crate::settings::PipelineSettings;
@@ -31,7 +30,16 @@ pub struct ScanSummary {
     pub partitions: usize,
     /// Partitions whose query failed this run.
     pub failed_partitions: usize,
+    /// Rows left pending because the run's deadline came first.
+    pub deferred: usize,
     pub duration_ms: u64,
+}
+
+impl ScanSummary {
+    /// Whether anything failed this run (rows the next run must retry).
+    pub fn had_failures(&self) -> bool {
+        self.failed > 0 || self.failed_partitions > 0
+    }
 }
 
 pub struct Scanner {
@@ -43,8 +51,33 @@ pub struct Scanner {
 }
 
 impl Scanner {
+    /// Scans every `every` until `shutdown` turns true (`toki serve`; on AWS
+    /// EventBridge's schedule invokes the scanner Lambda instead).
+    pub async fn run_every(
+        &self,
+        every: std::time::Duration,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if let Err(e) = self.scan_once().await {
+                warn!(error = %chain(&e), "scan failed; next run retries");
+            }
+        }
+    }
+
     pub async fn scan_once(&self) -> StoreResult<ScanSummary> {
-        let started = StdInstant::now();
+        self.scan(None).await
+    }
+
+    /// One run; nothing new is claimed once `deadline` has passed.
+    pub async fn scan(&self, deadline: Option<tokio::time::Instant>) -> StoreResult<ScanSummary> {
+        let started = tokio::time::Instant::now();
         let now = self.clock.now();
         let window = Window::at(now, self.settings.look_back, self.settings.window);
         let partitions = window.partitions(self.settings.shards);
@@ -67,7 +100,7 @@ impl Scanner {
             match r {
                 Ok(r) => rows.push(r),
                 Err(e) => {
-                    warn!(partition = %p.key(), error = %e, "partition query failed; next run retries");
+                    warn!(partition = %p.key(), error = %chain(&e), "partition query failed; next run retries");
                     summary.failed_partitions += 1;
                 }
             }
@@ -103,7 +136,7 @@ impl Scanner {
                 }
                 // Left pending: the next run looks again.
                 Err(e) => {
-                    warn!(%tenant, error = %e, "contract lookup failed; next run retries");
+                    warn!(%tenant, error = %chain(&e), "contract lookup failed; next run retries");
                     summary.failed += reminders.len();
                 }
             }
@@ -113,23 +146,28 @@ impl Scanner {
             enqueued,
             already_claimed,
             failed,
+            deferred,
         } = enqueue(
             self.index.as_ref(),
             self.queue.as_ref(),
             to_send,
             now,
             &self.settings,
+            deadline,
         )
         .await;
         summary.enqueued = enqueued;
         summary.already_claimed = already_claimed;
         summary.failed += failed;
+        summary.deferred = deferred;
         summary.duration_ms = started.elapsed().as_millis() as u64;
         info!(
             scanned = summary.scanned,
             enqueued = summary.enqueued,
             skipped_by_contract = summary.skipped_by_contract,
             failed = summary.failed,
+            failed_partitions = summary.failed_partitions,
+            deferred = summary.deferred,
             duration_ms = summary.duration_ms,
             "scan"
         );

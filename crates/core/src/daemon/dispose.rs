@@ -1,0 +1,148 @@
+//! Disposing: telling the queue what became of each message, and saying so
+//! in the log when something failed.
+
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use tracing::{debug, error, warn};
+
+use crate::error::chain;
+use crate::message::{ATTR_SCHEDULE, ATTR_TENANT};
+use crate::ports::ReceivedMessage;
+
+use super::settle::{disposition, Disposition};
+use super::work::MessageFate;
+use super::Daemon;
+
+/// A parked message whose circuit closed before it could park comes back this soon.
+const UNPARK: Duration = Duration::from_millis(200);
+
+/// A number in 0..1 that differs per message and per call: spreads retries
+/// so that messages failed together do not come back together.
+fn jitter(receipt: &str) -> f64 {
+    let h = std::collections::hash_map::RandomState::new().hash_one(receipt);
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// An attribute of a message for a log line ("?" when it has none).
+fn attr<'a>(msg: &'a ReceivedMessage, name: &str) -> &'a str {
+    msg.attributes.get(name).map_or("?", String::as_str)
+}
+
+impl Daemon {
+    /// Acknowledges finished messages in batches; hides the others until they
+    /// should be received again, parks those waiting for a circuit, and moves
+    /// those out of their budget to the dead-letter queue.
+    pub(super) async fn dispose(&self, fates: Vec<(ReceivedMessage, MessageFate)>) {
+        let policy = &self.settings.retry;
+        let mut acks = Vec::new();
+        for (msg, fate) in fates {
+            let tenant = attr(&msg, ATTR_TENANT);
+            let schedule = attr(&msg, ATTR_SCHEDULE);
+            match disposition(&fate, msg.receive_count, policy, jitter(&msg.receipt)) {
+                Disposition::Ack => acks.push(msg.receipt),
+                Disposition::Redelay(wait) => {
+                    match &fate {
+                        MessageFate::Throttled { .. } => {
+                            self.stats.add(&self.stats.throttled, 1);
+                            debug!(
+                                tenant,
+                                schedule,
+                                ?wait,
+                                "throttled; message comes back when the service said"
+                            )
+                        }
+                        MessageFate::Busy => {
+                            self.stats.add(&self.stats.busy, 1);
+                            debug!(
+                                tenant,
+                                schedule,
+                                ?wait,
+                                "deliveries held elsewhere; message comes back"
+                            )
+                        }
+                        _ => debug!(tenant, schedule, ?wait, "early message re-delayed"),
+                    }
+                    self.hide(&msg, wait).await;
+                }
+                Disposition::Retry(after) => {
+                    match &fate {
+                        MessageFate::Failed {
+                            channel,
+                            reason,
+                            failures,
+                            others,
+                        } => {
+                            for (channel, reason, failures) in
+                                std::iter::once((channel, reason, failures))
+                                    .chain(others.iter().map(|(c, r, f)| (c, r, f)))
+                            {
+                                warn!(
+                                    tenant,
+                                    schedule,
+                                    %channel,
+                                    %reason,
+                                    attempt = failures,
+                                    of = policy.max_failures,
+                                    next_try_in = ?after,
+                                    "delivery failed; trying again"
+                                )
+                            }
+                        }
+                        MessageFate::Unprocessed { reason, overdue } => warn!(
+                            tenant,
+                            schedule,
+                            %reason,
+                            receive = msg.receive_count,
+                            overdue_s = overdue.as_secs(),
+                            gives_up_after_s = policy.give_up_after.as_secs(),
+                            next_try_in = ?after,
+                            "message could not be worked on; trying again"
+                        ),
+                        _ => {}
+                    }
+                    self.stats.add(&self.stats.retried, 1);
+                    self.hide(&msg, after).await;
+                }
+                Disposition::Park(channels) => {
+                    let parked = channels
+                        .iter()
+                        .filter(|c| self.breakers.park(**c, msg.receipt.clone()))
+                        .count();
+                    if parked > 0 {
+                        self.stats.add(&self.stats.parked, 1);
+                        self.hide(&msg, self.breakers.settings().park_for).await;
+                    } else {
+                        // The circuit closed meanwhile: straight back.
+                        self.hide(&msg, UNPARK).await;
+                    }
+                }
+                Disposition::DeadLetter(reason) => {
+                    error!(tenant, schedule, %reason, receive = msg.receive_count, "message dead-lettered; `toki redrive` sends it again");
+                    match self.queue.dead_letter(&msg, &reason).await {
+                        Ok(()) => self.stats.add(&self.stats.dead_lettered, 1),
+                        // Never deleted: it comes back after the longest backoff,
+                        // and the queue's own redrive policy is the backstop.
+                        Err(e) => {
+                            error!(tenant, schedule, error = %chain(&e), "dead-lettering failed; the message stays in the queue");
+                            self.hide(&msg, policy.cap).await;
+                        }
+                    }
+                }
+            }
+        }
+        for chunk in acks.chunks(10) {
+            match self.queue.delete_batch(chunk).await {
+                Ok(()) => self.stats.add(&self.stats.acked, chunk.len()),
+                // Not deleted: it comes back and the delivery rows keep it from sending twice.
+                Err(e) => warn!(error = %chain(&e), "delete failed"),
+            }
+        }
+    }
+
+    async fn hide(&self, msg: &ReceivedMessage, wait: Duration) {
+        if let Err(e) = self.queue.change_visibility(&msg.receipt, wait).await {
+            warn!(error = %chain(&e), "changing visibility failed; the message returns after its visibility timeout");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Firing: wait for each due instant, take a last look at the schedules just
+//! before it (a change committed up to the cut-off is honoured), then send
+//! every notification due at it, each channel's share as one batch, all
+//! channels at once; and warm the channels up while there is time before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tracing::warn;
+
+use crate::channel::{ChannelSender, Notification, SendError, SendResult};
+use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
+use crate::error::chain;
+use crate::ports::TenantStore;
+
+use super::breaker::probe_until_closed;
+use super::plan::{PlannedMessage, ToSend};
+use super::settle::Sent;
+use super::Daemon;
+use super::Prepared;
+
+/// One channel's share of a due group: where each notification came from,
+/// whether it was taken over, and the notifications.
+#[derive(Default)]
+struct ChannelBatch {
+    at: Vec<(usize, usize)>,
+    taken_over: Vec<bool>,
+    notifications: Vec<Notification>,
+}
+
+/// What firing a tenant's part of a batch came to.
+#[derive(Debug, Default)]
+pub(super) struct Fired {
+    pub sent: Vec<Sent>,
+    /// Messages whose schedule changed after the claim (at the last look):
+    /// not sent, and why.
+    pub revoked: Vec<(usize, String)>,
+}
+
+/// Channels are warmed again after this long (pooled connections go idle).
+const WARM_EVERY: Duration = Duration::from_secs(20);
+
+impl Daemon {
+    /// The tokio instant `due` falls on by the daemon's clock.
+    fn tokio_instant(&self, due: DueAt) -> tokio::time::Instant {
+        let ahead = (due.0 - self.clock.now()).to_std().unwrap_or_default();
+        tokio::time::Instant::now() + ahead
+    }
+
+    pub(super) async fn fire(
+        &self,
+        tenant: &TenantId,
+        store: &dyn TenantStore,
+        messages: &[PlannedMessage],
+        mut to_send: Vec<ToSend>,
+    ) -> Fired {
+        to_send.sort_by_key(|t| t.notification.due_at);
+        let mut fired = Fired::default();
+        let mut rest = to_send.into_iter().peekable();
+        while let Some(first) = rest.next() {
+            let due = first.notification.due_at;
+            let mut group = vec![first];
+            while let Some(next) = rest.next_if(|t| t.notification.due_at == due) {
+                group.push(next);
+            }
+            let fire_at = self.tokio_instant(due);
+            tokio::time::sleep_until(fire_at - self.settings.late_change_cutoff).await;
+            // Past due already (a retry, a late message): the versions were
+            // read with the claim a moment ago, so there is nothing to look at.
+            let revoked = if tokio::time::Instant::now() < fire_at {
+                self.last_look(tenant, store, messages, &group, fire_at)
+                    .await
+            } else {
+                Vec::new()
+            };
+            if !revoked.is_empty() {
+                group.retain(|t| !revoked.iter().any(|(m, _)| *m == t.message));
+                fired.revoked.extend(revoked);
+            }
+            tokio::time::sleep_until(fire_at).await;
+            fired.sent.extend(self.send_group(group).await);
+        }
+        fired
+    }
+
+    /// The schedules' versions now: messages whose schedule moved on since the
+    /// claim are revoked. Waits no later than the due instant: a database too
+    /// slow to answer by then does not make the reminder late (it is sent as claimed).
+    async fn last_look(
+        &self,
+        tenant: &TenantId,
+        store: &dyn TenantStore,
+        messages: &[PlannedMessage],
+        group: &[ToSend],
+        deadline: tokio::time::Instant,
+    ) -> Vec<(usize, String)> {
+        let in_group: BTreeSet<usize> = group.iter().map(|t| t.message).collect();
+        let schedules: Vec<ScheduleId> = in_group
+            .iter()
+            .map(|m| messages[*m].reminder.schedule.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let versions = match tokio::time::timeout_at(deadline, store.schedule_versions(&schedules))
+            .await
+        {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                warn!(%tenant, error = %chain(&e), "last look before firing failed; sending as claimed");
+                return Vec::new();
+            }
+            Err(_) => {
+                warn!(%tenant, "last look before firing did not answer by the due instant; sending as claimed");
+                return Vec::new();
+            }
+        };
+        in_group
+            .into_iter()
+            .filter_map(|m| {
+                let message = &messages[m];
+                match versions.get(&message.reminder.schedule) {
+                    Some(v) if *v == message.version => None,
+                    Some(v) => Some((
+                        m,
+                        format!(
+                            "schedule changed just before it was due (version {v}, message has {})",
+                            message.version
+                        ),
+                    )),
+                    None => Some((m, "schedule deleted just before it was due".to_owned())),
+                }
+            })
+            .collect()
+    }
+
+    /// Sends one due group: each channel's share as one batch, all at once.
+    /// A channel whose circuit is open sends nothing (its deliveries wait).
+    async fn send_group(&self, group: Vec<ToSend>) -> Vec<Sent> {
+        // Notifications move into per-channel batches: no copies on the hot path.
+        let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
+        for t in group {
+            let b = per_channel.entry(t.notification.key.channel).or_default();
+            b.at.push((t.message, t.delivery));
+            b.taken_over.push(t.taken_over);
+            b.notifications.push(t.notification);
+        }
+        let results = join_all(per_channel.into_iter().map(|(channel, batch)| async move {
+            let sender = self.channels.get(&channel).cloned();
+            let results: Vec<Option<SendResult>> = match sender {
+                _ if self.breakers.is_open(channel) => vec![None; batch.notifications.len()],
+                Some(sender) => self.send_batch(channel, &sender, &batch).await,
+                // The plan only sends on configured channels; never panic for it.
+                None => vec![
+                    Some(Err(SendError::Permanent(format!(
+                        "channel {channel} is not configured"
+                    ))));
+                    batch.notifications.len()
+                ],
+            };
+            batch.at.into_iter().zip(results).collect::<Vec<_>>()
+        }))
+        .await;
+        results
+            .into_iter()
+            .flatten()
+            .filter_map(|((message, delivery), result)| {
+                result.map(|result| Sent {
+                    message,
+                    delivery,
+                    result,
+                })
+            })
+            .collect()
+    }
+
+    /// One channel's batch: deliveries taken over from a holder that stopped
+    /// are looked up first (it may have sent them); the rest are sent. The
+    /// answers feed the channel's circuit breaker.
+    async fn send_batch(
+        &self,
+        channel: Channel,
+        sender: &Arc<dyn ChannelSender>,
+        batch: &ChannelBatch,
+    ) -> Vec<Option<SendResult>> {
+        let n = batch.notifications.len();
+        let mut results: Vec<Option<SendResult>> = vec![None; n];
+        let reconcile = self.settings.reconcile_takeovers;
+        let taken_over: Vec<usize> = (0..n)
+            .filter(|i| reconcile && batch.taken_over[*i])
+            .collect();
+        for i in &taken_over {
+            if let Some(at) = sender.already_sent(&batch.notifications[*i]).await {
+                results[*i] = Some(Ok(at));
+            }
+        }
+        let found: HashSet<usize> = (0..n).filter(|i| results[*i].is_some()).collect();
+        if found.is_empty() {
+            for (slot, r) in results
+                .iter_mut()
+                .zip(sender.send(&batch.notifications).await)
+            {
+                *slot = Some(r);
+            }
+        } else {
+            // Rare (a takeover): copies are fine here.
+            let rest: Vec<usize> = (0..n).filter(|i| !found.contains(i)).collect();
+            let to_go: Vec<Notification> = rest
+                .iter()
+                .map(|i| batch.notifications[*i].clone())
+                .collect();
+            for (i, r) in rest.into_iter().zip(sender.send(&to_go).await) {
+                results[i] = Some(r);
+            }
+        }
+        let failed = results
+            .iter()
+            .filter(|r| matches!(r, Some(Err(SendError::Transient(_)))))
+            .count();
+        let answered = results
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(_)) | Some(Err(SendError::Permanent(_)))))
+            .count();
+        if self.breakers.record(channel, answered, failed) {
+            warn!(%channel, "circuit open: deliveries on this channel wait until it answers again");
+            self.stats.add(&self.stats.circuits_opened, 1);
+            let probe = probe_until_closed(
+                channel,
+                sender.clone(),
+                self.breakers.clone(),
+                self.queue.clone(),
+            );
+            self.probes.lock().expect("probes lock").spawn(probe);
+        }
+        results
+    }
+
+    /// Warms the channels a batch will use, at most once per WARM_EVERY each,
+    /// while there is still time before the due instant.
+    pub(super) async fn warm_channels(&self, prepared: &[Prepared]) {
+        let used: BTreeSet<Channel> = prepared
+            .iter()
+            .flat_map(|p| &p.plan.to_send)
+            .map(|t| t.notification.key.channel)
+            .collect();
+        for channel in used {
+            let due_for_warming = {
+                let mut warmed = self.warmed.lock().expect("warm lock");
+                let now = tokio::time::Instant::now();
+                match warmed.get(&channel) {
+                    Some(t) if now.duration_since(*t) <= WARM_EVERY => false,
+                    _ => {
+                        warmed.insert(channel, now);
+                        true
+                    }
+                }
+            };
+            if due_for_warming {
+                if let Some(sender) = self.channels.get(&channel) {
+                    sender.warm_up().await;
+                }
+            }
+        }
+    }
+}

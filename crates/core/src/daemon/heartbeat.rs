@@ -1,0 +1,62 @@
+//! The heartbeat: keeps what in-flight batches hold alive. Every third of the
+//! visibility timeout it extends the messages that would become visible within
+//! half of it, and renews every claim not renewed for a third of it, so a
+//! live holder is never overtaken, and a dead one is within a lease.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::error::chain;
+
+use super::Daemon;
+
+/// Extensions at once, at most (each is one request to the queue).
+const CONCURRENT_EXTENSIONS: usize = 32;
+
+impl Daemon {
+    pub(super) async fn heartbeat(self: std::sync::Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let visibility = self.settings.visibility;
+        let every = (visibility / 3).max(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                // Holders still drain after shutdown: beat until the run ends it.
+                _ = shutdown.changed() => {}
+            }
+            self.beat(visibility, every).await;
+        }
+    }
+
+    /// One beat: extend what is about to reappear, renew what is about to lapse.
+    async fn beat(&self, visibility: Duration, every: Duration) {
+        let now = tokio::time::Instant::now();
+        let (receipts, claims) =
+            self.holdings
+                .due(now + visibility / 2, now + visibility, now - every, now);
+        if !receipts.is_empty() {
+            debug!(messages = receipts.len(), "extending held messages");
+        }
+        for chunk in receipts.chunks(CONCURRENT_EXTENSIONS) {
+            join_all(chunk.iter().map(|r| async move {
+                if let Err(e) = self.queue.change_visibility(r, visibility).await {
+                    warn!(error = %chain(&e), "extending a held message failed; it may be received again (its claims keep it from sending twice)");
+                }
+            }))
+            .await;
+        }
+        let clock_now = self.clock.now();
+        join_all(claims.into_iter().map(|(tenant, tokens)| async move {
+            let renewed = match self.stores.open(&tenant).await {
+                Ok(store) => store.renew_claims(&tokens, clock_now).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = renewed {
+                warn!(%tenant, error = %chain(&e), "renewing claims failed; another daemon may take them over");
+            }
+        }))
+        .await;
+    }
+}

@@ -1,0 +1,73 @@
+//! Holdings: the messages and claims an in-flight batch holds, kept alive by a
+//! heartbeat. A live holder renews its messages' visibility and its claims'
+//! lease, so a short lease (seconds) is safe: a holder that died stops
+//! renewing, and another process takes its deliveries over within a lease
+//! rather than a visibility timeout of a minute, while a slow live holder is
+//! never overtaken.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::domain::TenantId;
+
+/// What one batch holds.
+#[derive(Debug, Default, Clone)]
+pub struct Held {
+    /// Messages and when each stops being hidden (tokio time).
+    pub receipts: Vec<(String, tokio::time::Instant)>,
+    /// Claims by tenant, and when they were last renewed.
+    pub claims: Vec<(TenantId, String)>,
+    pub renewed: Option<tokio::time::Instant>,
+}
+
+#[derive(Default)]
+pub struct Holdings {
+    next: AtomicU64,
+    held: Mutex<HashMap<u64, Held>>,
+}
+
+impl Holdings {
+    pub fn hold(&self, held: Held) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.held.lock().expect("holdings lock").insert(id, held);
+        id
+    }
+
+    pub fn release(&self, id: u64) {
+        self.held.lock().expect("holdings lock").remove(&id);
+    }
+
+    /// Receipts hidden until before `soon`, marked renewed until `until`; and
+    /// every claim token by tenant, if claims are due (not renewed since
+    /// `claims_before`).
+    pub fn due(
+        &self,
+        soon: tokio::time::Instant,
+        until: tokio::time::Instant,
+        claims_before: tokio::time::Instant,
+        now: tokio::time::Instant,
+    ) -> (Vec<String>, HashMap<TenantId, Vec<String>>) {
+        let mut held = self.held.lock().expect("holdings lock");
+        let mut receipts = Vec::new();
+        let mut claims: HashMap<TenantId, Vec<String>> = HashMap::new();
+        for h in held.values_mut() {
+            for (receipt, hidden_until) in &mut h.receipts {
+                if *hidden_until < soon {
+                    receipts.push(receipt.clone());
+                    *hidden_until = until;
+                }
+            }
+            if h.renewed.is_none_or(|r| r < claims_before) {
+                h.renewed = Some(now);
+                for (tenant, token) in &h.claims {
+                    claims
+                        .entry(tenant.clone())
+                        .or_default()
+                        .push(token.clone());
+                }
+            }
+        }
+        (receipts, claims)
+    }
+}

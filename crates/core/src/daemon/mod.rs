@@ -1,0 +1,365 @@
+//! The daemon: W workers long-poll the delay queue. For each batch a worker
+//! makes one round trip per tenant (the schedules with their participants,
+//! then the claims), decides every delivery in a pure plan, and hands the
+//! batch to a task that fires at the due instant, settles, records one row per
+//! delivery and tells the queue what became of each message. While a batch is
+//! held its messages' visibility and its claims are renewed (a heartbeat), so
+//! a process that dies is taken over within seconds. A message that failed is
+//! never deleted: it comes back with a jittered backoff and, out of its
+//! failure budget, goes to the dead-letter queue; throttles, open circuits and
+//! early arrivals never use the budget.
+//!
+//! Decisions are pure functions of what was read ([`intake`], [`plan_batch`],
+//! [`settle`], [`disposition`]); this module only does the I/O around them.
+
+mod breaker;
+mod dispose;
+mod fire;
+mod heartbeat;
+mod holdings;
+mod intake;
+mod plan;
+mod record;
+mod settle;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod work;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, error, info, warn};
+
+use crate::channel::ChannelSender;
+use crate::domain::{Channel, Instant, TenantId};
+use crate::error::{chain, StoreError};
+use crate::plan::to_chrono;
+use crate::ports::{Claims, Clock, DelayQueue, DeliveryContext, TenantStore, TenantStores};
+
+pub use breaker::{BreakerSettings, Breakers};
+pub use intake::{intake, Intake};
+pub use plan::{
+    claims_for, plan_batch, reads_for, BatchPlan, ChannelState, PlannedDelivery, PlannedMessage,
+    ToSend, Verdict,
+};
+pub use record::RecordError;
+pub use settle::{disposition, settle, Disposition, RetryPolicy, Sent, Settlement};
+use stats::Tally;
+pub use stats::{DaemonStats, StatsSnapshot};
+pub use work::{MessageFate, Work};
+
+#[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    /// Concurrent workers, each long-polling the queue.
+    pub workers: usize,
+    /// Messages per receive (SQS: at most 10).
+    pub batch: usize,
+    /// Long-poll wait.
+    pub wait: Duration,
+    /// How long a received message stays hidden, and how long a claim lasts,
+    /// unless the holder renews them: short, so a dead holder is taken over
+    /// in seconds (a live one renews every third of it).
+    pub visibility: Duration,
+    /// How early a message may arrive and still be held for its due instant.
+    pub lead: Duration,
+    /// A schedule change committed this long before the due instant is still
+    /// honoured (the last version check before firing).
+    pub late_change_cutoff: Duration,
+    /// Messages held in memory at once (received, waiting for due, or sending);
+    /// work beyond this stays in the queue.
+    pub max_in_flight: usize,
+    pub retry: RetryPolicy,
+    pub breaker: BreakerSettings,
+    /// Before sending a delivery taken over from a holder that stopped, ask
+    /// the channel whether it went out already (where the channel can tell).
+    pub reconcile_takeovers: bool,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        let visibility = Duration::from_secs(10);
+        DaemonSettings {
+            workers: 4,
+            batch: 10,
+            wait: Duration::from_secs(20),
+            visibility,
+            lead: Duration::from_secs(2),
+            late_change_cutoff: Duration::from_millis(200),
+            max_in_flight: 5_000,
+            retry: RetryPolicy {
+                busy_wait: visibility / 4,
+                ..RetryPolicy::default()
+            },
+            breaker: BreakerSettings::default(),
+            reconcile_takeovers: true,
+        }
+    }
+}
+
+pub struct Daemon {
+    pub queue: Arc<dyn DelayQueue>,
+    pub stores: Arc<dyn TenantStores>,
+    pub channels: HashMap<Channel, Arc<dyn ChannelSender>>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: DaemonSettings,
+    pub stats: Arc<DaemonStats>,
+    pub breakers: Arc<Breakers>,
+    /// Probe loops of open circuits (ended with the run).
+    probes: Mutex<JoinSet<()>>,
+    recorder: record::Recorder,
+    holdings: holdings::Holdings,
+    warmed: Mutex<HashMap<Channel, tokio::time::Instant>>,
+}
+
+/// How long past due a message is at `now` (zero before).
+fn overdue(due: crate::domain::DueAt, now: Instant) -> Duration {
+    (now - due.0).to_std().unwrap_or_default()
+}
+
+/// A tenant's part of a batch, planned, with the store its rows go to.
+struct Prepared {
+    store: Arc<dyn TenantStore>,
+    plan: BatchPlan,
+    /// The claim's token, renewed while held.
+    token: String,
+}
+
+impl Daemon {
+    pub fn new(
+        queue: Arc<dyn DelayQueue>,
+        stores: Arc<dyn TenantStores>,
+        channels: Vec<Arc<dyn ChannelSender>>,
+        clock: Arc<dyn Clock>,
+        settings: DaemonSettings,
+    ) -> Self {
+        Daemon {
+            queue,
+            stores,
+            channels: channels.into_iter().map(|c| (c.channel(), c)).collect(),
+            clock,
+            breakers: Arc::new(Breakers::new(settings.breaker.clone())),
+            probes: Mutex::default(),
+            settings,
+            stats: Arc::default(),
+            recorder: record::Recorder::default(),
+            holdings: holdings::Holdings::default(),
+            warmed: Mutex::default(),
+        }
+    }
+
+    /// Runs the workers until `shutdown` turns true, then drains in-flight work.
+    pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let room = Arc::new(Semaphore::new(
+            self.settings.max_in_flight.max(self.settings.batch),
+        ));
+        let deliveries = Arc::new(tokio::sync::Mutex::new(JoinSet::new()));
+        // In a set of its own: it ends with this future, however that ends.
+        let mut heartbeat = JoinSet::new();
+        heartbeat.spawn(self.clone().heartbeat(shutdown.clone()));
+        let mut workers = JoinSet::new();
+        for worker in 0..self.settings.workers.max(1) {
+            let me = self.clone();
+            workers.spawn(me.worker(worker, shutdown.clone(), room.clone(), deliveries.clone()));
+        }
+        while workers.join_next().await.is_some() {}
+        let mut deliveries = deliveries.lock().await;
+        if !deliveries.is_empty() {
+            info!(batches = deliveries.len(), "draining in-flight deliveries");
+        }
+        while deliveries.join_next().await.is_some() {}
+        heartbeat.abort_all();
+        self.probes.lock().expect("probes lock").abort_all();
+    }
+
+    /// receive → intake → read and claim per tenant → plan; then, in a task of
+    /// its own, fire at the due instant → settle → record → ack or retry.
+    async fn worker(
+        self: Arc<Self>,
+        worker: usize,
+        mut shutdown: watch::Receiver<bool>,
+        room: Arc<Semaphore>,
+        deliveries: Arc<tokio::sync::Mutex<JoinSet<()>>>,
+    ) {
+        let batch = self.settings.batch;
+        while !*shutdown.borrow() {
+            // Room for a full batch first: work beyond it stays in the queue.
+            let mut permits = tokio::select! {
+                p = room.clone().acquire_many_owned(batch as u32) => p.expect("never closed"),
+                _ = shutdown.changed() => break,
+            };
+            let received = tokio::select! {
+                r = self.queue.receive(batch, self.settings.wait, self.settings.visibility) => r,
+                _ = shutdown.changed() => break,
+            };
+            self.stats
+                .polls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let messages = match received {
+                Ok(m) if m.is_empty() => continue,
+                Ok(m) => m,
+                Err(e) => {
+                    warn!(worker, error = %chain(&e), "receive failed; backing off");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let hidden_until = tokio::time::Instant::now() + self.settings.visibility;
+            self.stats.add(&self.stats.received, messages.len());
+            drop(permits.split(batch - messages.len()));
+            let now = self.clock.now();
+            let Intake {
+                by_tenant,
+                set_aside,
+            } = intake(messages, now, self.settings.lead);
+            self.dispose(set_aside).await;
+            let prepared = self.prepare(by_tenant, now).await;
+            let held = self.holdings.hold(holdings::Held {
+                receipts: prepared
+                    .iter()
+                    .flat_map(|p| &p.plan.messages)
+                    .map(|m| (m.msg.receipt.clone(), hidden_until))
+                    .collect(),
+                claims: prepared
+                    .iter()
+                    .map(|p| (p.plan.tenant.clone(), p.token.clone()))
+                    .collect(),
+                renewed: Some(tokio::time::Instant::now()),
+            });
+            self.warm_channels(&prepared).await;
+            let me = self.clone();
+            let mut set = deliveries.lock().await;
+            while set.try_join_next().is_some() {} // reap finished batches
+            set.spawn(me.deliver(prepared, held, permits));
+        }
+        debug!(worker, "worker stopped");
+    }
+
+    /// What the daemon can send on now: configured, and not behind an open circuit.
+    fn channel_state(&self) -> ChannelState {
+        ChannelState {
+            configured: self.channels.keys().copied().collect(),
+            open: self.breakers.open_channels(),
+        }
+    }
+
+    /// Reads and claims for every tenant of a batch at once, and plans.
+    async fn prepare(
+        &self,
+        by_tenant: BTreeMap<TenantId, Vec<Work>>,
+        now: Instant,
+    ) -> Vec<Prepared> {
+        let channels = self.channel_state();
+        let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
+            let channels = &channels;
+            async move {
+                match self.read_and_claim(&tenant, &work, channels, now).await {
+                    Ok((store, ctx, claims)) => Some(Prepared {
+                        store,
+                        token: claims.token.clone(),
+                        plan: plan_batch(tenant, work, &ctx, &claims, channels),
+                    }),
+                    Err(e) => {
+                        warn!(%tenant, error = %chain(&e), "tenant database unavailable; messages come back");
+                        let why = format!("tenant {tenant}: {}", chain(&e));
+                        self.dispose(
+                            work.into_iter()
+                                .map(|w| {
+                                    let fate = MessageFate::Unprocessed {
+                                        reason: why.clone(),
+                                        overdue: overdue(w.reminder.due_at, now),
+                                    };
+                                    (w.msg, fate)
+                                })
+                                .collect(),
+                        )
+                        .await;
+                        None
+                    }
+                }
+            }
+        }))
+        .await;
+        prepared.into_iter().flatten().collect()
+    }
+
+    /// One round trip for the schedules and participants, one for the claims.
+    async fn read_and_claim(
+        &self,
+        tenant: &TenantId,
+        work: &[Work],
+        channels: &ChannelState,
+        now: Instant,
+    ) -> Result<(Arc<dyn TenantStore>, DeliveryContext, Claims), StoreError> {
+        let store = self.stores.open(tenant).await?;
+        let ctx = store.delivery_context(&reads_for(work)).await?;
+        let claims = claims_for(work, &ctx, channels);
+        // A claim not renewed for a lease is its holder's no more: it stopped.
+        let takeover_before = now - to_chrono(self.settings.visibility);
+        let claimed = if claims.is_empty() {
+            Claims::default()
+        } else {
+            store
+                .claim_deliveries(&claims, now, takeover_before)
+                .await?
+        };
+        Ok((store, ctx, claimed))
+    }
+
+    /// Fires, settles, records and disposes every tenant's part of a batch.
+    async fn deliver(
+        self: Arc<Self>,
+        prepared: Vec<Prepared>,
+        held: u64,
+        room: OwnedSemaphorePermit,
+    ) {
+        join_all(prepared.into_iter().map(|p| self.deliver_one(p))).await;
+        self.holdings.release(held);
+        drop(room);
+    }
+
+    async fn deliver_one(
+        &self,
+        Prepared {
+            store, mut plan, ..
+        }: Prepared,
+    ) {
+        let skipped = plan
+            .messages
+            .iter()
+            .flat_map(|m| &m.deliveries)
+            .filter(|d| matches!(d.verdict, Verdict::Busy | Verdict::Done))
+            .count();
+        self.stats.add(&self.stats.duplicates_skipped, skipped);
+        let stale = plan.messages.iter().filter(|m| m.stale.is_some()).count();
+        self.stats.add(&self.stats.stale_messages, stale);
+        let to_send = std::mem::take(&mut plan.to_send);
+        let fired = self
+            .fire(&plan.tenant, store.as_ref(), &plan.messages, to_send)
+            .await;
+        let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
+        let outcomes = std::mem::take(&mut settlement.outcomes);
+        let tally = Tally::of(&outcomes);
+        let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
+        // Counted once stored: whoever waits on the counters finds the rows.
+        self.stats.add_tally(&tally);
+        if let Err(e) = recorded {
+            // Sent but not recorded: keep the messages so nothing is lost; the
+            // claims expire and a redelivery may repeat a send (at-least-once).
+            error!(tenant = %plan.tenant, error = %chain(&e), "recording outcomes failed; messages will come back");
+            let now = self.clock.now();
+            for (msg, fate) in &mut settlement.fates {
+                let due = crate::message::decode(&msg.attributes).map(|r| r.due_at);
+                *fate = MessageFate::Unprocessed {
+                    reason: format!("recording outcomes failed: {e}"),
+                    overdue: due.map(|d| overdue(d, now)).unwrap_or_default(),
+                };
+            }
+        }
+        self.dispose(settlement.fates).await;
+    }
+}

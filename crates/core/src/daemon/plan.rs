@@ -1,0 +1,235 @@
+//! The plan (pure): given a tenant's part of a batch, what its database says
+//! now and what the claim got, a verdict for every delivery.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::channel::Notification;
+use crate::domain::{
+    Channel, DeliveryClaim, DeliveryKey, DueAt, ReminderKey, ScheduleId, TenantId, User, UserId,
+};
+use crate::ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
+use crate::render::reminder_text;
+
+use super::work::Work;
+
+/// What becomes of one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The schedule was moved, changed or deleted after the message was sent.
+    Stale(String),
+    /// Ours to send at its due instant (the notification is in `BatchPlan::to_send`).
+    Live,
+    /// Ours, but it can never be sent this way (no such user, no address, channel off).
+    Undeliverable(String),
+    /// Another holder is sending it: the message must come back, not be acknowledged.
+    Busy,
+    /// Its channel's circuit is open: not claimed, not sent; the message waits.
+    Parked(Channel),
+    /// Already final, or carried by another copy in this batch: nothing to do.
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedDelivery {
+    pub key: DeliveryKey,
+    pub verdict: Verdict,
+    /// Failed attempts so far (its budget), when ours to send.
+    pub failures: u32,
+}
+
+/// One message and the verdicts on its deliveries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedMessage {
+    pub msg: ReceivedMessage,
+    pub reminder: ReminderKey,
+    /// Why the message is stale, if it is (then its deliveries are too).
+    pub stale: Option<String>,
+    pub version: i64,
+    pub due_at: DueAt,
+    pub deliveries: Vec<PlannedDelivery>,
+}
+
+/// A notification to send, and the delivery it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToSend {
+    pub message: usize,
+    pub delivery: usize,
+    pub notification: Notification,
+    /// Taken over from a holder that stopped: ask the channel before sending.
+    pub taken_over: bool,
+}
+
+/// What the daemon can send on right now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChannelState {
+    /// Channels this daemon has a sender for.
+    pub configured: BTreeSet<Channel>,
+    /// Channels whose circuit breaker is open: their deliveries wait.
+    pub open: BTreeSet<Channel>,
+}
+
+/// A tenant's part of a batch, decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchPlan {
+    pub tenant: TenantId,
+    pub messages: Vec<PlannedMessage>,
+    /// The `Live` deliveries, rendered, in due order.
+    pub to_send: Vec<ToSend>,
+}
+
+/// Whether a message is stale (its schedule is gone or at another version),
+/// and whom its deliveries go to: the participants the database has now
+/// (at the message's version when it is current). A deleted schedule has none.
+fn standing<'a>(work: &Work, ctx: &'a DeliveryContext) -> (Option<String>, &'a [UserId]) {
+    match ctx.schedules.get(&work.reminder.key.schedule) {
+        None => (Some("schedule deleted".into()), &[]),
+        Some(s) if s.version != work.reminder.version => (
+            Some(format!(
+                "schedule is at version {}, message has {}",
+                s.version, work.reminder.version
+            )),
+            &s.participants,
+        ),
+        Some(s) => (None, &s.participants),
+    }
+}
+
+/// The schedules a tenant's work needs from its database.
+pub fn reads_for(work: &[Work]) -> Vec<ScheduleId> {
+    let schedules: BTreeSet<_> = work.iter().map(|w| &w.reminder.key.schedule).collect();
+    schedules.into_iter().cloned().collect()
+}
+
+/// The deliveries to claim: those of messages whose schedule is still at their
+/// version, each once (the same message may arrive twice, even in one batch),
+/// except on channels whose circuit is open.
+pub fn claims_for(
+    work: &[Work],
+    ctx: &DeliveryContext,
+    channels: &ChannelState,
+) -> Vec<DeliveryClaim> {
+    let mut seen = HashSet::new();
+    let mut claims = Vec::new();
+    for w in work {
+        let (None, recipients) = standing(w, ctx) else {
+            continue;
+        };
+        for key in w.reminder.deliveries_to(recipients) {
+            if !channels.open.contains(&key.channel) && seen.insert(key.clone()) {
+                claims.push(DeliveryClaim {
+                    key,
+                    version: w.reminder.version,
+                    due_at: w.reminder.due_at,
+                });
+            }
+        }
+    }
+    claims
+}
+
+/// Why a delivery we own cannot be sent, if it cannot.
+fn undeliverable(
+    key: &DeliveryKey,
+    user: Option<&User>,
+    configured: &BTreeSet<Channel>,
+) -> Option<String> {
+    let Some(user) = user else {
+        return Some("recipient no longer exists".into());
+    };
+    match key.channel {
+        Channel::Mail if user.email.is_none() => Some("recipient has no e-mail address".into()),
+        Channel::Slack if user.slack_user_id.is_none() => {
+            Some("recipient has no Slack user id".into())
+        }
+        c if !configured.contains(&c) => Some(format!("channel {c} is not configured")),
+        _ => None,
+    }
+}
+
+/// Decides every delivery of a tenant's work.
+pub fn plan_batch(
+    tenant: TenantId,
+    mut work: Vec<Work>,
+    ctx: &DeliveryContext,
+    claims: &Claims,
+    channels: &ChannelState,
+) -> BatchPlan {
+    // Each owned claim goes to one message only.
+    let mut owned: HashMap<&DeliveryKey, &OwnedDelivery> =
+        claims.owned.iter().map(|o| (&o.key, o)).collect();
+    let busy: HashSet<&DeliveryKey> = claims.busy.iter().collect();
+    let users: HashMap<&UserId, Arc<User>> = ctx
+        .users
+        .iter()
+        .map(|(id, u)| (id, Arc::new(u.clone())))
+        .collect();
+    work.sort_by_key(|w| w.reminder.due_at);
+    let mut messages = Vec::with_capacity(work.len());
+    let mut to_send = Vec::new();
+    for (m, w) in work.into_iter().enumerate() {
+        let (stale, recipients) = standing(&w, ctx);
+        let snapshot = ctx.schedules.get(&w.reminder.key.schedule);
+        let mut deliveries = Vec::with_capacity(recipients.len() * w.reminder.channels.len());
+        for (d, key) in w.reminder.deliveries_to(recipients).enumerate() {
+            let mut failures = 0;
+            let verdict = if let Some(why) = &stale {
+                Verdict::Stale(why.clone())
+            } else if channels.open.contains(&key.channel) {
+                Verdict::Parked(key.channel)
+            } else if let Some(claim) = owned.remove(&key) {
+                failures = claim.failures;
+                let user = users.get(&key.recipient);
+                match (
+                    undeliverable(&key, user.map(|u| u.as_ref()), &channels.configured),
+                    snapshot,
+                    user,
+                ) {
+                    (None, Some(schedule), Some(user)) => {
+                        let (subject, text) = reminder_text(schedule, w.reminder.due_at, user);
+                        to_send.push(ToSend {
+                            message: m,
+                            delivery: d,
+                            notification: Notification {
+                                tenant: tenant.clone(),
+                                key: key.clone(),
+                                version: w.reminder.version,
+                                due_at: w.reminder.due_at,
+                                recipient: user.clone(),
+                                subject,
+                                text,
+                            },
+                            taken_over: claim.taken_over,
+                        });
+                        Verdict::Live
+                    }
+                    (Some(why), _, _) => Verdict::Undeliverable(why),
+                    // Not stale means the schedule is there; the user was checked above.
+                    _ => Verdict::Undeliverable("schedule or recipient missing".into()),
+                }
+            } else if busy.contains(&key) {
+                Verdict::Busy
+            } else {
+                Verdict::Done
+            };
+            deliveries.push(PlannedDelivery {
+                key,
+                verdict,
+                failures,
+            });
+        }
+        messages.push(PlannedMessage {
+            stale,
+            reminder: w.reminder.key,
+            version: w.reminder.version,
+            due_at: w.reminder.due_at,
+            deliveries,
+            msg: w.msg,
+        });
+    }
+    BatchPlan {
+        tenant,
+        messages,
+        to_send,
+    }
+}

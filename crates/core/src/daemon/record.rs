@@ -1,0 +1,88 @@
+//! Recording outcomes: one writer per tenant gathers the rows of batches that
+//! finish together and writes them in one statement.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::{DeliveryOutcome, TenantId};
+use crate::error::StoreError;
+use crate::ports::TenantStore;
+
+/// How long a tenant's writer gathers batches before one write: batches fired
+/// at the same due instant finish together, and one statement for all of them
+/// costs the burst far less than one per batch.
+const COALESCE: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Clone, Error)]
+pub enum RecordError {
+    #[error("storing outcomes failed")]
+    Store(#[source] Arc<StoreError>),
+    #[error("the outcome writer stopped")]
+    WriterStopped,
+}
+
+/// Outcomes waiting to be written, and who waits for the write.
+type Write = (
+    Vec<DeliveryOutcome>,
+    oneshot::Sender<Result<(), RecordError>>,
+);
+
+#[derive(Default)]
+pub struct Recorder {
+    writers: Mutex<HashMap<TenantId, mpsc::UnboundedSender<Write>>>,
+}
+
+impl Recorder {
+    /// Resolves once `outcomes` are stored in the tenant's database.
+    pub async fn record(
+        &self,
+        tenant: &TenantId,
+        store: &Arc<dyn TenantStore>,
+        outcomes: Vec<DeliveryOutcome>,
+    ) -> Result<(), RecordError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        let (done, wait) = oneshot::channel();
+        let writer = {
+            let mut writers = self.writers.lock().expect("writers lock");
+            writers
+                .entry(tenant.clone())
+                .or_insert_with(|| spawn_writer(store.clone()))
+                .clone()
+        };
+        writer
+            .send((outcomes, done))
+            .map_err(|_| RecordError::WriterStopped)?;
+        wait.await.map_err(|_| RecordError::WriterStopped)?
+    }
+}
+
+fn spawn_writer(store: Arc<dyn TenantStore>) -> mpsc::UnboundedSender<Write> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Write>();
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            tokio::time::sleep(COALESCE).await;
+            let mut waiting = vec![first];
+            while let Ok(more) = rx.try_recv() {
+                waiting.push(more);
+            }
+            let all: Vec<DeliveryOutcome> = waiting
+                .iter_mut()
+                .flat_map(|(o, _)| std::mem::take(o))
+                .collect();
+            let result = store
+                .record_outcomes(&all)
+                .await
+                .map_err(|e| RecordError::Store(Arc::new(e)));
+            for (_, done) in waiting {
+                let _ = done.send(result.clone());
+            }
+        }
+    });
+    tx
+}

@@ -1,0 +1,250 @@
+//! Testing kit: in-memory implementations of every port, a clock on tokio's
+//! (pausable) time, channels that record what they send, and [`TestKit`],
+//! which wires registrar, scanner and daemon on them. With
+//! `#[tokio::test(start_paused = true)]` a reminder due in 15 minutes is
+//! delivered at its instant in a test that takes milliseconds.
+//!
+//! Enabled by the `testing` feature (and in this crate's own tests).
+
+mod channel;
+mod clock;
+mod index;
+mod queue;
+mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use channel::{RecordingChannel, SentNotification};
+pub use clock::TokioClock;
+pub use index::{MemoryDirectory, MemoryIndex};
+pub use queue::MemoryQueue;
+pub use store::{MemoryTenantStore, MemoryTenantStores};
+
+use crate::channel::ChannelSender;
+use crate::daemon::{Daemon, DaemonSettings};
+use crate::domain::{Channel, Instant, TenantId, TenantRecord};
+use crate::input::{RuleInput, ScheduleInput, UserInput};
+use crate::ports::{Clock, TenantDirectory};
+use crate::registrar::Registrar;
+use crate::scanner::Scanner;
+use crate::settings::PipelineSettings;
+
+/// The instant a kit's clock starts at: 08:00 UTC on a Monday.
+pub fn monday_morning() -> Instant {
+    chrono::DateTime::parse_from_rfc3339("2026-11-23T08:00:00Z")
+        .expect("a valid instant")
+        .to_utc()
+}
+
+/// The whole pipeline on in-memory ports and a tokio clock.
+pub struct TestKit {
+    pub clock: Arc<TokioClock>,
+    pub directory: Arc<MemoryDirectory>,
+    pub stores: Arc<MemoryTenantStores>,
+    pub index: Arc<MemoryIndex>,
+    pub queue: Arc<MemoryQueue>,
+    pub mail: Arc<RecordingChannel>,
+    pub chat: Arc<RecordingChannel>,
+    pub slack: Arc<RecordingChannel>,
+    pub pipeline: PipelineSettings,
+    pub daemon_settings: DaemonSettings,
+    /// How often `run` scans (EventBridge's rate(1 minute) in production).
+    pub scan_every: Duration,
+}
+
+impl Default for TestKit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestKit {
+    /// A kit whose clock starts at [`monday_morning`] (on tokio's clock: pause it).
+    pub fn new() -> Self {
+        Self::starting_at(monday_morning(), 100)
+    }
+
+    /// A kit at `origin`, whose queue dead-letters by itself after
+    /// `max_receives` (a backstop: the daemon dead-letters by its budget).
+    pub fn starting_at(origin: Instant, max_receives: u32) -> Self {
+        let clock = Arc::new(TokioClock::starting_at(origin));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let pipeline = PipelineSettings::default();
+        let recording = |c| Arc::new(RecordingChannel::new(c, dyn_clock.clone()));
+        TestKit {
+            directory: Arc::default(),
+            stores: Arc::default(),
+            index: Arc::new(MemoryIndex::new(pipeline.shards)),
+            queue: Arc::new(MemoryQueue::new(dyn_clock.clone(), max_receives)),
+            mail: recording(Channel::Mail),
+            chat: recording(Channel::Chat),
+            slack: recording(Channel::Slack),
+            daemon_settings: DaemonSettings {
+                lead: pipeline.lead,
+                ..DaemonSettings::default()
+            },
+            pipeline,
+            scan_every: Duration::from_secs(60),
+            clock,
+        }
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// A tenant (contract on unless `reminders_enabled` is false) with users u0..u9,
+    /// each with an e-mail address and a Slack id.
+    pub async fn tenant_with(&self, id: &str, reminders_enabled: bool) -> TenantId {
+        let tenant: TenantId = id.parse().expect("a valid tenant id");
+        self.stores.add(&tenant);
+        self.directory
+            .put(&TenantRecord {
+                id: tenant.clone(),
+                reminders_enabled,
+                active: true,
+                database: format!("memory:{tenant}"),
+                api_key_sha256: String::new(),
+            })
+            .await
+            .expect("memory directory");
+        let registrar = self.registrar();
+        for j in 0..10 {
+            registrar
+                .put_user(
+                    &tenant,
+                    &format!("u{j}").parse().expect("user id"),
+                    &user(j),
+                )
+                .await
+                .expect("a valid user");
+        }
+        tenant
+    }
+
+    pub async fn tenant(&self, id: &str) -> TenantId {
+        self.tenant_with(id, true).await
+    }
+
+    pub fn registrar(&self) -> Registrar {
+        Registrar {
+            directory: self.directory.clone(),
+            stores: self.stores.clone(),
+            index: self.index.clone(),
+            queue: self.queue.clone(),
+            clock: self.clock.clone(),
+            settings: self.pipeline.clone(),
+        }
+    }
+
+    pub fn scanner(&self) -> Scanner {
+        Scanner {
+            index: self.index.clone(),
+            queue: self.queue.clone(),
+            directory: self.directory.clone(),
+            clock: self.clock.clone(),
+            settings: self.pipeline.clone(),
+        }
+    }
+
+    pub fn daemon(&self) -> Arc<Daemon> {
+        let channels: Vec<Arc<dyn ChannelSender>> =
+            vec![self.mail.clone(), self.chat.clone(), self.slack.clone()];
+        Arc::new(Daemon::new(
+            self.queue.clone(),
+            self.stores.clone(),
+            channels,
+            self.clock.clone(),
+            self.daemon_settings.clone(),
+        ))
+    }
+
+    /// Starts the daemon and a scanner that runs every `scan_every`.
+    pub fn run(&self) -> Running {
+        let daemon = self.daemon();
+        let (stop, shutdown) = watch::channel(false);
+        let scanner = self.scanner();
+        let every = self.scan_every;
+        let tasks = vec![
+            tokio::spawn(daemon.clone().run(shutdown.clone())),
+            tokio::spawn(async move { scanner.run_every(every, shutdown).await }),
+        ];
+        Running {
+            daemon,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Everything sent on every channel, by instant.
+    pub fn sent(&self) -> Vec<SentNotification> {
+        let mut all: Vec<_> = [&self.mail, &self.chat, &self.slack]
+            .iter()
+            .flat_map(|c| c.sent())
+            .collect();
+        all.sort_by_key(|s| (s.at, s.key.clone()));
+        all
+    }
+}
+
+/// A running pipeline; `stop` drains it.
+pub struct Running {
+    pub daemon: Arc<Daemon>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Ends the daemon and the scanner at once, as `kill -9` would: nothing
+    /// drains, nothing is recorded, held messages and claims are not renewed.
+    pub async fn kill(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        for t in self.tasks {
+            t.await.expect("pipeline task");
+        }
+    }
+}
+
+/// User `u{j}`: mail and Slack addresses, Tokyo, English.
+pub fn user(j: usize) -> UserInput {
+    UserInput {
+        name: format!("User {j}"),
+        email: Some(format!("u{j}@example.com")),
+        slack_user_id: Some(format!("U{j:04}")),
+        time_zone: "Asia/Tokyo".into(),
+        locale: "en".into(),
+    }
+}
+
+/// A meeting starting at `starts_at`, reminded `minutes_before` by `channels` to `participants`.
+pub fn meeting(
+    starts_at: Instant,
+    minutes_before: u32,
+    participants: &[&str],
+    channels: &[Channel],
+) -> ScheduleInput {
+    ScheduleInput {
+        title: "Design review".into(),
+        body: "Room 3".into(),
+        starts_at: starts_at.to_rfc3339(),
+        time_zone: "Asia/Tokyo".into(),
+        participants: participants.iter().map(|p| p.to_string()).collect(),
+        reminders: vec![RuleInput {
+            minutes_before: i64::from(minutes_before),
+            channels: channels.iter().map(|c| c.to_string()).collect(),
+        }],
+    }
+}

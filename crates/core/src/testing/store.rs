@@ -1,0 +1,435 @@
+//! A tenant's database in memory, with the same semantics as the SQL one
+//! (the conformance suite checks both): versions that never repeat, a mirror
+//! journal, and delivery claims that make each delivery exactly once.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::domain::{
+    DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant,
+    ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
+};
+use crate::error::{StoreError, StoreResult, ValidationError};
+use crate::ports::{
+    ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery, ScheduleSnapshot, TenantStore,
+    TenantStores,
+};
+
+#[derive(Debug, Clone)]
+struct DeliveryRow {
+    version: i64,
+    status: DeliveryStatus,
+    due_at: DueAt,
+    claimed_at: Option<Instant>,
+    finished_at: Option<Instant>,
+    detail: Option<String>,
+    claim_token: Option<u64>,
+    failures: u32,
+    taken_over: bool,
+}
+
+/// Whether an outcome replaces the row there (the SQL stores' rule): a
+/// finished delivery is final, except that a send that happened is always
+/// recorded; a stale verdict never overwrites another version's send in progress.
+fn replaces(row: &DeliveryRow, o: &DeliveryOutcome) -> bool {
+    use DeliveryStatus::*;
+    match row.status {
+        Failed | Throttled | Deferred => true,
+        Sending => o.status != Stale || row.version == o.version,
+        Delivered => false,
+        _ => o.status == Delivered,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MirrorRow {
+    version: i64,
+    deleted: bool,
+    mirrored: bool,
+    changed_at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    users: BTreeMap<UserId, User>,
+    schedules: BTreeMap<ScheduleId, Schedule>,
+    mirror: BTreeMap<ScheduleId, MirrorRow>,
+    deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
+    chat: BTreeMap<DeliveryKey, ChatMessage>,
+    next_token: u64,
+}
+
+#[derive(Default)]
+pub struct MemoryTenantStore {
+    state: Mutex<State>,
+    down: AtomicBool,
+}
+
+impl MemoryTenantStore {
+    /// While down, every call fails as an unreachable database would.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn lock(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable(
+                "memory tenant database",
+                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "database is down"),
+            ));
+        }
+        Ok(self.state.lock().expect("store lock"))
+    }
+}
+
+fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, now: Instant) -> i64 {
+    let row = state.mirror.entry(id.clone()).or_insert(MirrorRow {
+        version: 0,
+        deleted,
+        mirrored: false,
+        changed_at: now,
+    });
+    row.version += 1;
+    row.deleted = deleted;
+    row.mirrored = false;
+    row.changed_at = now;
+    row.version
+}
+
+#[async_trait]
+impl TenantStore for MemoryTenantStore {
+    async fn put_user(&self, user: &User, _now: Instant) -> StoreResult<()> {
+        self.lock()?.users.insert(user.id.clone(), user.clone());
+        Ok(())
+    }
+
+    async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
+        Ok(self.lock()?.users.get(id).cloned())
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule> {
+        let mut state = self.lock()?;
+        if let Some((i, p)) = schedule
+            .participants
+            .iter()
+            .enumerate()
+            .find(|(_, p)| !state.users.contains_key(*p))
+        {
+            return Err(ValidationError::new(
+                format!("participants[{i}]"),
+                format!("no user {:?} in this tenant", p.as_str()),
+            )
+            .into());
+        }
+        let version = next_version(&mut state, &schedule.id, false, now);
+        let saved = Schedule {
+            version,
+            ..schedule.clone()
+        };
+        state.schedules.insert(saved.id.clone(), saved.clone());
+        Ok(saved)
+    }
+
+    async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
+        Ok(self.lock()?.schedules.get(id).cloned())
+    }
+
+    async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
+        let mut state = self.lock()?;
+        if state.schedules.remove(id).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(next_version(&mut state, id, true, now)))
+    }
+
+    async fn unmirrored(&self) -> StoreResult<Vec<MirrorWork>> {
+        let state = self.lock()?;
+        let mut rows: Vec<_> = state.mirror.iter().filter(|(_, m)| !m.mirrored).collect();
+        rows.sort_by_key(|(_, m)| m.changed_at);
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, m)| {
+                if m.deleted {
+                    Some(MirrorWork::Delete {
+                        schedule: id.clone(),
+                        version: m.version,
+                    })
+                } else {
+                    state.schedules.get(id).cloned().map(MirrorWork::Upsert)
+                }
+            })
+            .collect())
+    }
+
+    async fn mark_mirrored(&self, schedule: &ScheduleId, version: i64) -> StoreResult<()> {
+        if let Some(m) = self.lock()?.mirror.get_mut(schedule) {
+            // Only if no newer write came in meanwhile.
+            if m.version == version {
+                m.mirrored = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
+        let state = self.lock()?;
+        let mut ctx = DeliveryContext::default();
+        for s in schedules.iter().filter_map(|id| state.schedules.get(id)) {
+            let participants: Vec<UserId> = s
+                .participants
+                .iter()
+                .filter(|p| state.users.contains_key(*p))
+                .cloned()
+                .collect();
+            for p in &participants {
+                ctx.users.insert(p.clone(), state.users[p].clone());
+            }
+            ctx.schedules.insert(
+                s.id.clone(),
+                ScheduleSnapshot {
+                    id: s.id.clone(),
+                    title: s.title.clone(),
+                    body: s.body.clone(),
+                    starts_at: s.starts_at,
+                    version: s.version,
+                    participants,
+                },
+            );
+        }
+        Ok(ctx)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        claims: &[DeliveryClaim],
+        now: Instant,
+        takeover_before: Instant,
+    ) -> StoreResult<Claims> {
+        let mut state = self.lock()?;
+        state.next_token += 1;
+        let token = state.next_token;
+        let mut out = Claims::default();
+        for c in claims {
+            let previous = state.deliveries.get(&c.key).cloned();
+            let claimable = match &previous {
+                None => true,
+                Some(row) => match row.status {
+                    DeliveryStatus::Failed
+                    | DeliveryStatus::Stale
+                    | DeliveryStatus::Throttled
+                    | DeliveryStatus::Deferred => true,
+                    DeliveryStatus::Sending => row.claimed_at.is_some_and(|t| t < takeover_before),
+                    _ => false,
+                },
+            };
+            if claimable {
+                let failures = previous.as_ref().map_or(0, |p| p.failures);
+                let taken_over = previous
+                    .as_ref()
+                    .is_some_and(|p| p.status == DeliveryStatus::Sending);
+                state.deliveries.insert(
+                    c.key.clone(),
+                    DeliveryRow {
+                        version: c.version,
+                        status: DeliveryStatus::Sending,
+                        due_at: c.due_at,
+                        claimed_at: Some(now),
+                        finished_at: None,
+                        detail: None,
+                        claim_token: Some(token),
+                        failures,
+                        taken_over,
+                    },
+                );
+                out.owned.push(OwnedDelivery {
+                    key: c.key.clone(),
+                    failures,
+                    taken_over,
+                });
+            } else if previous.is_some_and(|r| {
+                r.status == DeliveryStatus::Sending && r.claim_token != Some(token)
+            }) {
+                out.busy.push(c.key.clone());
+            }
+        }
+        out.token = token.to_string();
+        Ok(out)
+    }
+
+    async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()> {
+        let mut state = self.lock()?;
+        let tokens: HashSet<u64> = tokens.iter().filter_map(|t| t.parse().ok()).collect();
+        for row in state.deliveries.values_mut() {
+            if row.status == DeliveryStatus::Sending
+                && row.claim_token.is_some_and(|t| tokens.contains(&t))
+            {
+                row.claimed_at = Some(now);
+            }
+        }
+        Ok(())
+    }
+
+    async fn schedule_versions(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<HashMap<ScheduleId, i64>> {
+        let state = self.lock()?;
+        Ok(schedules
+            .iter()
+            .filter_map(|id| state.schedules.get(id).map(|s| (id.clone(), s.version)))
+            .collect())
+    }
+
+    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
+        let mut state = self.lock()?;
+        for o in outcomes {
+            let replace = match state.deliveries.get(&o.key) {
+                None => true,
+                Some(row) => replaces(row, o),
+            };
+            if replace {
+                let previous = state.deliveries.get(&o.key).cloned();
+                state.deliveries.insert(
+                    o.key.clone(),
+                    DeliveryRow {
+                        version: o.version,
+                        status: o.status,
+                        due_at: previous.as_ref().map_or(o.due_at, |p| p.due_at),
+                        claimed_at: previous.as_ref().and_then(|p| p.claimed_at),
+                        finished_at: Some(o.at),
+                        detail: o.detail.clone(),
+                        failures: previous.as_ref().map_or(0, |p| p.failures)
+                            + u32::from(o.status == DeliveryStatus::Failed),
+                        taken_over: previous.as_ref().is_some_and(|p| p.taken_over),
+                        claim_token: previous.and_then(|p| p.claim_token),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
+        let mut state = self.lock()?;
+        for m in messages {
+            state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
+        }
+        Ok(())
+    }
+
+    async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>> {
+        let state = self.lock()?;
+        let mut counts: BTreeMap<_, u64> = BTreeMap::new();
+        for (k, r) in &state.deliveries {
+            *counts.entry((k.channel, r.status)).or_default() += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((channel, status), count)| DeliveryCount {
+                channel,
+                status,
+                count,
+            })
+            .collect())
+    }
+
+    async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>> {
+        let state = self.lock()?;
+        Ok(state
+            .deliveries
+            .iter()
+            .map(|(k, r)| DeliveryOutcome {
+                key: k.clone(),
+                version: r.version,
+                due_at: r.due_at,
+                status: r.status,
+                at: r.finished_at.or(r.claimed_at).unwrap_or(r.due_at.0),
+                detail: r.detail.clone(),
+            })
+            .collect())
+    }
+
+    async fn reminder_deliveries(
+        &self,
+        reminder: &ReminderKey,
+    ) -> StoreResult<Vec<DeliveryOutcome>> {
+        Ok(self
+            .deliveries()
+            .await?
+            .into_iter()
+            .filter(|o| {
+                o.key.schedule == reminder.schedule
+                    && o.key.occurrence == reminder.occurrence
+                    && o.key.minutes_before == reminder.minutes_before
+            })
+            .collect())
+    }
+
+    async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>> {
+        let state = self.lock()?;
+        let mut v: Vec<_> = state
+            .chat
+            .values()
+            .filter(|m| &m.user == user)
+            .cloned()
+            .collect();
+        v.sort_by_key(|m| m.created_at);
+        Ok(v)
+    }
+}
+
+/// Tenant stores in memory; a tenant's store exists once it is added.
+#[derive(Default)]
+pub struct MemoryTenantStores {
+    stores: Mutex<BTreeMap<TenantId, Arc<MemoryTenantStore>>>,
+    opened: Mutex<HashSet<TenantId>>,
+}
+
+impl MemoryTenantStores {
+    pub fn add(&self, tenant: &TenantId) -> Arc<MemoryTenantStore> {
+        self.stores
+            .lock()
+            .expect("stores lock")
+            .entry(tenant.clone())
+            .or_default()
+            .clone()
+    }
+
+    pub fn get(&self, tenant: &TenantId) -> Option<Arc<MemoryTenantStore>> {
+        self.stores
+            .lock()
+            .expect("stores lock")
+            .get(tenant)
+            .cloned()
+    }
+
+    /// Tenants whose store was opened through the port.
+    pub fn opened(&self) -> Vec<TenantId> {
+        let mut v: Vec<_> = self
+            .opened
+            .lock()
+            .expect("opened lock")
+            .iter()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+#[async_trait]
+impl TenantStores for MemoryTenantStores {
+    async fn open(&self, tenant: &TenantId) -> StoreResult<Arc<dyn TenantStore>> {
+        let store = self
+            .get(tenant)
+            .ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?;
+        self.opened
+            .lock()
+            .expect("opened lock")
+            .insert(tenant.clone());
+        Ok(store)
+    }
+}

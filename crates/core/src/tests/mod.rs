@@ -1,0 +1,5 @@
+//! The services on the testing kit's in-memory ports, on tokio's paused clock.
+
+mod daemon;
+mod registrar;
+mod scanner;

@@ -1,0 +1,195 @@
+//! The registrar on paused time: what it writes, mirrors and enqueues.
+
+use std::time::Duration;
+
+use chrono::Duration as Minutes;
+
+use crate::domain::{Channel, IndexStatus};
+use crate::ports::{DelayQueue, TenantStore};
+use crate::registrar::RegistrarError;
+use crate::testing::{meeting, TestKit};
+
+fn mins(n: i64) -> Minutes {
+    Minutes::minutes(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn outside_the_window_the_rows_wait_for_the_scanner() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let starts = kit.now() + mins(60);
+    let r = kit
+        .registrar()
+        .put_schedule(
+            &t,
+            &"review".parse().unwrap(),
+            &meeting(starts, 5, &["u0", "u1"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap();
+    assert!(r.mirrored);
+    assert_eq!(r.enqueued_directly, 0);
+    assert_eq!(r.schedule.version, 1);
+    let rows = kit.index.rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, IndexStatus::Pending);
+    assert_eq!(rows[0].reminder.due_at.0, starts - mins(5));
+    assert_eq!(kit.queue.depth().await.unwrap().messages, 0);
+    let store = kit.stores.get(&t).unwrap();
+    assert!(
+        store.unmirrored().await.unwrap().is_empty(),
+        "the mirror is recorded done"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn inside_the_window_it_goes_straight_to_the_queue() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let starts = kit.now() + mins(10);
+    let mut input = meeting(starts, 5, &["u0"], &[Channel::Mail]);
+    input.reminders.push(crate::input::RuleInput {
+        minutes_before: 60,
+        channels: vec!["chat".into()],
+    });
+    let r = kit
+        .registrar()
+        .put_schedule(&t, &"review".parse().unwrap(), &input)
+        .await
+        .unwrap();
+    // The 5-minute reminder is due in 5 minutes: enqueued now. The 60-minute
+    // one is already past (more than the look-back ago): not mirrored at all.
+    assert_eq!(r.enqueued_directly, 1);
+    let rows = kit.index.rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, IndexStatus::Enqueued);
+    let got = kit
+        .queue
+        .receive(10, Duration::from_secs(900), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    // Visible `lead` before due, not earlier.
+    assert_eq!(
+        kit.now(),
+        starts - mins(5) - Minutes::from_std(kit.pipeline.lead).unwrap()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_whose_contract_is_off_is_not_enqueued() {
+    let kit = TestKit::new();
+    let t = kit.tenant_with("offco", false).await;
+    let r = kit
+        .registrar()
+        .put_schedule(
+            &t,
+            &"review".parse().unwrap(),
+            &meeting(kit.now() + mins(6), 5, &["u0"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.enqueued_directly, 0);
+    assert_eq!(
+        kit.index.rows()[0].status,
+        IndexStatus::Pending,
+        "held back, not lost"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_input_names_the_field_and_writes_nothing() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let id = "review".parse().unwrap();
+    let err = kit
+        .registrar()
+        .put_schedule(
+            &t,
+            &id,
+            &meeting(kit.now() + mins(6), 5, &["u0", "ghost"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        RegistrarError::Invalid(v) => assert_eq!(v.field, "participants[1]"),
+        other => panic!("expected invalid input, got {other:?}"),
+    }
+    assert!(kit.index.rows().is_empty());
+    assert!(kit
+        .stores
+        .get(&t)
+        .unwrap()
+        .get_schedule(&id)
+        .await
+        .unwrap()
+        .is_none());
+    let unknown = kit
+        .registrar()
+        .put_schedule(
+            &"nobody".parse().unwrap(),
+            &id,
+            &meeting(kit.now(), 5, &["u0"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(unknown, RegistrarError::UnknownTenant(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_mirror_is_recorded_and_repaired() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    kit.index.set_down(true);
+    let r = kit
+        .registrar()
+        .put_schedule(
+            &t,
+            &"review".parse().unwrap(),
+            &meeting(kit.now() + mins(30), 5, &["u0"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !r.mirrored,
+        "the tenant database has it; the index does not yet"
+    );
+    assert_eq!(
+        kit.stores
+            .get(&t)
+            .unwrap()
+            .unmirrored()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    kit.index.set_down(false);
+    assert_eq!(kit.registrar().repair_all().await.unwrap().repaired, 1);
+    assert_eq!(kit.index.rows().len(), 1);
+    assert!(kit
+        .stores
+        .get(&t)
+        .unwrap()
+        .unmirrored()
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_removes_the_rows_and_a_new_write_gets_a_new_version() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let id = "review".parse().unwrap();
+    let input = meeting(kit.now() + mins(30), 5, &["u0"], &[Channel::Mail]);
+    kit.registrar().put_schedule(&t, &id, &input).await.unwrap();
+    kit.registrar().delete_schedule(&t, &id).await.unwrap();
+    assert!(kit.index.rows().is_empty());
+    assert!(matches!(
+        kit.registrar().delete_schedule(&t, &id).await,
+        Err(RegistrarError::NotFound(_))
+    ));
+    let again = kit.registrar().put_schedule(&t, &id, &input).await.unwrap();
+    assert_eq!(again.schedule.version, 3, "versions never repeat");
+}

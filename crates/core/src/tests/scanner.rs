@@ -1,0 +1,188 @@
+//! The scanner on paused time: the next 15 minutes into the queue, once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Duration as Minutes;
+
+use crate::domain::{Channel, IndexStatus};
+use crate::ports::DelayQueue;
+use crate::testing::{meeting, TestKit};
+
+fn mins(n: i64) -> Minutes {
+    Minutes::minutes(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn it_enqueues_what_falls_due_within_the_window_once() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let registrar = kit.registrar();
+    for (i, start) in [40, 60].into_iter().enumerate() {
+        registrar
+            .put_schedule(
+                &t,
+                &format!("m{i}").parse().unwrap(),
+                &meeting(kit.now() + mins(start), 5, &["u0"], &[Channel::Mail]),
+            )
+            .await
+            .unwrap();
+    }
+    // Due at +35 and +55 minutes: nothing in the window yet.
+    let first = kit.scanner().scan_once().await.unwrap();
+    assert_eq!((first.scanned, first.enqueued), (0, 0));
+    tokio::time::advance(Duration::from_secs(25 * 60)).await;
+    // Now +35 is 10 minutes ahead; +55 is 30 minutes ahead.
+    let second = kit.scanner().scan_once().await.unwrap();
+    assert_eq!(second.enqueued, 1, "{second:?}");
+    assert_eq!(second.failed_partitions, 0);
+    let third = kit.scanner().scan_once().await.unwrap();
+    assert_eq!(third.enqueued, 0, "already enqueued: {third:?}");
+    let statuses: Vec<_> = kit.index.rows().iter().map(|r| r.status).collect();
+    assert!(statuses.contains(&IndexStatus::Enqueued) && statuses.contains(&IndexStatus::Pending));
+    // The message becomes visible lead before its due instant.
+    let got = kit
+        .queue
+        .receive(10, Duration::from_secs(900), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let due = crate::message::decode(&got[0].attributes).unwrap().due_at;
+    assert_eq!(
+        kit.now(),
+        due.0 - Minutes::from_std(kit.pipeline.lead).unwrap()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlapping_runs_never_enqueue_twice() {
+    let kit = Arc::new(TestKit::new());
+    let t = kit.tenant("acme").await;
+    for i in 0..50 {
+        kit.registrar()
+            .put_schedule(
+                &t,
+                &format!("m{i}").parse().unwrap(),
+                &meeting(kit.now() + mins(25), 5, &["u0"], &[Channel::Chat]),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let (s1, s2) = (kit.scanner(), kit.scanner());
+    let (a, b) = tokio::join!(s1.scan_once(), s2.scan_once());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.enqueued + b.enqueued, 50, "{a:?} {b:?}");
+    assert_eq!(kit.queue.depth().await.unwrap().messages, 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn contracts_are_checked_and_rows_held_back() {
+    let kit = TestKit::new();
+    let off = kit.tenant_with("offco", false).await;
+    kit.registrar()
+        .put_schedule(
+            &off,
+            &"m".parse().unwrap(),
+            &meeting(kit.now() + mins(25), 5, &["u0"], &[Channel::Chat]),
+        )
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let s = kit.scanner().scan_once().await.unwrap();
+    assert_eq!((s.skipped_by_contract, s.enqueued), (1, 0));
+    assert_eq!(kit.index.rows()[0].status, IndexStatus::Pending);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_send_leaves_the_rows_for_the_next_run() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    kit.registrar()
+        .put_schedule(
+            &t,
+            &"m".parse().unwrap(),
+            &meeting(kit.now() + mins(25), 5, &["u0"], &[Channel::Chat]),
+        )
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    kit.queue.set_down(true);
+    let failed = kit.scanner().scan_once().await.unwrap();
+    assert_eq!((failed.failed, failed.enqueued), (1, 0));
+    assert_eq!(kit.index.rows()[0].status, IndexStatus::Pending, "released");
+    kit.queue.set_down(false);
+    let next = kit.scanner().scan_once().await.unwrap();
+    assert_eq!(next.enqueued, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partly_refused_batch_releases_only_the_refused_rows() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    for i in 0..5 {
+        kit.registrar()
+            .put_schedule(
+                &t,
+                &format!("m{i}").parse().unwrap(),
+                &meeting(kit.now() + mins(25), 5, &["u0"], &[Channel::Chat]),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    // SQS refuses one entry of the batch and takes the others.
+    kit.queue.refuse_when(|m| {
+        m.body
+            .contains("#m3#")
+            .then(|| "InternalError (simulated)".to_string())
+    });
+    let s = kit.scanner().scan_once().await.unwrap();
+    assert_eq!((s.enqueued, s.failed), (4, 1), "{s:?}");
+    let pending: Vec<_> = kit
+        .index
+        .rows()
+        .into_iter()
+        .filter(|r| r.status == IndexStatus::Pending)
+        .collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].reminder.key.schedule.as_str(), "m3");
+    kit.queue.refuse_when(|_| None);
+    let next = kit.scanner().scan_once().await.unwrap();
+    assert_eq!(next.enqueued, 1, "only the refused one is sent again");
+    assert_eq!(
+        kit.queue.depth().await.unwrap().messages,
+        5,
+        "no message twice"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_its_deadline_a_run_claims_nothing_more() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    for i in 0..3 {
+        kit.registrar()
+            .put_schedule(
+                &t,
+                &format!("m{i}").parse().unwrap(),
+                &meeting(kit.now() + mins(25), 5, &["u0"], &[Channel::Chat]),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let s = kit
+        .scanner()
+        .scan(Some(tokio::time::Instant::now()))
+        .await
+        .unwrap();
+    assert_eq!((s.pending, s.enqueued, s.deferred), (3, 0, 3), "{s:?}");
+    assert!(kit
+        .index
+        .rows()
+        .iter()
+        .all(|r| r.status == IndexStatus::Pending));
+    assert!(!s.had_failures(), "deferred is not a failure");
+    assert_eq!(kit.scanner().scan_once().await.unwrap().enqueued, 3);
+}
