@@ -54,8 +54,8 @@ impl From<AwsError> for StoreError {
     fn from(e: AwsError) -> Self {
         match e {
             AwsError::Invalid(v) => StoreError::Invalid(v),
-            e @ AwsError::Unavailable { .. } => StoreError::Unavailable(e.to_string()),
-            e @ AwsError::Service { .. } => StoreError::Backend(e.to_string()),
+            e @ AwsError::Unavailable { .. } => StoreError::unavailable("AWS call", e),
+            e @ AwsError::Service { .. } => StoreError::backend("AWS call", e),
         }
     }
 }

@@ -2,20 +2,22 @@
 //!
 //! Table keys: `pk` (S) = [`Partition::key`] (`R#2026-11-23T08:55#07`), `sk` (S) =
 //! [`sort_key`] (due millis, 15 digits, then the reminder's identity). GSI
-//! `by_schedule`: `sched` (S) = `<tenant>#<schedule>`, `sk`, projection ALL.
+//! `by_schedule`: `sched` (S) = `<tenant>#<schedule>`, `sk`, keys only (it is read for keys only).
 //! Attributes: tenant, schedule, occurrence (N ms), minutes_before (N), due
-//! (N ms), version (N), recipients (S, comma-joined), channels (S), status (S:
+//! (N ms), version (N), channels (S), status (S:
 //! pending | enqueuing | enqueued), lease_until (N ms, while enqueuing),
 //! expires_at (N epoch seconds = due + retention; the table's TTL attribute).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use futures::stream::{self, StreamExt};
 use toki_core::plan::{sort_key, to_chrono, Partition};
-use toki_core::ports::ReminderIndex;
+use toki_core::ports::{Clock, ReminderIndex};
 use toki_core::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
     ReminderKey, ScheduleId, StoreResult, TenantId,
@@ -30,27 +32,30 @@ const STATUS_PENDING: &str = "pending";
 const STATUS_ENQUEUING: &str = "enqueuing";
 const STATUS_ENQUEUED: &str = "enqueued";
 
-/// BatchWriteItem takes at most 25 requests.
-const BATCH_WRITE_MAX: usize = 25;
-/// Attempts at writing a batch's unprocessed items before giving up.
-const BATCH_WRITE_ATTEMPTS: u32 = 8;
-
 pub struct DynamoReminderIndex {
     client: Client,
     table: String,
     shards: u16,
     retention: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl DynamoReminderIndex {
     /// `shards`: write shards per due minute; `retention`: how long after its
     /// due instant a row is kept (its `expires_at`).
-    pub fn new(client: Client, table: impl Into<String>, shards: u16, retention: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        shards: u16,
+        retention: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             client,
             table: table.into(),
             shards: shards.max(1),
             retention,
+            clock,
         }
     }
 
@@ -75,7 +80,6 @@ impl DynamoReminderIndex {
         item.insert("minutes_before".into(), n(k.minutes_before));
         item.insert("due".into(), n(r.due_at.millis()));
         item.insert("version".into(), n(r.version));
-        item.insert("recipients".into(), s(r.encode_recipients()));
         item.insert("channels".into(), s(r.channels.encode()));
         item.insert("status".into(), s(STATUS_PENDING));
         item.insert(
@@ -120,39 +124,169 @@ impl DynamoReminderIndex {
         Ok(out)
     }
 
-    /// BatchWriteItem in chunks of 25, retrying unprocessed items with backoff.
-    async fn batch_write(&self, requests: Vec<WriteRequest>) -> Result<(), AwsError> {
-        for chunk in requests.chunks(BATCH_WRITE_MAX) {
-            let mut pending = chunk.to_vec();
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                if attempt > 0 {
-                    if attempt >= BATCH_WRITE_ATTEMPTS {
-                        return Err(AwsError::Unavailable {
-                            operation: "BatchWriteItem",
-                            message: format!(
-                                "{} items still unprocessed after {attempt} attempts",
-                                pending.len()
-                            ),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(6))).await;
-                }
-                attempt += 1;
-                let resp = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, pending)
-                    .send()
-                    .await
-                    .map_err(|e| sdk("BatchWriteItem", e))?;
-                pending = resp
-                    .unprocessed_items
-                    .and_then(|mut m| m.remove(&self.table))
-                    .unwrap_or_default();
+    fn marker_key(tenant: &TenantId, schedule: &ScheduleId) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (
+                "pk".to_owned(),
+                s(format!("V#{}", sched_key(tenant, schedule))),
+            ),
+            ("sk".to_owned(), s("version")),
+        ])
+    }
+
+    /// Records that `version` writes the schedule's rows now, with their keys,
+    /// unless a newer version has: a marker item (`V#<tenant>#<schedule>`,
+    /// never in a scanned partition) updated on condition. Returns None if a
+    /// newer version holds it; else the keys the previous writer recorded
+    /// (None if it recorded none: read them through the GSI).
+    #[allow(clippy::type_complexity)]
+    async fn claim_version(
+        &self,
+        tenant: &TenantId,
+        schedule: &ScheduleId,
+        version: i64,
+        keys: &[(String, String)],
+    ) -> Result<Option<Option<Vec<(String, String)>>>, AwsError> {
+        // Kept a while after the last write: long past any write that could race it.
+        let expires = (self.clock.now() + chrono::Duration::days(30)).timestamp();
+        let rows = encode_keys(keys);
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::marker_key(tenant, schedule)))
+            .condition_expression("attribute_not_exists(#v) OR #v <= :v")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":v", n(version))
+            .expression_attribute_values(":exp", n(expires))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld);
+        req = match &rows {
+            Some(rows) => req
+                .update_expression("SET #v = :v, expires_at = :exp, #rows = :rows")
+                .expression_attribute_names("#rows", "rows")
+                .expression_attribute_values(":rows", s(rows.as_str())),
+            None => req
+                .update_expression("SET #v = :v, expires_at = :exp REMOVE #rows")
+                .expression_attribute_names("#rows", "rows"),
+        };
+        match req.send().await {
+            Ok(out) => Ok(Some(
+                out.attributes()
+                    .and_then(|a| a.get("rows"))
+                    .and_then(|v| v.as_s().ok())
+                    // No marker, or one without keys (rows written before
+                    // markers recorded them): the GSI knows.
+                    .map(|rows| decode_keys(rows)),
+            )),
+            Err(e) if crate::error::code_of(&e) == Some("ConditionalCheckFailedException") => {
+                Ok(None)
             }
+            Err(e) => Err(sdk("UpdateItem(version)", e)),
         }
-        Ok(())
+    }
+
+    /// The version the marker holds now (a strongly consistent read).
+    async fn marker_version(
+        &self,
+        tenant: &TenantId,
+        schedule: &ScheduleId,
+    ) -> Result<Option<i64>, AwsError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::marker_key(tenant, schedule)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("GetItem(version)", e))?;
+        Ok(out.item().and_then(|i| get_n::<i64>(i, "version").ok()))
+    }
+
+    /// A conditional write's result: Ok(false) when the condition failed.
+    fn conditional<T, E>(
+        &self,
+        result: Result<
+            T,
+            aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+        >,
+        operation: &'static str,
+    ) -> Result<bool, AwsError>
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
+            + std::error::Error
+            + Send
+            + Sync
+            + 'static,
+    {
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if crate::error::code_of(&e) == Some("ConditionalCheckFailedException") => {
+                Ok(false)
+            }
+            Err(e) => Err(sdk(operation, e)),
+        }
+    }
+
+    /// Deletes a row unless it belongs to `version` or a newer one.
+    async fn delete_if_older(
+        &self,
+        pk: String,
+        sk: String,
+        version: i64,
+    ) -> Result<bool, AwsError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .condition_expression("#v < :v")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        self.conditional(result, "DeleteItem")
+    }
+
+    /// Deletes a row if it is `version`'s.
+    async fn delete_if_version(
+        &self,
+        pk: String,
+        sk: String,
+        version: i64,
+    ) -> Result<bool, AwsError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .condition_expression("#v = :v")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        self.conditional(result, "DeleteItem")
+    }
+
+    /// Writes a row unless one of `version` or a newer one is there.
+    async fn put_if_older(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        version: i64,
+    ) -> Result<bool, AwsError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR #v < :v")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":v", n(version))
+            .send()
+            .await;
+        self.conditional(result, "PutItem")
     }
 
     /// UpdateItem with a condition; Ok(false) when the condition failed.
@@ -186,6 +320,29 @@ impl DynamoReminderIndex {
             Err(e) => Err(sdk("UpdateItem", e)),
         }
     }
+}
+
+/// A marker records its rows' keys up to this size (an item may hold 400 KB);
+/// beyond it the GSI is read instead.
+const MAX_RECORDED_KEYS_BYTES: usize = 300_000;
+
+/// Row keys as one string: `pk<TAB>sk` lines. None when too large to record.
+fn encode_keys(keys: &[(String, String)]) -> Option<String> {
+    let mut out = String::new();
+    for (pk, sk) in keys {
+        out.push_str(pk);
+        out.push('\t');
+        out.push_str(sk);
+        out.push('\n');
+    }
+    (out.len() <= MAX_RECORDED_KEYS_BYTES).then_some(out)
+}
+
+fn decode_keys(rows: &str) -> Vec<(String, String)> {
+    rows.lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(pk, sk)| (pk.to_owned(), sk.to_owned()))
+        .collect()
 }
 
 pub(crate) fn sched_key(tenant: &TenantId, schedule: &ScheduleId) -> String {
@@ -249,8 +406,6 @@ fn to_indexed(item: &HashMap<String, AttributeValue>) -> Result<IndexedReminder,
         },
         due_at: DueAt(from_millis("due", get_n(item, "due")?).map_err(bad("due"))?),
         version: get_n(item, "version")?,
-        recipients: Reminder::decode_recipients("recipients", get_s(item, "recipients")?)
-            .map_err(bad("recipients"))?,
         channels: ChannelSet::decode("channels", get_s(item, "channels")?)
             .map_err(bad("channels"))?,
     };
@@ -272,46 +427,61 @@ impl ReminderIndex for DynamoReminderIndex {
         &self,
         tenant: &TenantId,
         schedule: &ScheduleId,
+        version: i64,
         rows: &[Reminder],
-    ) -> StoreResult<()> {
-        let old = self.schedule_keys(tenant, schedule).await?;
-        // New rows, deduplicated by key (BatchWriteItem refuses duplicate keys; the last wins).
+    ) -> StoreResult<bool> {
         let mut by_key: HashMap<(String, String), &Reminder> = HashMap::new();
-        let mut order = Vec::new();
         for r in rows {
-            let k = (Partition::of(r, self.shards).key(), sort_key(r));
-            if by_key.insert(k.clone(), r).is_none() {
-                order.push(k);
-            }
+            by_key.insert((Partition::of(r, self.shards).key(), sort_key(r)), r);
         }
-        // Old rows that no new row overwrites are deleted first, then the new
-        // rows are written (a put replaces a row with the same key and resets it to pending).
-        let new_keys: HashSet<&(String, String)> = order.iter().collect();
-        let deletes: Vec<WriteRequest> = old
+        let keys: Vec<(String, String)> = by_key.keys().cloned().collect();
+        // The version's claim on the schedule's rows, unless a newer one holds them.
+        let Some(recorded) = self.claim_version(tenant, schedule, version, &keys).await? else {
+            return Ok(false);
+        };
+        let old = match recorded {
+            Some(old) => old,
+            None => self.schedule_keys(tenant, schedule).await?,
+        };
+        // Every write is conditional on the version: an older version's rows
+        // go, a newer one's stay; rows of this version already there are kept
+        // as they are (a repeat changes nothing).
+        let deletes: Vec<(String, String)> = old
             .into_iter()
-            .filter(|k| !new_keys.contains(k))
-            .map(|(pk, sk)| {
-                let req = DeleteRequest::builder()
-                    .key("pk", s(pk))
-                    .key("sk", s(sk))
-                    .build()
-                    .map_err(|e| AwsError::service("BatchWriteItem", e.to_string()))?;
-                Ok(WriteRequest::builder().delete_request(req).build())
-            })
-            .collect::<Result<_, AwsError>>()?;
-        self.batch_write(deletes).await?;
-        let puts: Vec<WriteRequest> = order
-            .iter()
-            .map(|k| {
-                let req = PutRequest::builder()
-                    .set_item(Some(self.item(by_key[k])))
-                    .build()
-                    .map_err(|e| AwsError::service("BatchWriteItem", e.to_string()))?;
-                Ok(WriteRequest::builder().put_request(req).build())
-            })
-            .collect::<Result<_, AwsError>>()?;
-        self.batch_write(puts).await?;
-        Ok(())
+            .filter(|k| !by_key.contains_key(k))
+            .collect();
+        let results: Vec<Result<bool, AwsError>> = stream::iter(deletes)
+            .map(|(pk, sk)| self.delete_if_older(pk, sk, version))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let items: Vec<HashMap<String, AttributeValue>> =
+            by_key.values().map(|r| self.item(r)).collect();
+        let results: Vec<Result<bool, AwsError>> = stream::iter(items)
+            .map(|item| self.put_if_older(item, version))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        // A newer version that claimed the schedule while these rows were
+        // written deleted the keys recorded until then, but cannot know of
+        // rows written after: this writer removes its own.
+        if self
+            .marker_version(tenant, schedule)
+            .await?
+            .is_some_and(|v| v > version)
+        {
+            let mine: Vec<(String, String)> = keys;
+            let results: Vec<Result<bool, AwsError>> = stream::iter(mine)
+                .map(|(pk, sk)| self.delete_if_version(pk, sk, version))
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            results.into_iter().collect::<Result<Vec<_>, _>>()?;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     async fn query_partition(
@@ -326,7 +496,7 @@ impl ReminderIndex for DynamoReminderIndex {
         let lower = format!("{:015}", from.timestamp_millis());
         let upper = format!("{:015}~", to.timestamp_millis());
         // Emulators (and DynamoDB, for up to days) keep expired rows: skip them.
-        let now_s = chrono::Utc::now().timestamp();
+        let now_s = self.clock.now().timestamp();
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {

@@ -20,6 +20,8 @@ pub mod error;
 pub mod index;
 pub mod queue;
 pub mod resources;
+#[cfg(feature = "secrets")]
+pub mod secrets;
 
 pub use directory::DynamoTenantDirectory;
 pub use error::AwsError;
@@ -32,4 +34,6 @@ pub use resources::{
 
 pub use aws_config;
 pub use aws_sdk_dynamodb;
+#[cfg(feature = "secrets")]
+pub use aws_sdk_secretsmanager;
 pub use aws_sdk_sqs;

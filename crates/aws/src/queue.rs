@@ -13,11 +13,14 @@ use aws_sdk_sqs::types::{
 use aws_sdk_sqs::Client;
 use toki_core::message::Attributes;
 use toki_core::plan::MAX_DELAY;
-use toki_core::ports::{DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage};
+use toki_core::ports::{
+    with_dead_letter_reason, BatchSent, DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage,
+    RefusedMessage, DEAD_LETTER_REASON,
+};
 use toki_core::{StoreResult, ValidationError};
 use tokio::sync::OnceCell;
 
-use crate::error::{code_of, is_retryable_code, sdk, AwsError};
+use crate::error::{code_of, sdk, AwsError};
 
 /// SQS's longest long poll.
 const MAX_WAIT_S: u64 = 20;
@@ -115,6 +118,112 @@ impl SqsDelayQueue {
     }
 }
 
+/// ReceiveMessage on `url`: attributes, receive counts.
+async fn receive_from(
+    client: &Client,
+    url: &str,
+    max: usize,
+    wait: Duration,
+    visibility: Duration,
+) -> Result<Vec<ReceivedMessage>, AwsError> {
+    let resp = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(max as i32)
+        .wait_time_seconds(ceil_secs(wait, MAX_WAIT_S))
+        .visibility_timeout(ceil_secs(visibility, MAX_VISIBILITY_S))
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+        .send()
+        .await
+        .map_err(|e| sdk("ReceiveMessage", e))?;
+    let mut out = Vec::new();
+    for m in resp.messages.unwrap_or_default() {
+        let receipt = m.receipt_handle.ok_or_else(|| {
+            AwsError::service("ReceiveMessage", "a message without a receipt handle")
+        })?;
+        let receive_count = m
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let attributes: Attributes = m
+            .message_attributes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| v.string_value.map(|s| (k, s)))
+            .collect();
+        out.push(ReceivedMessage {
+            receipt,
+            body: m.body.unwrap_or_default(),
+            attributes,
+            receive_count,
+        });
+    }
+    Ok(out)
+}
+
+/// DeleteMessageBatch on `url`, in chunks of 10.
+async fn delete_from(client: &Client, url: &str, receipts: &[String]) -> StoreResult<()> {
+    for chunk in receipts.chunks(MAX_BATCH) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(format!("d{i}"))
+                    .receipt_handle(r)
+                    .build()
+                    .map_err(|e| AwsError::service("DeleteMessageBatch", e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let resp = client
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| sdk("DeleteMessageBatch", e))?;
+        let failed = resp.failed();
+        if failed.is_empty() {
+            continue;
+        }
+        let index: HashMap<String, usize> =
+            (0..chunk.len()).map(|i| (format!("d{i}"), i)).collect();
+        let detail: Vec<String> = failed
+            .iter()
+            .map(|f| {
+                let which = index
+                    .get(f.id())
+                    .map_or_else(|| f.id().to_owned(), |i| format!("receipt #{i}"));
+                format!(
+                    "{which}: {}{}",
+                    f.code(),
+                    f.message().map(|m| format!(" ({m})")).unwrap_or_default()
+                )
+            })
+            .collect();
+        let message = format!("{} deletes failed: {}", failed.len(), detail.join("; "));
+        if failed
+            .iter()
+            .all(|f| f.code().contains("ReceiptHandleIsInvalid"))
+        {
+            return Err(ValidationError::new("receipts", message).into());
+        }
+        return Err(if failed.iter().all(|f| !f.sender_fault()) {
+            AwsError::Unavailable {
+                operation: "DeleteMessageBatch",
+                message,
+            }
+        } else {
+            AwsError::service("DeleteMessageBatch", message)
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// `deadLetterTargetArn` of a RedrivePolicy (JSON).
 pub(crate) fn dead_letter_arn(policy: &str) -> Result<String, AwsError> {
     let v: serde_json::Value = serde_json::from_str(policy)
@@ -144,6 +253,32 @@ pub(crate) fn queue_of_arn(arn: &str) -> Result<(String, String), AwsError> {
     }
 }
 
+/// Batch entries for `messages`: ids are positions, so callers' ids need not
+/// fit SQS's id alphabet and refusals map back by position.
+fn entries(messages: &[OutgoingMessage]) -> Result<Vec<SendMessageBatchRequestEntry>, AwsError> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut entry = SendMessageBatchRequestEntry::builder()
+                .id(format!("m{i}"))
+                .message_body(&m.body)
+                .delay_seconds(ceil_secs(m.delay, MAX_DELAY.as_secs()));
+            for (name, value) in &m.attributes {
+                entry = entry.message_attributes(name, string_attribute(value)?);
+            }
+            // Standard queues accept a group (SQS fair queues): one tenant's
+            // burst does not delay the others'.
+            if let Some(group) = &m.group {
+                entry = entry.message_group_id(group);
+            }
+            entry
+                .build()
+                .map_err(|e| AwsError::service("SendMessageBatch", e.to_string()))
+        })
+        .collect()
+}
+
 /// Whole seconds, rounded up, capped.
 fn ceil_secs(d: Duration, cap: u64) -> i32 {
     let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
@@ -158,81 +293,94 @@ fn string_attribute(value: &str) -> Result<MessageAttributeValue, AwsError> {
         .map_err(|e| AwsError::service("SendMessageBatch", e.to_string()))
 }
 
+/// SendMessageBatch to `url`: the messages SQS refused, by position.
+async fn send_batch_to(
+    client: &Client,
+    url: &str,
+    messages: &[OutgoingMessage],
+) -> StoreResult<BatchSent> {
+    toki_core::ports::check_batch(messages)?;
+    if messages.is_empty() {
+        return Ok(BatchSent::default());
+    }
+    let resp = client
+        .send_message_batch()
+        .queue_url(url)
+        .set_entries(Some(entries(messages)?))
+        .send()
+        .await
+        .map_err(|e| sdk("SendMessageBatch", e))?;
+    // Entries SQS refused come back by id (their position); the others are sent.
+    let refused = resp
+        .failed()
+        .iter()
+        .map(|f| {
+            let index = f
+                .id()
+                .strip_prefix('m')
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| *i < messages.len())
+                .ok_or_else(|| {
+                    AwsError::service(
+                        "SendMessageBatch",
+                        format!("a failed entry with an unknown id {:?}", f.id()),
+                    )
+                })?;
+            Ok(RefusedMessage {
+                index,
+                reason: format!(
+                    "{}{}{}",
+                    f.code(),
+                    f.message().map(|m| format!(" ({m})")).unwrap_or_default(),
+                    if f.sender_fault() {
+                        ", sender fault"
+                    } else {
+                        ""
+                    }
+                ),
+            })
+        })
+        .collect::<Result<Vec<_>, AwsError>>()?;
+    Ok(BatchSent { refused })
+}
+
 #[async_trait]
 impl DelayQueue for SqsDelayQueue {
-    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
-        toki_core::ports::check_batch(messages)?;
-        if messages.is_empty() {
-            return Ok(());
-        }
-        // Entry ids are positions: callers' ids need not fit SQS's id alphabet.
-        let mut entries = Vec::with_capacity(messages.len());
-        for (i, m) in messages.iter().enumerate() {
-            let mut entry = SendMessageBatchRequestEntry::builder()
-                .id(format!("m{i}"))
-                .message_body(&m.body)
-                .delay_seconds(ceil_secs(m.delay, MAX_DELAY.as_secs()));
-            for (name, value) in &m.attributes {
-                entry = entry.message_attributes(name, string_attribute(value)?);
-            }
-            // Standard queues accept a group (SQS fair queues): one tenant's
-            // burst does not delay the others'.
-            if let Some(group) = &m.group {
-                entry = entry.message_group_id(group);
-            }
-            entries.push(
-                entry
-                    .build()
-                    .map_err(|e| AwsError::service("SendMessageBatch", e.to_string()))?,
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<BatchSent> {
+        send_batch_to(&self.client, &self.queue_url, messages).await
+    }
+
+    async fn dead_letter(&self, message: &ReceivedMessage, reason: &str) -> StoreResult<()> {
+        let Some(dlq) = self.dead_letter_queue_url().await? else {
+            return Err(AwsError::service(
+                "dead-letter",
+                format!(
+                    "queue {} has no dead-letter queue (RedrivePolicy)",
+                    self.queue_url
+                ),
+            )
+            .into());
+        };
+        let letter = OutgoingMessage {
+            id: "0".into(),
+            body: message.body.clone(),
+            attributes: with_dead_letter_reason(&message.attributes, reason),
+            delay: Duration::ZERO,
+            group: None,
+        };
+        let sent = send_batch_to(&self.client, &dlq, std::slice::from_ref(&letter)).await?;
+        if let Some(r) = sent.refused.first() {
+            return Err(
+                AwsError::service("SendMessageBatch(dead-letter queue)", r.reason.clone()).into(),
             );
         }
-        let resp = self
-            .client
-            .send_message_batch()
-            .queue_url(&self.queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(|e| sdk("SendMessageBatch", e))?;
-        let failed = resp.failed();
-        if failed.is_empty() {
-            return Ok(());
-        }
-        let mut retryable = true;
-        let detail: Vec<String> = failed
-            .iter()
-            .map(|f| {
-                let id = f
-                    .id()
-                    .strip_prefix('m')
-                    .and_then(|i| i.parse::<usize>().ok())
-                    .and_then(|i| messages.get(i))
-                    .map_or(f.id(), |m| m.id.as_str());
-                if f.sender_fault() && !is_retryable_code(f.code()) {
-                    retryable = false;
-                }
-                format!(
-                    "{id}: {}{}",
-                    f.code(),
-                    f.message().map(|m| format!(" ({m})")).unwrap_or_default()
-                )
-            })
-            .collect();
-        let message = format!(
-            "{} of {} messages failed: {}",
-            failed.len(),
-            messages.len(),
-            detail.join("; ")
-        );
-        Err(if retryable {
-            AwsError::Unavailable {
-                operation: "SendMessageBatch",
-                message,
-            }
-        } else {
-            AwsError::service("SendMessageBatch", message)
-        }
-        .into())
+        // In the dead-letter queue now: only then does it leave the queue.
+        delete_from(
+            &self.client,
+            &self.queue_url,
+            std::slice::from_ref(&message.receipt),
+        )
+        .await
     }
 
     async fn receive(
@@ -244,103 +392,11 @@ impl DelayQueue for SqsDelayQueue {
         if !(1..=MAX_BATCH).contains(&max) {
             return Err(ValidationError::new("max", format!("must be 1..=10, got {max}")).into());
         }
-        let resp = self
-            .client
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(max as i32)
-            .wait_time_seconds(ceil_secs(wait, MAX_WAIT_S))
-            .visibility_timeout(ceil_secs(visibility, MAX_VISIBILITY_S))
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await
-            .map_err(|e| sdk("ReceiveMessage", e))?;
-        let mut out = Vec::new();
-        for m in resp.messages.unwrap_or_default() {
-            let receipt = m.receipt_handle.ok_or_else(|| {
-                AwsError::service("ReceiveMessage", "a message without a receipt handle")
-            })?;
-            let receive_count = m
-                .attributes
-                .as_ref()
-                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1);
-            let attributes: Attributes = m
-                .message_attributes
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|(k, v)| v.string_value.map(|s| (k, s)))
-                .collect();
-            out.push(ReceivedMessage {
-                receipt,
-                body: m.body.unwrap_or_default(),
-                attributes,
-                receive_count,
-            });
-        }
-        Ok(out)
+        Ok(receive_from(&self.client, &self.queue_url, max, wait, visibility).await?)
     }
 
     async fn delete_batch(&self, receipts: &[String]) -> StoreResult<()> {
-        for chunk in receipts.chunks(MAX_BATCH) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(format!("d{i}"))
-                        .receipt_handle(r)
-                        .build()
-                        .map_err(|e| AwsError::service("DeleteMessageBatch", e.to_string()))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let resp = self
-                .client
-                .delete_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| sdk("DeleteMessageBatch", e))?;
-            let failed = resp.failed();
-            if failed.is_empty() {
-                continue;
-            }
-            let index: HashMap<String, usize> =
-                (0..chunk.len()).map(|i| (format!("d{i}"), i)).collect();
-            let detail: Vec<String> = failed
-                .iter()
-                .map(|f| {
-                    let which = index
-                        .get(f.id())
-                        .map_or_else(|| f.id().to_owned(), |i| format!("receipt #{i}"));
-                    format!(
-                        "{which}: {}{}",
-                        f.code(),
-                        f.message().map(|m| format!(" ({m})")).unwrap_or_default()
-                    )
-                })
-                .collect();
-            let message = format!("{} deletes failed: {}", failed.len(), detail.join("; "));
-            if failed
-                .iter()
-                .all(|f| f.code().contains("ReceiptHandleIsInvalid"))
-            {
-                return Err(ValidationError::new("receipts", message).into());
-            }
-            return Err(if failed.iter().all(|f| !f.sender_fault()) {
-                AwsError::Unavailable {
-                    operation: "DeleteMessageBatch",
-                    message,
-                }
-            } else {
-                AwsError::service("DeleteMessageBatch", message)
-            }
-            .into());
-        }
-        Ok(())
+        delete_from(&self.client, &self.queue_url, receipts).await
     }
 
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()> {
@@ -369,6 +425,81 @@ impl DelayQueue for SqsDelayQueue {
             }
             Err(e) => Err(sdk("ChangeMessageVisibility", e).into()),
         }
+    }
+
+    async fn dead_letters(&self, max: usize, hold: Duration) -> StoreResult<Vec<ReceivedMessage>> {
+        let Some(dlq) = self.dead_letter_queue_url().await? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        // Receiving hides them from other readers for `hold`; empty answers end the look.
+        while out.len() < max {
+            let got = receive_from(
+                &self.client,
+                &dlq,
+                (max - out.len()).min(MAX_BATCH),
+                Duration::from_secs(1),
+                hold,
+            )
+            .await?;
+            if got.is_empty() {
+                break;
+            }
+            out.extend(got);
+        }
+        Ok(out)
+    }
+
+    async fn redrive(&self, letters: &[ReceivedMessage]) -> StoreResult<usize> {
+        let Some(dlq) = self.dead_letter_queue_url().await? else {
+            return Ok(0);
+        };
+        let mut moved = 0;
+        for chunk in letters.chunks(MAX_BATCH) {
+            let messages: Vec<OutgoingMessage> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, l)| OutgoingMessage {
+                    id: i.to_string(),
+                    body: l.body.clone(),
+                    attributes: {
+                        let mut a = l.attributes.clone();
+                        a.remove(DEAD_LETTER_REASON);
+                        a
+                    },
+                    delay: Duration::ZERO,
+                    group: None,
+                })
+                .collect();
+            let sent = self.send_batch(&messages).await?;
+            // Only what reached the queue leaves the dead-letter queue.
+            let receipts: Vec<String> = chunk
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !sent.refused.iter().any(|r| r.index == *i))
+                .map(|(_, l)| l.receipt.clone())
+                .collect();
+            delete_from(&self.client, &dlq, &receipts).await?;
+            moved += receipts.len();
+        }
+        Ok(moved)
+    }
+
+    async fn release_dead_letters(&self, letters: &[ReceivedMessage]) -> StoreResult<()> {
+        let Some(dlq) = self.dead_letter_queue_url().await? else {
+            return Ok(());
+        };
+        for l in letters {
+            self.client
+                .change_message_visibility()
+                .queue_url(&dlq)
+                .receipt_handle(&l.receipt)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .map_err(|e| sdk("ChangeMessageVisibility(dead-letter queue)", e))?;
+        }
+        Ok(())
     }
 
     async fn depth(&self) -> StoreResult<QueueDepth> {

@@ -36,7 +36,7 @@ impl Default for AwsNames {
             directory_table: "toki-tenants".into(),
             queue_name: "toki-reminders".into(),
             dlq_name: "toki-reminders-dlq".into(),
-            max_receives: 5,
+            max_receives: 100,
             visibility_timeout_s: 60,
         }
     }
@@ -103,9 +103,9 @@ fn by_schedule_key() -> Result<Vec<KeySchemaElement>, AwsError> {
     ])
 }
 
-fn all() -> Projection {
+fn keys_only() -> Projection {
     Projection::builder()
-        .projection_type(ProjectionType::All)
+        .projection_type(ProjectionType::KeysOnly)
         .build()
 }
 
@@ -117,7 +117,7 @@ pub async fn ensure_index_table(
     let gsi = GlobalSecondaryIndex::builder()
         .index_name(BY_SCHEDULE_INDEX)
         .set_key_schema(Some(by_schedule_key()?))
-        .projection(all())
+        .projection(keys_only())
         .build()
         .map_err(|e| AwsError::service("CreateTable", e.to_string()))?;
     let created = client
@@ -146,7 +146,7 @@ pub async fn ensure_index_table(
                 let action = CreateGlobalSecondaryIndexAction::builder()
                     .index_name(BY_SCHEDULE_INDEX)
                     .set_key_schema(Some(by_schedule_key()?))
-                    .projection(all())
+                    .projection(keys_only())
                     .build()
                     .map_err(|e| AwsError::service("UpdateTable", e.to_string()))?;
                 client

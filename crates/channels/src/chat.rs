@@ -1,13 +1,24 @@
 //! In-app chat: a message row in the tenant's own database.
 
-use async_trait::async_trait;
-use chrono::Utc;
-use toki_core::channel::{ChannelSender, Notification, SendError};
-use toki_core::ports::{ChatMessage, TenantStore};
-use toki_core::{Channel, Instant};
+use std::sync::Arc;
 
-#[derive(Debug, Default)]
-pub struct ChatChannel;
+use async_trait::async_trait;
+use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_core::error::chain;
+use toki_core::ports::{ChatMessage, Clock, TenantStores};
+use toki_core::Channel;
+
+pub struct ChatChannel {
+    stores: Arc<dyn TenantStores>,
+    clock: Arc<dyn Clock>,
+}
+
+impl ChatChannel {
+    /// Chat rows go to each notification's tenant database, opened through `stores`.
+    pub fn new(stores: Arc<dyn TenantStores>, clock: Arc<dyn Clock>) -> Self {
+        ChatChannel { stores, clock }
+    }
+}
 
 #[async_trait]
 impl ChannelSender for ChatChannel {
@@ -15,16 +26,24 @@ impl ChannelSender for ChatChannel {
         Channel::Chat
     }
 
-    async fn send(
-        &self,
-        store: &dyn TenantStore,
-        batch: &[Notification],
-    ) -> Vec<Result<Instant, SendError>> {
-        let now = Utc::now();
+    async fn send(&self, batch: &[Notification]) -> Vec<SendResult> {
+        let Some(first) = batch.first() else {
+            return Vec::new();
+        };
+        let failed = |e: &toki_core::StoreError| {
+            vec![Err(SendError::transient(format!("chat: {}", chain(e)))); batch.len()]
+        };
+        // A batch is one tenant's (the daemon plans per tenant).
+        let store = match self.stores.open(&first.tenant).await {
+            Ok(s) => s,
+            Err(e) => return failed(&e),
+        };
+        let now = self.clock.now();
         let rows: Vec<ChatMessage> = batch
             .iter()
             .map(|n| ChatMessage {
                 key: n.key.clone(),
+                version: n.version,
                 user: n.recipient.id.clone(),
                 text: n.text.clone(),
                 created_at: now,
@@ -32,17 +51,8 @@ impl ChannelSender for ChatChannel {
             .collect();
         // One statement for the whole batch.
         match store.insert_chat_messages(&rows).await {
-            Ok(()) => {
-                let at = Utc::now();
-                vec![Ok(at); batch.len()]
-            }
-            Err(e) => vec![
-                Err(SendError::Transient {
-                    reason: format!("chat insert: {e}"),
-                    retry_after: None,
-                });
-                batch.len()
-            ],
+            Ok(()) => vec![Ok(self.clock.now()); batch.len()],
+            Err(e) => failed(&e),
         }
     }
 }

@@ -1,15 +1,17 @@
 //! Slack through the Web API (`chat.postMessage`), honouring 429 + Retry-After;
-//! without a token, a JSON-lines outbox file.
+//! without a token, a JSON-lines outbox file. Every message carries its
+//! delivery key in Slack message metadata, so a delivery taken over from a
+//! daemon that died is looked up in the recipient's recent history before it
+//! is sent again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
 use serde_json::json;
-use toki_core::channel::{ChannelSender, Notification, SendError};
-use toki_core::ports::TenantStore;
+use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_core::ports::Clock;
 use toki_core::{Channel, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
@@ -42,11 +44,17 @@ enum Mode {
 pub struct SlackChannel {
     mode: Mode,
     concurrency: usize,
+    clock: Arc<dyn Clock>,
 }
 
 impl SlackChannel {
     /// The Web API at `base_url` (`https://slack.com/api`, or a stand-in).
-    pub fn api(base_url: &str, token: &str, concurrency: usize) -> Result<Self, reqwest::Error> {
+    pub fn api(
+        base_url: &str,
+        token: &str,
+        concurrency: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(concurrency)
             .tcp_nodelay(true)
@@ -60,11 +68,12 @@ impl SlackChannel {
                 permits: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
             },
             concurrency: concurrency.max(1),
+            clock,
         })
     }
 
     /// Appends one JSON line per message to `path`.
-    pub async fn outbox(path: PathBuf) -> std::io::Result<Self> {
+    pub async fn outbox(path: PathBuf, clock: Arc<dyn Clock>) -> std::io::Result<Self> {
         if let Some(dir) = path.parent() {
             tokio::fs::create_dir_all(dir).await?;
         }
@@ -76,6 +85,7 @@ impl SlackChannel {
         Ok(Self {
             mode: Mode::Outbox(Arc::new(Mutex::new(file))),
             concurrency: 1,
+            clock,
         })
     }
 
@@ -100,15 +110,13 @@ impl SlackChannel {
     }
 
     async fn post(
+        clock: &dyn Clock,
         client: &reqwest::Client,
         url: &reqwest::Url,
         token: &reqwest::header::HeaderValue,
         body: bytes::Bytes,
     ) -> Result<Instant, SendError> {
-        let transient = |reason: String, retry_after| SendError::Transient {
-            reason,
-            retry_after,
-        };
+        let transient = |reason: String| SendError::Transient(reason);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -122,7 +130,7 @@ impl SlackChannel {
                 .body(body.clone())
                 .send()
                 .await
-                .map_err(|e| transient(format!("slack: {e}"), None))?;
+                .map_err(|e| transient(format!("slack: {e}")))?;
             let status = response.status();
             if status.as_u16() == 429 {
                 let wait = response
@@ -137,18 +145,18 @@ impl SlackChannel {
                     tokio::time::sleep(wait).await;
                     continue;
                 }
-                return Err(transient("slack: rate limited (429)".into(), Some(wait)));
+                return Err(SendError::Throttled { retry_after: wait });
             }
             if status.is_server_error() {
-                return Err(transient(format!("slack: HTTP {status}"), None));
+                return Err(transient(format!("slack: HTTP {status}")));
             }
-            let at = Utc::now();
+            let at = clock.now();
             let bytes = response
                 .bytes()
                 .await
-                .map_err(|e| transient(format!("slack: unreadable reply: {e}"), None))?;
+                .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
             let reply: SlackReply = serde_json::from_slice(&bytes)
-                .map_err(|e| transient(format!("slack: unreadable reply: {e}"), None))?;
+                .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
             if reply.ok {
                 return Ok(at);
             }
@@ -159,11 +167,97 @@ impl SlackChannel {
                 | "msg_too_long" | "no_text" | "cannot_dm_bot" | "user_disabled" => {
                     SendError::Permanent(format!("slack: {error}"))
                 }
+                "ratelimited" => SendError::Throttled {
+                    retry_after: Duration::from_secs(1),
+                },
                 // Token and service problems are fixed by operators; keep the message.
-                _ => transient(format!("slack: {error}"), None),
+                _ => transient(format!("slack: {error}")),
             });
         }
     }
+}
+
+/// How far before the due instant a takeover looks in the history (a daemon
+/// may send up to its lead early, never earlier).
+const HISTORY_MARGIN_S: i64 = 60;
+
+/// `conversations.open` for the recipient's direct-message channel, then
+/// `conversations.history` with metadata from shortly before the due instant:
+/// the instant the delivery was posted, if it was.
+async fn lookup_sent(
+    client: &reqwest::Client,
+    base_url: &str,
+    token: &str,
+    user: &str,
+    n: &Notification,
+) -> Result<Option<Instant>, String> {
+    #[derive(serde::Deserialize)]
+    struct Opened {
+        ok: bool,
+        error: Option<String>,
+        channel: Option<serde_json::Value>,
+    }
+    #[derive(serde::Deserialize)]
+    struct History {
+        ok: bool,
+        error: Option<String>,
+        #[serde(default)]
+        messages: Vec<serde_json::Value>,
+    }
+    let opened: Opened = client
+        .post(format!("{base_url}/conversations.open"))
+        .bearer_auth(token)
+        .json(&json!({ "users": user }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let channel = match (opened.ok, &opened.channel) {
+        (true, Some(c)) => c["id"].as_str().unwrap_or(user).to_owned(),
+        _ => {
+            return Err(format!(
+                "conversations.open: {}",
+                opened.error.unwrap_or_default()
+            ))
+        }
+    };
+    let oldest = n.due_at.0.timestamp() - HISTORY_MARGIN_S;
+    let history: History = client
+        .get(format!("{base_url}/conversations.history"))
+        .bearer_auth(token)
+        .query(&[
+            ("channel", channel.as_str()),
+            ("oldest", &oldest.to_string()),
+            ("limit", "200"),
+            ("include_all_metadata", "true"),
+        ])
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !history.ok {
+        return Err(format!(
+            "conversations.history: {}",
+            history.error.unwrap_or_default()
+        ));
+    }
+    let key = n.key.to_string();
+    let posted = history.messages.iter().find(|m| {
+        let p = &m["metadata"]["event_payload"];
+        p["delivery"].as_str() == Some(key.as_str())
+            && p["tenant"].as_str() == Some(n.tenant.as_str())
+    });
+    Ok(posted.map(|m| {
+        m["ts"]
+            .as_str()
+            .and_then(|ts| ts.parse::<f64>().ok())
+            .and_then(|secs| chrono::DateTime::from_timestamp_millis((secs * 1000.0) as i64))
+            .unwrap_or(n.due_at.0)
+    }))
 }
 
 #[async_trait]
@@ -194,11 +288,61 @@ impl ChannelSender for SlackChannel {
         }
     }
 
-    async fn send(
-        &self,
-        _store: &dyn TenantStore,
-        batch: &[Notification],
-    ) -> Vec<Result<Instant, SendError>> {
+    /// `api.test`: answers `ok` when the Web API is up.
+    async fn probe(&self) -> Result<(), SendError> {
+        let Mode::Api {
+            client, base_url, ..
+        } = &self.mode
+        else {
+            return Ok(());
+        };
+        let response = client
+            .post(format!("{base_url}/api.test"))
+            .send()
+            .await
+            .map_err(|e| SendError::transient(format!("slack: {e}")))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(SendError::transient(format!("slack: HTTP {status}")));
+        }
+        let reply: SlackReply = response
+            .json()
+            .await
+            .map_err(|e| SendError::transient(format!("slack: unreadable reply: {e}")))?;
+        match reply.ok {
+            true => Ok(()),
+            false => Err(SendError::transient(format!(
+                "slack: {}",
+                reply.error.unwrap_or_else(|| "unknown_error".into())
+            ))),
+        }
+    }
+
+    /// Looks for the delivery key in the metadata of the messages posted to
+    /// the recipient since shortly before the due instant.
+    async fn already_sent(&self, n: &Notification) -> Option<Instant> {
+        let Mode::Api {
+            client,
+            base_url,
+            token,
+            ..
+        } = &self.mode
+        else {
+            return None;
+        };
+        let user = n.recipient.slack_user_id.as_deref()?;
+        let found = lookup_sent(client, base_url, token, user, n).await;
+        match found {
+            Ok(found) => found,
+            Err(e) => {
+                // Cannot tell: send (at least once beats never).
+                debug!(error = %e, "slack history lookup failed; sending");
+                None
+            }
+        }
+    }
+
+    async fn send(&self, batch: &[Notification]) -> Vec<SendResult> {
         match &self.mode {
             Mode::Api {
                 client,
@@ -209,10 +353,7 @@ impl ChannelSender for SlackChannel {
                 let url = match reqwest::Url::parse(&format!("{base_url}/chat.postMessage")) {
                     Ok(u) => u,
                     Err(e) => {
-                        let err = SendError::Transient {
-                            reason: format!("slack: api url: {e}"),
-                            retry_after: None,
-                        };
+                        let err = SendError::transient(format!("slack: api url: {e}"));
                         return vec![Err(err); batch.len()];
                     }
                 };
@@ -221,10 +362,9 @@ impl ChannelSender for SlackChannel {
                     &match reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")) {
                         Ok(t) => t,
                         Err(_) => {
-                            let err = SendError::Transient {
-                                reason: "slack: the token is not a valid header value".into(),
-                                retry_after: None,
-                            };
+                            let err = SendError::transient(
+                                "slack: the token is not a valid header value",
+                            );
                             return vec![Err(err); batch.len()];
                         }
                     };
@@ -236,7 +376,7 @@ impl ChannelSender for SlackChannel {
                         async move {
                             let body = body?;
                             let _permit = permits.acquire().await.expect("semaphore never closed");
-                            Self::post(client, url, token, body).await
+                            Self::post(self.clock.as_ref(), client, url, token, body).await
                         }
                     })
                     .collect();
@@ -245,7 +385,7 @@ impl ChannelSender for SlackChannel {
             Mode::Outbox(file) => {
                 let mut lines = String::new();
                 let mut results = Vec::with_capacity(batch.len());
-                let at = Utc::now();
+                let at = self.clock.now();
                 for n in batch {
                     match Self::payload(n) {
                         Ok(mut p) => {
@@ -259,10 +399,7 @@ impl ChannelSender for SlackChannel {
                 }
                 let mut f = file.lock().await;
                 if let Err(e) = f.write_all(lines.as_bytes()).await {
-                    let err = SendError::Transient {
-                        reason: format!("slack outbox: {e}"),
-                        retry_after: None,
-                    };
+                    let err = SendError::transient(format!("slack outbox: {e}"));
                     return results
                         .into_iter()
                         .map(|r| r.and(Err(err.clone())))

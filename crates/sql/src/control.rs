@@ -44,7 +44,7 @@ impl ControlDb {
     pub async fn open(path: &Path) -> StoreResult<Self> {
         let pool = open_sqlite(path).await?;
         CONTROL_MIGRATIONS.run(&pool).await.map_err(|e| {
-            toki_core::StoreError::Backend(format!("migrating {}: {e}", path.display()))
+            toki_core::StoreError::backend(format!("migrating {}", path.display()), e)
         })?;
         Ok(ControlDb { pool })
     }

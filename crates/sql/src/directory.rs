@@ -21,8 +21,9 @@ impl SqliteTenantDirectory {
 fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
     let id: String = row.get("id");
     Ok(TenantRecord {
-        id: TenantId::parse_field("tenant", &id)
-            .map_err(|e: ValidationError| toki_core::StoreError::Backend(e.to_string()))?,
+        id: TenantId::parse_field("tenant", &id).map_err(|e: ValidationError| {
+            toki_core::StoreError::corrupt("tenant directory row", e)
+        })?,
         reminders_enabled: row.get("reminders_enabled"),
         active: row.get("active"),
         database: row.get("database"),

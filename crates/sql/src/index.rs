@@ -44,13 +44,12 @@ impl SqliteReminderIndex {
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("corrupt index row: {field}: {e}"))
+    StoreError::corrupt(format!("index row column {field}"), e.to_string())
 }
 
 pub(crate) fn row_to_indexed(row: &SqliteRow) -> StoreResult<IndexedReminder> {
     let tenant: String = row.get("tenant");
     let schedule: String = row.get("schedule_id");
-    let recipients: String = row.get("recipients");
     let channels: String = row.get("channels");
     let status: String = row.get("status");
     let lease_until: Option<i64> = row.get("lease_until");
@@ -67,8 +66,6 @@ pub(crate) fn row_to_indexed(row: &SqliteRow) -> StoreResult<IndexedReminder> {
         },
         due_at: DueAt(from_millis("due_at", row.get("due_at")).map_err(|e| bad("due_at", e))?),
         version: row.get("version"),
-        recipients: Reminder::decode_recipients("recipients", &recipients)
-            .map_err(|e| bad("recipients", e))?,
         channels: ChannelSet::decode("channels", &channels).map_err(|e| bad("channels", e))?,
     };
     let status = match status.as_str() {
@@ -89,19 +86,40 @@ impl ReminderIndex for SqliteReminderIndex {
         &self,
         tenant: &TenantId,
         schedule: &ScheduleId,
+        version: i64,
         rows: &[Reminder],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        sqlx::query("DELETE FROM reminder_index WHERE tenant = $1 AND schedule_id = $2")
-            .bind(tenant.as_str())
-            .bind(schedule.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_err)?;
+        // The version's claim on the schedule's rows: only if no newer one holds them.
+        let claimed = sqlx::query(
+            "INSERT INTO index_versions (tenant, schedule_id, version) VALUES ($1, $2, $3)
+             ON CONFLICT (tenant, schedule_id) DO UPDATE SET version = excluded.version
+             WHERE index_versions.version <= excluded.version",
+        )
+        .bind(tenant.as_str())
+        .bind(schedule.as_str())
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?;
+        if claimed.rows_affected() == 0 {
+            return Ok(false);
+        }
+        // Older versions' rows go; this version's rows already there stay as
+        // they are (a repeat of the same write changes nothing).
+        sqlx::query(
+            "DELETE FROM reminder_index WHERE tenant = $1 AND schedule_id = $2 AND version < $3",
+        )
+        .bind(tenant.as_str())
+        .bind(schedule.as_str())
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?;
         for chunk in rows.chunks(500) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
-                 minutes_before, due_at, version, recipients, channels, status, lease_until, expires_at) ",
+                 minutes_before, due_at, version, channels, status, lease_until, expires_at) ",
             );
             qb.push_values(chunk, |mut b, r| {
                 let (partition, sort) = self.keys(r);
@@ -114,15 +132,16 @@ impl ReminderIndex for SqliteReminderIndex {
                     .push_bind(i64::from(r.key.minutes_before))
                     .push_bind(r.due_at.millis())
                     .push_bind(r.version)
-                    .push_bind(r.encode_recipients())
                     .push_bind(r.channels.encode())
                     .push_bind("pending")
                     .push_bind(None::<i64>)
                     .push_bind(expires);
             });
+            qb.push(" ON CONFLICT (partition, sort_key) DO NOTHING");
             qb.build().execute(&mut *tx).await.map_err(db_err)?;
         }
-        tx.commit().await.map_err(db_err)
+        tx.commit().await.map_err(db_err)?;
+        Ok(true)
     }
 
     async fn query_partition(

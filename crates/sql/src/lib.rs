@@ -1,34 +1,74 @@
 //! Toki on SQL. The embedded backend (one SQLite control database holding the
 //! reminder index, the delay queue and the tenant directory) and the tenant
 //! stores on SQLite and Postgres, which share one schema and one implementation.
+//! Without the `sqlite` feature only the Postgres tenant stores are built (the
+//! AWS family: the Lambdas).
 
+#[cfg(feature = "sqlite")]
 pub mod control;
+#[cfg(feature = "sqlite")]
 pub mod directory;
+#[cfg(feature = "sqlite")]
 pub mod index;
+#[cfg(feature = "sqlite")]
 pub mod queue;
 pub mod stores;
 pub mod tenant_store;
 
 use toki_core::StoreError;
 
+/// A database error as a store error: transient (worth retrying) or not, with
+/// the driver's error as its source.
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
-            StoreError::Unavailable(e.to_string())
-        }
-        other => StoreError::Backend(other.to_string()),
+    if is_transient(&e) {
+        StoreError::unavailable("database call", e)
+    } else {
+        StoreError::backend("database call", e)
     }
 }
 
-pub(crate) fn now_millis() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => {
+            // SQLite: busy / locked. Postgres: serialization failure, deadlock,
+            // too many connections, shutting down, cannot connect now.
+            let code = d.code();
+            matches!(
+                code.as_deref(),
+                Some(
+                    "5" | "6"
+                        | "517"
+                        | "262"
+                        | "40001"
+                        | "40P01"
+                        | "53300"
+                        | "57P01"
+                        | "57P02"
+                        | "57P03"
+                )
+            )
+        }
+        _ => false,
+    }
 }
 
+#[cfg(feature = "sqlite")]
 pub use control::ControlDb;
+#[cfg(feature = "sqlite")]
 pub use directory::SqliteTenantDirectory;
+#[cfg(feature = "sqlite")]
 pub use index::SqliteReminderIndex;
+#[cfg(feature = "sqlite")]
 pub use queue::SqliteDelayQueue;
 pub use stores::{
-    create_tenant_database, database_for, drop_tenant_database, Locator, SqlTenantStores,
+    create_tenant_database, database_for, drop_tenant_database, grant_runtime_role, Locator,
+    SqlTenantStores,
 };
-pub use tenant_store::{PostgresTenantStore, SqliteTenantStore};
+#[cfg(feature = "sqlite")]
+pub use tenant_store::SqliteTenantStore;
+pub use tenant_store::{PostgresTenantStore, SqlTenantStore, TENANT_MIGRATIONS};

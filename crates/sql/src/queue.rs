@@ -10,11 +10,14 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{QueryBuilder, Row, Sqlite};
 use toki_core::message::Attributes;
-use toki_core::ports::{DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage};
+use toki_core::ports::{
+    with_dead_letter_reason, BatchSent, Clock, DelayQueue, OutgoingMessage, QueueDepth,
+    ReceivedMessage,
+};
 use toki_core::{StoreError, StoreResult, ValidationError};
 use tokio::sync::Notify;
 
-use crate::{db_err, now_millis};
+use crate::db_err;
 
 /// How often a waiting receive looks for messages sent by other processes
 /// (sends in this process wake it at once).
@@ -24,32 +27,26 @@ pub struct SqliteDelayQueue {
     pool: SqlitePool,
     name: String,
     max_receives: u32,
+    clock: Arc<dyn Clock>,
     /// Wakes waiting receivers when this process sends.
     sent: Arc<Notify>,
 }
 
 impl SqliteDelayQueue {
     /// `max_receives`: after this many receives a message goes to the dead-letter queue.
-    pub fn new(pool: SqlitePool, name: impl Into<String>, max_receives: u32) -> Self {
+    pub fn new(
+        pool: SqlitePool,
+        name: impl Into<String>,
+        max_receives: u32,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             pool,
             name: name.into(),
             max_receives: max_receives.max(1),
+            clock,
             sent: Arc::new(Notify::new()),
         }
-    }
-
-    /// Dead-lettered messages (body, attributes, receive count), oldest first.
-    pub async fn dead_letters(&self) -> StoreResult<Vec<ReceivedMessage>> {
-        let rows = sqlx::query(
-            "SELECT id, body, attributes, receive_count FROM queue_messages
-             WHERE queue = $1 AND dead = TRUE ORDER BY dead_at, id",
-        )
-        .bind(&self.name)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_err)?;
-        rows.iter().map(to_received).collect()
     }
 
     async fn try_receive(
@@ -57,7 +54,7 @@ impl SqliteDelayQueue {
         max: usize,
         visibility: Duration,
     ) -> StoreResult<Vec<ReceivedMessage>> {
-        let now = now_millis();
+        let now = self.clock.now().timestamp_millis();
         let mut tx = self.pool.begin().await.map_err(db_err)?;
         // Received too often: move to the dead-letter queue instead of handing out again.
         sqlx::query(
@@ -110,7 +107,7 @@ fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
         receipt: format!("{id}:{count}"),
         body: row.get("body"),
         attributes: serde_json::from_str::<Attributes>(&attrs)
-            .map_err(|e| StoreError::Backend(format!("message {id} attributes: {e}")))?,
+            .map_err(|e| StoreError::corrupt(format!("queue message {id} attributes"), e))?,
         receive_count: count as u32,
     })
 }
@@ -127,12 +124,12 @@ fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
 
 #[async_trait]
 impl DelayQueue for SqliteDelayQueue {
-    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<()> {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<BatchSent> {
         toki_core::ports::check_batch(messages)?;
         if messages.is_empty() {
-            return Ok(());
+            return Ok(BatchSent::default());
         }
-        let now = now_millis();
+        let now = self.clock.now().timestamp_millis();
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO queue_messages (queue, body, attributes, sent_at, visible_at) ",
         );
@@ -143,9 +140,10 @@ impl DelayQueue for SqliteDelayQueue {
                 .push_bind(now)
                 .push_bind(now + m.delay.as_millis() as i64);
         });
+        // One statement: all of the batch or none of it.
         qb.build().execute(&self.pool).await.map_err(db_err)?;
         self.sent.notify_waiters();
-        Ok(())
+        Ok(BatchSent::default())
     }
 
     async fn receive(
@@ -175,7 +173,7 @@ impl DelayQueue for SqliteDelayQueue {
             // CROSS_PROCESS_POLL for messages other processes sent.
             let mut wake = deadline.min(now + CROSS_PROCESS_POLL);
             if let Some(at) = self.next_visible_at().await? {
-                let in_ms = (at - now_millis()).max(0) as u64;
+                let in_ms = (at - self.clock.now().timestamp_millis()).max(0) as u64;
                 wake = wake.min(now + Duration::from_millis(in_ms));
             }
             tokio::select! {
@@ -214,15 +212,31 @@ impl DelayQueue for SqliteDelayQueue {
             "UPDATE queue_messages SET visible_at = $1
              WHERE id = $2 AND receive_count = $3 AND dead = FALSE",
         )
-        .bind(now_millis() + timeout.as_millis() as i64)
+        .bind(self.clock.now().timestamp_millis() + timeout.as_millis() as i64)
         .bind(id)
         .bind(count)
         .execute(&self.pool)
         .await
         .map_err(db_err)?;
-        if timeout.is_zero() {
-            self.sent.notify_waiters();
-        }
+        // Receivers waiting in this process recompute when the next message is visible.
+        self.sent.notify_waiters();
+        Ok(())
+    }
+
+    async fn dead_letter(&self, message: &ReceivedMessage, reason: &str) -> StoreResult<()> {
+        let (id, count) = parse_receipt(&message.receipt)?;
+        let attributes = with_dead_letter_reason(&message.attributes, reason);
+        sqlx::query(
+            "UPDATE queue_messages SET dead = TRUE, dead_at = $1, attributes = $2
+             WHERE id = $3 AND receive_count = $4 AND dead = FALSE",
+        )
+        .bind(self.clock.now().timestamp_millis())
+        .bind(serde_json::to_string(&attributes).expect("string map serialises"))
+        .bind(id)
+        .bind(count)
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
         Ok(())
     }
 
@@ -240,5 +254,48 @@ impl DelayQueue for SqliteDelayQueue {
             messages: row.get::<i64, _>("live") as u64,
             dead_letters: row.get::<i64, _>("dead") as u64,
         })
+    }
+
+    /// Dead rows, oldest first (nothing else reads them, so nothing to hold).
+    async fn dead_letters(&self, max: usize, _hold: Duration) -> StoreResult<Vec<ReceivedMessage>> {
+        let rows = sqlx::query(
+            "SELECT id, body, attributes, receive_count FROM queue_messages
+             WHERE queue = $1 AND dead = TRUE ORDER BY dead_at, id LIMIT $2",
+        )
+        .bind(&self.name)
+        .bind(max as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.iter().map(to_received).collect()
+    }
+
+    async fn redrive(&self, letters: &[ReceivedMessage]) -> StoreResult<usize> {
+        if letters.is_empty() {
+            return Ok(0);
+        }
+        let ids = letters
+            .iter()
+            .map(|l| parse_receipt(&l.receipt).map(|(id, _)| id))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "UPDATE queue_messages SET dead = FALSE, dead_at = NULL, receive_count = 0,
+               attributes = json_remove(attributes, '$.dead_letter_reason'), visible_at = ",
+        );
+        qb.push_bind(self.clock.now().timestamp_millis());
+        qb.push(" WHERE queue = ").push_bind(&self.name);
+        qb.push(" AND dead = TRUE AND id IN (");
+        let mut sep = qb.separated(", ");
+        for id in ids {
+            sep.push_bind(id);
+        }
+        qb.push(")");
+        let moved = qb.build().execute(&self.pool).await.map_err(db_err)?;
+        self.sent.notify_waiters();
+        Ok(moved.rows_affected() as usize)
+    }
+
+    async fn release_dead_letters(&self, _letters: &[ReceivedMessage]) -> StoreResult<()> {
+        Ok(())
     }
 }

@@ -3,7 +3,6 @@
 //! or a SQLite file path.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +15,12 @@ use toki_core::{StoreError, StoreResult, TenantId};
 use tokio::sync::Mutex;
 use tracing::info;
 
+#[cfg(feature = "sqlite")]
 use crate::control::open_sqlite;
 use crate::db_err;
-use crate::tenant_store::{PostgresTenantStore, SqliteTenantStore};
+use crate::tenant_store::PostgresTenantStore;
+#[cfg(feature = "sqlite")]
+use crate::tenant_store::SqliteTenantStore;
 
 pub fn is_postgres(database: &str) -> bool {
     database.starts_with("postgres://") || database.starts_with("postgresql://")
@@ -69,7 +71,7 @@ impl SqlTenantStores {
     async fn connect(&self, database: &str) -> StoreResult<Arc<dyn TenantStore>> {
         if is_postgres(database) {
             let options = PgConnectOptions::from_str(database)
-                .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+                .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
                 .disable_statement_logging();
             let pool = PgPoolOptions::new()
                 .max_connections(self.max_connections)
@@ -79,16 +81,33 @@ impl SqlTenantStores {
                 .connect_lazy_with(options);
             Ok(Arc::new(PostgresTenantStore::new(pool)))
         } else {
-            let path = Path::new(database);
-            if !path.exists() {
-                return Err(StoreError::NotFound(format!(
-                    "tenant database {} does not exist",
-                    path.display()
-                )));
-            }
-            Ok(Arc::new(SqliteTenantStore::new(open_sqlite(path).await?)))
+            open_sqlite_store(database).await
         }
     }
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite_store(database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+    let path = std::path::Path::new(database);
+    if !path.exists() {
+        return Err(StoreError::NotFound(format!(
+            "tenant database {} does not exist",
+            path.display()
+        )));
+    }
+    Ok(Arc::new(SqliteTenantStore::new(open_sqlite(path).await?)))
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite_store(database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+    Err(without_sqlite(database))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn without_sqlite(database: &str) -> StoreError {
+    StoreError::Unconfigured(format!(
+        "{database:?} is not a Postgres URL, and this build has no SQLite (embedded) backend"
+    ))
 }
 
 #[async_trait]
@@ -107,7 +126,7 @@ impl TenantStores for SqlTenantStores {
             }
             Locator::Template(t) => database_for(t, tenant),
             Locator::Unconfigured(setting) => {
-                return Err(StoreError::Backend(format!(
+                return Err(StoreError::Unconfigured(format!(
                     "{setting} is not set: cannot open the database of tenant {tenant}"
                 )))
             }
@@ -128,12 +147,12 @@ pub fn database_for(template: &str, tenant: &TenantId) -> String {
 pub async fn drop_tenant_database(database: &str) -> StoreResult<()> {
     if is_postgres(database) {
         let options = PgConnectOptions::from_str(database)
-            .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+            .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
             .disable_statement_logging();
         let name = options.get_database().unwrap_or_default().to_owned();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(StoreError::Backend(format!(
-                "cannot drop database {name:?}"
+            return Err(StoreError::Unconfigured(format!(
+                "cannot drop database {name:?}: not a plain name"
             )));
         }
         let mut admin = options
@@ -146,6 +165,7 @@ pub async fn drop_tenant_database(database: &str) -> StoreResult<()> {
             .await
             .map_err(db_err)?;
     } else {
+        // A SQLite file (embedded backend).
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{database}{suffix}"));
         }
@@ -157,14 +177,16 @@ pub async fn drop_tenant_database(database: &str) -> StoreResult<()> {
 pub async fn create_tenant_database(database: &str) -> StoreResult<()> {
     if is_postgres(database) {
         let options = PgConnectOptions::from_str(database)
-            .map_err(|e| StoreError::Backend(format!("tenant database URL: {e}")))?
+            .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
             .disable_statement_logging();
         let name = options
             .get_database()
-            .ok_or_else(|| StoreError::Backend("tenant database URL names no database".into()))?
+            .ok_or_else(|| {
+                StoreError::Unconfigured("the tenant database URL names no database".into())
+            })?
             .to_owned();
         if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::Unconfigured(format!(
                 "database name {name:?} may contain only letters, digits and '_'"
             )));
         }
@@ -200,14 +222,92 @@ pub async fn create_tenant_database(database: &str) -> StoreResult<()> {
         store.migrate().await?;
         pool.close().await;
     } else {
-        let path = Path::new(database);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
-        }
-        let pool = open_sqlite(path).await?;
-        SqliteTenantStore::new(pool.clone()).migrate().await?;
-        pool.close().await;
+        create_sqlite_database(database).await?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "sqlite")]
+async fn create_sqlite_database(database: &str) -> StoreResult<()> {
+    let path = std::path::Path::new(database);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::backend(format!("creating {}", dir.display()), e))?;
+    }
+    let pool = open_sqlite(path).await?;
+    SqliteTenantStore::new(pool.clone()).migrate().await?;
+    pool.close().await;
+    Ok(())
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn create_sqlite_database(database: &str) -> StoreResult<()> {
+    Err(without_sqlite(database))
+}
+
+/// Lets `role` (created with `password` if missing) connect to the Postgres
+/// database at `admin_url` and read and write its tables, now and after later
+/// migrations. Run with the provisioning credentials, after migrating.
+pub async fn grant_runtime_role(admin_url: &str, role: &str, password: &str) -> StoreResult<()> {
+    if role.is_empty() || !role.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(StoreError::Unconfigured(format!(
+            "runtime role {role:?} may contain only letters, digits and '_'"
+        )));
+    }
+    let options = PgConnectOptions::from_str(admin_url)
+        .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
+        .disable_statement_logging();
+    let database = options
+        .get_database()
+        .ok_or_else(|| {
+            StoreError::Unconfigured("the tenant database URL names no database".into())
+        })?
+        .to_owned();
+    let mut server = options
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .map_err(db_err)?;
+    let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_roles WHERE rolname = $1")
+        .bind(role)
+        .fetch_optional(&mut server)
+        .await
+        .map_err(db_err)?;
+    // Role DDL takes no bind parameters: the literal is quoted by the server.
+    let quoted: String = sqlx::query_scalar("SELECT quote_literal($1)")
+        .bind(password)
+        .fetch_one(&mut server)
+        .await
+        .map_err(db_err)?;
+    let verb = if exists.is_some() { "ALTER" } else { "CREATE" };
+    match sqlx::query(&format!("{verb} ROLE \"{role}\" LOGIN PASSWORD {quoted}"))
+        .execute(&mut server)
+        .await
+    {
+        Ok(_) => {}
+        // Created concurrently by another provisioning run: fine.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42710") => {}
+        Err(e) => return Err(db_err(e)),
+    }
+    sqlx::query(&format!(
+        "GRANT CONNECT ON DATABASE \"{database}\" TO \"{role}\""
+    ))
+    .execute(&mut server)
+    .await
+    .map_err(db_err)?;
+    let mut tenant = options.connect().await.map_err(db_err)?;
+    for grant in [
+        format!("GRANT USAGE ON SCHEMA public TO \"{role}\""),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\""),
+        format!(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO \"{role}\""
+        ),
+    ] {
+        sqlx::query(&grant)
+            .execute(&mut tenant)
+            .await
+            .map_err(db_err)?;
     }
     Ok(())
 }

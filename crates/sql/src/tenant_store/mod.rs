@@ -1,0 +1,647 @@
+//! A tenant's database (the source of truth), on Postgres and on SQLite: one
+//! schema (`migrations/tenant`), one implementation generic over the sqlx
+//! database, typed rows. Statements are built as text plus values
+//! ([`statement`]) and bound in one step, which works alike on both engines.
+
+mod rows;
+mod statement;
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use toki_core::ports::{ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore};
+use toki_core::{
+    DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus, Instant, ReminderKey,
+    ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId, ValidationError,
+};
+
+use crate::db_err;
+use rows::{
+    participant, ChatRow, ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow,
+    KeyColumns, MirrorRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
+};
+use statement::Statement;
+
+pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/tenant");
+
+/// Rows per multi-row statement: with up to 11 values a row, well under
+/// SQLite's 32,766 and Postgres's 65,535 bind parameters.
+const CHUNK: usize = 500;
+
+/// A tenant's database on engine `DB`.
+#[derive(Clone)]
+pub struct SqlTenantStore<DB: Database> {
+    pool: Pool<DB>,
+}
+
+#[cfg(feature = "sqlite")]
+pub type SqliteTenantStore = SqlTenantStore<sqlx::Sqlite>;
+pub type PostgresTenantStore = SqlTenantStore<sqlx::Postgres>;
+
+impl<DB: Database> SqlTenantStore<DB> {
+    pub fn new(pool: Pool<DB>) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+}
+
+impl<DB: Database> SqlTenantStore<DB>
+where
+    DB: sqlx::migrate::MigrateDatabase,
+    <DB as Database>::Connection: sqlx::migrate::Migrate,
+{
+    pub async fn migrate(&self) -> StoreResult<()> {
+        TENANT_MIGRATIONS
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::backend("migrating a tenant database", e))
+    }
+}
+
+/// Names one batch's claims: unique per process and call.
+fn claim_token(now: Instant) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{}-{n}", std::process::id(), now.timestamp_millis())
+}
+
+#[async_trait]
+impl<DB> TenantStore for SqlTenantStore<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> UserRow: FromRow<'r, DB::Row>,
+    for<'r> ScheduleRow: FromRow<'r, DB::Row>,
+    for<'r> RuleRow: FromRow<'r, DB::Row>,
+    for<'r> MirrorRow: FromRow<'r, DB::Row>,
+    for<'r> ContextRow: FromRow<'r, DB::Row>,
+    for<'r> DeliveryKeyRow: FromRow<'r, DB::Row>,
+    for<'r> OwnedRow: FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> DeliveryRow: FromRow<'r, DB::Row>,
+    for<'r> CountRow: FromRow<'r, DB::Row>,
+    for<'r> ChatRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
+        let mut s = Statement::new(
+            "INSERT INTO users (id, name, email, slack_user_id, time_zone, locale, updated_at)",
+        );
+        s.values([u], |r, u| {
+            r.bind(u.id.as_str())
+                .bind(u.name.clone())
+                .bind(u.email.clone())
+                .bind(u.slack_user_id.clone())
+                .bind(u.time_zone.name())
+                .bind(u.locale.clone())
+                .bind(now.timestamp_millis());
+        });
+        s.push(
+            " ON CONFLICT (id) DO UPDATE SET name = excluded.name, email = excluded.email,
+               slack_user_id = excluded.slack_user_id, time_zone = excluded.time_zone,
+               locale = excluded.locale, updated_at = excluded.updated_at",
+        );
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
+        let mut s = Statement::new(
+            "SELECT id, name, email, slack_user_id, time_zone, locale FROM users WHERE id = ",
+        );
+        s.bind(id.as_str());
+        let row = s
+            .query_as::<DB, UserRow>()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        row.map(User::try_from).transpose()
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        // Every participant must be a user of this tenant.
+        let mut known = HashSet::new();
+        for chunk in schedule.participants.chunks(CHUNK) {
+            let mut s = Statement::new("SELECT id FROM users WHERE id IN ");
+            s.list(chunk.iter().map(UserId::as_str));
+            let found: Vec<(String,)> = s
+                .query_as::<DB, (String,)>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            known.extend(found.into_iter().map(|(id,)| id));
+        }
+        if let Some((i, p)) = schedule
+            .participants
+            .iter()
+            .enumerate()
+            .find(|(_, p)| !known.contains(p.as_str()))
+        {
+            return Err(ValidationError::new(
+                format!("participants[{i}]"),
+                format!("no user {:?} in this tenant", p.as_str()),
+            )
+            .into());
+        }
+        // Versions never repeat, even across a delete and re-create; the upsert
+        // takes the row lock, so concurrent writes of one schedule serialise.
+        let now_ms = now.timestamp_millis();
+        let mut s = Statement::new(
+            "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
+        );
+        s.values([()], |r, ()| {
+            r.bind(schedule.id.as_str())
+                .bind(1_i64)
+                .bind(false)
+                .bind(false)
+                .bind(now_ms);
+        });
+        s.push(
+            " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
+               deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
+             RETURNING version",
+        );
+        let (version,): (i64,) = s
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        let mut s = Statement::new(
+            "INSERT INTO schedules (id, title, body, starts_at, time_zone, version, updated_at)",
+        );
+        s.values([schedule], |r, sch| {
+            r.bind(sch.id.as_str())
+                .bind(sch.title.clone())
+                .bind(sch.body.clone())
+                .bind(sch.starts_at.timestamp_millis())
+                .bind(sch.time_zone.name())
+                .bind(version)
+                .bind(now_ms);
+        });
+        s.push(
+            " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
+               starts_at = excluded.starts_at, time_zone = excluded.time_zone,
+               version = excluded.version, updated_at = excluded.updated_at",
+        );
+        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        for table in ["participants", "reminder_rules"] {
+            let mut s = Statement::new(&format!("DELETE FROM {table} WHERE schedule_id = "));
+            s.bind(schedule.id.as_str());
+            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        for (c, chunk) in schedule.participants.chunks(CHUNK).enumerate() {
+            let mut s = Statement::new("INSERT INTO participants (schedule_id, user_id, position)");
+            s.values(chunk.iter().enumerate(), |r, (i, p)| {
+                r.bind(schedule.id.as_str())
+                    .bind(p.as_str())
+                    .bind((c * CHUNK + i) as i64);
+            });
+            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        for chunk in schedule.rules.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "INSERT INTO reminder_rules (schedule_id, minutes_before, channels)",
+            );
+            s.values(chunk, |r, rule| {
+                r.bind(schedule.id.as_str())
+                    .bind(i64::from(rule.minutes_before))
+                    .bind(rule.channels.encode());
+            });
+            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(Schedule {
+            version,
+            ..schedule.clone()
+        })
+    }
+
+    async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        load_schedule::<DB>(&mut conn, id).await
+    }
+
+    async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut s = Statement::new("DELETE FROM schedules WHERE id = ");
+        s.bind(id.as_str()).push(" RETURNING id");
+        let deleted = s
+            .query_as::<DB, (String,)>()
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        if deleted.is_none() {
+            return Ok(None);
+        }
+        let mut s = Statement::new("UPDATE schedule_mirror SET version = version + 1, deleted = TRUE, mirrored = FALSE, changed_at = ");
+        s.bind(now.timestamp_millis());
+        s.push(" WHERE schedule_id = ")
+            .bind(id.as_str())
+            .push(" RETURNING version");
+        let (version,): (i64,) = s
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(Some(version))
+    }
+
+    async fn unmirrored(&self) -> StoreResult<Vec<MirrorWork>> {
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let rows: Vec<MirrorRow> = sqlx::query_as(
+            "SELECT schedule_id, version, deleted FROM schedule_mirror
+             WHERE mirrored = FALSE ORDER BY changed_at",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = row.schedule()?;
+            if row.deleted {
+                out.push(MirrorWork::Delete {
+                    schedule: id,
+                    version: row.version,
+                });
+            } else if let Some(s) = load_schedule::<DB>(&mut conn, &id).await? {
+                out.push(MirrorWork::Upsert(s));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn mark_mirrored(&self, id: &ScheduleId, version: i64) -> StoreResult<()> {
+        // Only if no newer write came in meanwhile.
+        let mut s =
+            Statement::new("UPDATE schedule_mirror SET mirrored = TRUE WHERE schedule_id = ");
+        s.bind(id.as_str()).push(" AND version = ").bind(version);
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
+        let mut ctx = DeliveryContext::default();
+        if schedules.is_empty() {
+            return Ok(ctx);
+        }
+        // One round trip: the schedules, and their participants joined with
+        // their users, a row each; participants in order.
+        let ids = || schedules.iter().map(ScheduleId::as_str);
+        let mut s = Statement::new(
+            "SELECT 'schedule' AS kind, id AS schedule_id, title, body, starts_at, version,
+                    CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
+                    CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
+                    CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
+                    CAST(-1 AS BIGINT) AS position
+             FROM schedules WHERE id IN ",
+        );
+        s.list(ids());
+        s.push(
+            " UNION ALL
+             SELECT 'participant' AS kind, p.schedule_id, CAST(NULL AS TEXT) AS title,
+                    CAST(NULL AS TEXT) AS body, CAST(NULL AS BIGINT) AS starts_at,
+                    CAST(NULL AS BIGINT) AS version, u.id AS user_id, u.name, u.email,
+                    u.slack_user_id, u.time_zone, u.locale, p.position
+             FROM participants p JOIN users u ON u.id = p.user_id
+             WHERE p.schedule_id IN ",
+        );
+        s.list(ids());
+        s.push(" ORDER BY schedule_id, position");
+        let rows: Vec<ContextRow> = s
+            .query_as::<DB, ContextRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let mut participants: Vec<(ScheduleId, UserId)> = Vec::new();
+        for row in rows {
+            match ContextItem::try_from(row)? {
+                ContextItem::Schedule(s) => {
+                    ctx.schedules.insert(s.id.clone(), s);
+                }
+                ContextItem::Participant(schedule, user) => {
+                    participants.push((schedule, user.id.clone()));
+                    ctx.users.insert(user.id.clone(), user);
+                }
+            }
+        }
+        for (schedule, user) in participants {
+            if let Some(s) = ctx.schedules.get_mut(&schedule) {
+                s.participants.push(user);
+            }
+        }
+        Ok(ctx)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        claims: &[DeliveryClaim],
+        now: Instant,
+        takeover_before: Instant,
+    ) -> StoreResult<Claims> {
+        let token = claim_token(now);
+        let mut out = Claims::default();
+        // All chunks or none: a half-made claim would strand `sending` rows.
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        for chunk in claims.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
+                   version, status, due_at, claimed_at, attempts, claim_token)",
+            );
+            s.values(chunk, |r, c| {
+                let k = KeyColumns::from(&c.key);
+                r.bind(k.schedule_id)
+                    .bind(k.occurrence)
+                    .bind(k.minutes_before)
+                    .bind(k.recipient)
+                    .bind(k.channel)
+                    .bind(c.version)
+                    .bind("sending")
+                    .bind(c.due_at.millis())
+                    .bind(now.timestamp_millis())
+                    .bind(1_i64)
+                    .bind(token.clone());
+            });
+            s.push(
+                " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+                  DO UPDATE SET status = 'sending', version = excluded.version,
+                    due_at = excluded.due_at, claimed_at = excluded.claimed_at,
+                    claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
+                    taken_over = (deliveries.status = 'sending')
+                  WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
+                     OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
+            );
+            s.bind(takeover_before.timestamp_millis());
+            s.push(
+                ") RETURNING schedule_id, occurrence, minutes_before, recipient, channel,
+                   failures, taken_over",
+            );
+            let owned: Vec<OwnedRow> = s
+                .query_as::<DB, OwnedRow>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            for row in owned {
+                out.owned.push(row.try_into()?);
+            }
+        }
+        if out.owned.len() < claims.len() {
+            // Which of the others another holder is still sending.
+            for chunk in claims.chunks(CHUNK) {
+                let mut s = Statement::new(
+                    "SELECT schedule_id, occurrence, minutes_before, recipient, channel
+                     FROM deliveries WHERE status = 'sending' AND claim_token <> ",
+                );
+                s.bind(token.clone());
+                s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
+                s.tuples(chunk, |r, c| {
+                    let k = KeyColumns::from(&c.key);
+                    r.bind(k.schedule_id)
+                        .bind(k.occurrence)
+                        .bind(k.minutes_before)
+                        .bind(k.recipient)
+                        .bind(k.channel);
+                });
+                s.push(")");
+                let busy: Vec<DeliveryKeyRow> = s
+                    .query_as::<DB, DeliveryKeyRow>()
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(db_err)?;
+                for row in busy {
+                    out.busy.push(row.try_into()?);
+                }
+            }
+        }
+        tx.commit().await.map_err(db_err)?;
+        out.token = token;
+        Ok(out)
+    }
+
+    async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()> {
+        for chunk in tokens.chunks(CHUNK) {
+            let mut s = Statement::new("UPDATE deliveries SET claimed_at = ");
+            s.bind(now.timestamp_millis());
+            s.push(" WHERE status = 'sending' AND claim_token IN ");
+            s.list(chunk.iter().map(String::as_str));
+            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn schedule_versions(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<HashMap<ScheduleId, i64>> {
+        let mut out = HashMap::with_capacity(schedules.len());
+        for chunk in schedules.chunks(CHUNK) {
+            let mut s = Statement::new("SELECT id, version FROM schedules WHERE id IN ");
+            s.list(chunk.iter().map(ScheduleId::as_str));
+            let rows: Vec<(String, i64)> = s
+                .query_as::<DB, (String, i64)>()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+            for (id, version) in rows {
+                out.insert(rows::schedule_id(&id)?, version);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
+        for chunk in outcomes.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
+                   version, status, due_at, finished_at, detail, attempts, failures)",
+            );
+            s.values(chunk, |r, o| {
+                let k = KeyColumns::from(&o.key);
+                r.bind(k.schedule_id)
+                    .bind(k.occurrence)
+                    .bind(k.minutes_before)
+                    .bind(k.recipient)
+                    .bind(k.channel)
+                    .bind(o.version)
+                    .bind(o.status.as_str())
+                    .bind(o.due_at.millis())
+                    .bind(o.at.timestamp_millis())
+                    .bind(o.detail.clone())
+                    .bind(1_i64)
+                    .bind(i64::from(o.status == DeliveryStatus::Failed));
+            });
+            // A finished delivery is final, except that a send that happened is
+            // always recorded; a stale verdict never overwrites another
+            // version's send in progress (its own claim's, yes: a late change).
+            s.push(
+                " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+                  DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at,
+                    detail = excluded.detail, version = excluded.version,
+                    failures = deliveries.failures
+                      + CASE WHEN excluded.status = 'failed' THEN 1 ELSE 0 END
+                  WHERE deliveries.status IN ('failed', 'throttled', 'deferred')
+                     OR (deliveries.status = 'sending'
+                         AND (excluded.status <> 'stale' OR deliveries.version = excluded.version))
+                     OR (excluded.status = 'delivered' AND deliveries.status <> 'delivered')",
+            );
+            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
+        for chunk in messages.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "INSERT INTO chat_messages (schedule_id, occurrence, minutes_before, user_id, version,
+                   body, created_at)",
+            );
+            s.values(chunk, |r, m| {
+                let k = KeyColumns::from(&m.key);
+                r.bind(k.schedule_id)
+                    .bind(k.occurrence)
+                    .bind(k.minutes_before)
+                    .bind(m.user.as_str())
+                    .bind(m.version)
+                    .bind(m.text.clone())
+                    .bind(m.created_at.timestamp_millis());
+            });
+            s.push(" ON CONFLICT DO NOTHING");
+            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>> {
+        let rows: Vec<CountRow> = sqlx::query_as(
+            "SELECT channel, status, COUNT(*) AS n FROM deliveries
+             GROUP BY channel, status ORDER BY channel, status",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.into_iter().map(DeliveryCount::try_from).collect()
+    }
+
+    async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>> {
+        let rows: Vec<DeliveryRow> = sqlx::query_as(
+            "SELECT schedule_id, occurrence, minutes_before, recipient, channel, version,
+                    status, due_at, COALESCE(finished_at, claimed_at, due_at) AS at, detail
+             FROM deliveries",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.into_iter().map(DeliveryOutcome::try_from).collect()
+    }
+
+    async fn reminder_deliveries(
+        &self,
+        reminder: &ReminderKey,
+    ) -> StoreResult<Vec<DeliveryOutcome>> {
+        let mut s = Statement::new(
+            "SELECT schedule_id, occurrence, minutes_before, recipient, channel, version,
+                    status, due_at, COALESCE(finished_at, claimed_at, due_at) AS at, detail
+             FROM deliveries WHERE schedule_id = ",
+        );
+        s.bind(reminder.schedule.as_str())
+            .push(" AND occurrence = ")
+            .bind(reminder.occurrence.millis())
+            .push(" AND minutes_before = ")
+            .bind(i64::from(reminder.minutes_before));
+        let rows: Vec<DeliveryRow> = s
+            .query_as::<DB, DeliveryRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(DeliveryOutcome::try_from).collect()
+    }
+
+    async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>> {
+        let mut s = Statement::new(
+            "SELECT schedule_id, occurrence, minutes_before, user_id AS recipient, 'chat' AS channel,
+                    version, body, created_at
+             FROM chat_messages WHERE user_id = ",
+        );
+        s.bind(user.as_str()).push(" ORDER BY created_at");
+        let rows: Vec<ChatRow> = s
+            .query_as::<DB, ChatRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(ChatMessage::try_from).collect()
+    }
+}
+
+/// A schedule with its participants and rules, on one connection.
+async fn load_schedule<DB>(
+    conn: &mut DB::Connection,
+    id: &ScheduleId,
+) -> StoreResult<Option<Schedule>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> ScheduleRow: FromRow<'r, DB::Row>,
+    for<'r> RuleRow: FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
+{
+    let mut s = Statement::new(
+        "SELECT title, body, starts_at, time_zone, version FROM schedules WHERE id = ",
+    );
+    s.bind(id.as_str());
+    let Some(row) = s
+        .query_as::<DB, ScheduleRow>()
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db_err)?
+    else {
+        return Ok(None);
+    };
+    let mut s = Statement::new("SELECT user_id FROM participants WHERE schedule_id = ");
+    s.bind(id.as_str()).push(" ORDER BY position");
+    let participants: Vec<(String,)> = s
+        .query_as::<DB, (String,)>()
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    let mut s =
+        Statement::new("SELECT minutes_before, channels FROM reminder_rules WHERE schedule_id = ");
+    s.bind(id.as_str()).push(" ORDER BY minutes_before DESC");
+    let rules: Vec<RuleRow> = s
+        .query_as::<DB, RuleRow>()
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    Ok(Some(Schedule {
+        id: id.clone(),
+        starts_at: row.starts_at()?,
+        time_zone: row.time_zone()?,
+        title: row.title,
+        body: row.body,
+        version: row.version,
+        participants: participants
+            .iter()
+            .map(|(p,)| participant(p))
+            .collect::<StoreResult<_>>()?,
+        rules: rules
+            .into_iter()
+            .map(ReminderRule::try_from)
+            .collect::<StoreResult<_>>()?,
+    }))
+}

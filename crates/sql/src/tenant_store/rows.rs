@@ -1,0 +1,308 @@
+//! Typed rows of the tenant database and their conversion into the domain.
+//! A row that does not convert is corrupt data, named by its column.
+
+use chrono_tz::Tz;
+use toki_core::ports::{ChatMessage, OwnedDelivery, ScheduleSnapshot};
+use toki_core::{
+    from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus,
+    DueAt, Instant, Occurrence, ReminderRule, ScheduleId, StoreError, StoreResult, User, UserId,
+};
+
+fn corrupt(column: &str, problem: impl std::fmt::Display) -> StoreError {
+    StoreError::corrupt(
+        format!("tenant database column {column}"),
+        problem.to_string(),
+    )
+}
+
+pub(crate) fn instant(column: &str, ms: i64) -> StoreResult<Instant> {
+    from_millis(column, ms).map_err(|e| corrupt(column, e))
+}
+
+fn time_zone(s: &str) -> StoreResult<Tz> {
+    s.parse()
+        .map_err(|_| corrupt("time_zone", format!("{s:?} is not a time zone")))
+}
+
+fn user_id(column: &str, s: &str) -> StoreResult<UserId> {
+    UserId::parse_field(column, s).map_err(|e| corrupt(column, e))
+}
+
+pub(crate) fn schedule_id(s: &str) -> StoreResult<ScheduleId> {
+    ScheduleId::parse_field("schedule_id", s).map_err(|e| corrupt("schedule_id", e))
+}
+
+fn status(s: &str) -> StoreResult<DeliveryStatus> {
+    s.parse().map_err(|e| corrupt("status", e))
+}
+
+fn channel(s: &str) -> StoreResult<Channel> {
+    s.parse().map_err(|e| corrupt("channel", e))
+}
+
+/// The columns that name a delivery, as every table that refers to one has them.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DeliveryKeyRow {
+    pub schedule_id: String,
+    pub occurrence: i64,
+    pub minutes_before: i64,
+    pub recipient: String,
+    pub channel: String,
+}
+
+impl TryFrom<DeliveryKeyRow> for DeliveryKey {
+    type Error = StoreError;
+    fn try_from(r: DeliveryKeyRow) -> StoreResult<Self> {
+        Ok(DeliveryKey {
+            schedule: schedule_id(&r.schedule_id)?,
+            occurrence: Occurrence(instant("occurrence", r.occurrence)?),
+            minutes_before: u32::try_from(r.minutes_before)
+                .map_err(|e| corrupt("minutes_before", e))?,
+            recipient: user_id("recipient", &r.recipient)?,
+            channel: channel(&r.channel)?,
+        })
+    }
+}
+
+/// A delivery a claim got, with its budget so far.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct OwnedRow {
+    #[sqlx(flatten)]
+    pub key: DeliveryKeyRow,
+    pub failures: i64,
+    pub taken_over: bool,
+}
+
+impl TryFrom<OwnedRow> for OwnedDelivery {
+    type Error = StoreError;
+    fn try_from(r: OwnedRow) -> StoreResult<Self> {
+        Ok(OwnedDelivery {
+            key: r.key.try_into()?,
+            failures: u32::try_from(r.failures).map_err(|e| corrupt("failures", e))?,
+            taken_over: r.taken_over,
+        })
+    }
+}
+
+/// The bound columns of a delivery key, in the tables' column order.
+pub(crate) struct KeyColumns {
+    pub schedule_id: String,
+    pub occurrence: i64,
+    pub minutes_before: i64,
+    pub recipient: String,
+    pub channel: &'static str,
+}
+
+impl From<&DeliveryKey> for KeyColumns {
+    fn from(k: &DeliveryKey) -> Self {
+        KeyColumns {
+            schedule_id: k.schedule.to_string(),
+            occurrence: k.occurrence.millis(),
+            minutes_before: i64::from(k.minutes_before),
+            recipient: k.recipient.to_string(),
+            channel: k.channel.as_str(),
+        }
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct UserRow {
+    pub id: String,
+    pub name: String,
+    pub email: Option<String>,
+    pub slack_user_id: Option<String>,
+    pub time_zone: String,
+    pub locale: String,
+}
+
+impl TryFrom<UserRow> for User {
+    type Error = StoreError;
+    fn try_from(r: UserRow) -> StoreResult<Self> {
+        Ok(User {
+            id: user_id("id", &r.id)?,
+            name: r.name,
+            email: r.email,
+            slack_user_id: r.slack_user_id,
+            time_zone: time_zone(&r.time_zone)?,
+            locale: r.locale,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ScheduleRow {
+    pub title: String,
+    pub body: String,
+    pub starts_at: i64,
+    pub time_zone: String,
+    pub version: i64,
+}
+
+impl ScheduleRow {
+    pub fn starts_at(&self) -> StoreResult<Instant> {
+        instant("starts_at", self.starts_at)
+    }
+    pub fn time_zone(&self) -> StoreResult<Tz> {
+        time_zone(&self.time_zone)
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RuleRow {
+    pub minutes_before: i64,
+    pub channels: String,
+}
+
+impl TryFrom<RuleRow> for ReminderRule {
+    type Error = StoreError;
+    fn try_from(r: RuleRow) -> StoreResult<Self> {
+        Ok(ReminderRule {
+            minutes_before: u32::try_from(r.minutes_before)
+                .map_err(|e| corrupt("minutes_before", e))?,
+            channels: ChannelSet::decode("channels", &r.channels)
+                .map_err(|e| corrupt("channels", e))?,
+        })
+    }
+}
+
+pub(crate) fn participant(id: &str) -> StoreResult<UserId> {
+    user_id("user_id", id)
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct MirrorRow {
+    pub schedule_id: String,
+    pub version: i64,
+    pub deleted: bool,
+}
+
+impl MirrorRow {
+    pub fn schedule(&self) -> StoreResult<ScheduleId> {
+        schedule_id(&self.schedule_id)
+    }
+}
+
+/// One round trip gives the schedules and their participants (as users)
+/// together: a row is one or the other.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ContextRow {
+    pub kind: String,
+    pub schedule_id: String,
+    // A schedule's columns.
+    pub title: Option<String>,
+    pub body: Option<String>,
+    pub starts_at: Option<i64>,
+    pub version: Option<i64>,
+    // A participant's columns.
+    pub user_id: Option<String>,
+    pub name: Option<String>,
+    pub email: Option<String>,
+    pub slack_user_id: Option<String>,
+    pub time_zone: Option<String>,
+    pub locale: Option<String>,
+}
+
+pub(crate) enum ContextItem {
+    Schedule(ScheduleSnapshot),
+    /// A participant of a schedule, in order.
+    Participant(ScheduleId, User),
+}
+
+impl TryFrom<ContextRow> for ContextItem {
+    type Error = StoreError;
+    fn try_from(r: ContextRow) -> StoreResult<Self> {
+        let need = |column: &str, v: Option<String>| v.ok_or_else(|| corrupt(column, "is null"));
+        let schedule = schedule_id(&r.schedule_id)?;
+        Ok(match r.kind.as_str() {
+            "schedule" => ContextItem::Schedule(ScheduleSnapshot {
+                id: schedule,
+                title: need("title", r.title)?,
+                body: r.body.unwrap_or_default(),
+                starts_at: instant(
+                    "starts_at",
+                    r.starts_at.ok_or_else(|| corrupt("starts_at", "is null"))?,
+                )?,
+                version: r.version.ok_or_else(|| corrupt("version", "is null"))?,
+                participants: Vec::new(),
+            }),
+            "participant" => ContextItem::Participant(
+                schedule,
+                User {
+                    id: user_id("user_id", &need("user_id", r.user_id)?)?,
+                    name: need("name", r.name)?,
+                    email: r.email,
+                    slack_user_id: r.slack_user_id,
+                    time_zone: time_zone(&need("time_zone", r.time_zone)?)?,
+                    locale: need("locale", r.locale)?,
+                },
+            ),
+            other => return Err(corrupt("kind", format!("{other:?}"))),
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct DeliveryRow {
+    #[sqlx(flatten)]
+    pub key: DeliveryKeyRow,
+    pub version: i64,
+    pub status: String,
+    pub due_at: i64,
+    pub at: i64,
+    pub detail: Option<String>,
+}
+
+impl TryFrom<DeliveryRow> for DeliveryOutcome {
+    type Error = StoreError;
+    fn try_from(r: DeliveryRow) -> StoreResult<Self> {
+        Ok(DeliveryOutcome {
+            key: r.key.try_into()?,
+            version: r.version,
+            due_at: DueAt(instant("due_at", r.due_at)?),
+            status: status(&r.status)?,
+            at: instant("at", r.at)?,
+            detail: r.detail,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct CountRow {
+    pub channel: String,
+    pub status: String,
+    pub n: i64,
+}
+
+impl TryFrom<CountRow> for DeliveryCount {
+    type Error = StoreError;
+    fn try_from(r: CountRow) -> StoreResult<Self> {
+        Ok(DeliveryCount {
+            channel: channel(&r.channel)?,
+            status: status(&r.status)?,
+            count: u64::try_from(r.n).map_err(|e| corrupt("count", e))?,
+        })
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ChatRow {
+    #[sqlx(flatten)]
+    pub key: DeliveryKeyRow,
+    pub version: i64,
+    pub body: String,
+    pub created_at: i64,
+}
+
+impl TryFrom<ChatRow> for ChatMessage {
+    type Error = StoreError;
+    fn try_from(r: ChatRow) -> StoreResult<Self> {
+        let user = user_id("user_id", &r.key.recipient)?;
+        Ok(ChatMessage {
+            key: r.key.try_into()?,
+            version: r.version,
+            user,
+            text: r.body,
+            created_at: instant("created_at", r.created_at)?,
+        })
+    }
+}
