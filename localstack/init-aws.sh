@@ -8,8 +8,9 @@
 #   TOKI_INDEX_TABLE (toki-reminders)  TOKI_DIRECTORY_TABLE (toki-tenants)
 #   TOKI_QUEUE_NAME (toki-reminders)   TOKI_DLQ_NAME (toki-reminders-dlq)
 # Endpoint/region: AWS_ENDPOINT_URL (default http://localhost:4566, LocalStack
-# inside its container), AWS_REGION (default us-east-1). Credentials default
-# to test/test when unset.
+# inside its container), or per service AWS_ENDPOINT_URL_DYNAMODB and
+# AWS_ENDPOINT_URL_SQS (e.g. DynamoDB on moto, SQS on LocalStack), as the SDK
+# reads them; AWS_REGION (default us-east-1). Credentials default to test/test.
 #
 # Used as LocalStack's ready.d hook (see docker-compose.yml) and from the host:
 #   AWS_ENDPOINT_URL=http://127.0.0.1:4566 localstack/init-aws.sh
@@ -34,9 +35,18 @@ if ! command -v aws >/dev/null 2>&1; then
   exit 1
 fi
 
-awsx() { aws --endpoint-url "${AWS_ENDPOINT_URL}" --region "${AWS_REGION}" --output text "$@"; }
+# The service's own endpoint when one is set, else the common one.
+awsx() {
+  local endpoint="${AWS_ENDPOINT_URL}"
+  case "$1" in
+    dynamodb) endpoint="${AWS_ENDPOINT_URL_DYNAMODB:-$endpoint}" ;;
+    sqs) endpoint="${AWS_ENDPOINT_URL_SQS:-$endpoint}" ;;
+  esac
+  aws --endpoint-url "$endpoint" --region "${AWS_REGION}" --output text "$@"
+}
 
-GSI_JSON='{"IndexName":"by_schedule","KeySchema":[{"AttributeName":"sched","KeyType":"HASH"},{"AttributeName":"sk","KeyType":"RANGE"}],"Projection":{"ProjectionType":"ALL"}}'
+# KEYS_ONLY as in infra/template.yaml: the code reads only pk and sk through it.
+GSI_JSON='{"IndexName":"by_schedule","KeySchema":[{"AttributeName":"sched","KeyType":"HASH"},{"AttributeName":"sk","KeyType":"RANGE"}],"Projection":{"ProjectionType":"KEYS_ONLY"}}'
 
 table_exists() { awsx dynamodb describe-table --table-name "$1" --query Table.TableName >/dev/null 2>&1; }
 
@@ -51,6 +61,13 @@ ensure_index_table() {
       awsx dynamodb update-table --table-name "$INDEX_TABLE" \
         --attribute-definitions AttributeName=sched,AttributeType=S AttributeName=sk,AttributeType=S \
         --global-secondary-index-updates "[{\"Create\":${GSI_JSON}}]" >/dev/null
+    else
+      local projection
+      projection="$(awsx dynamodb describe-table --table-name "$INDEX_TABLE" \
+        --query "Table.GlobalSecondaryIndexes[?IndexName=='by_schedule'].Projection.ProjectionType")"
+      # A projection cannot change in place; an older ALL index works the same.
+      [ "$projection" = KEYS_ONLY ] \
+        || log "note: GSI by_schedule projects $projection (now KEYS_ONLY); delete the table to recreate it"
     fi
   else
     log "creating table $INDEX_TABLE (pk/sk, GSI by_schedule)"
@@ -105,9 +122,9 @@ ensure_directory_table
 
 DLQ_URL="$(ensure_queue "$DLQ_NAME" '{"MessageRetentionPeriod":"1209600"}')"
 DLQ_ARN="$(awsx sqs get-queue-attributes --queue-url "$DLQ_URL" --attribute-names QueueArn --query Attributes.QueueArn)"
-REDRIVE="{\\\"deadLetterTargetArn\\\":\\\"${DLQ_ARN}\\\",\\\"maxReceiveCount\\\":\\\"5\\\"}"
+REDRIVE="{\\\"deadLetterTargetArn\\\":\\\"${DLQ_ARN}\\\",\\\"maxReceiveCount\\\":\\\"100\\\"}"
 QUEUE_URL="$(ensure_queue "$QUEUE_NAME" \
   "{\"VisibilityTimeout\":\"60\",\"ReceiveMessageWaitTimeSeconds\":\"20\",\"RedrivePolicy\":\"${REDRIVE}\"}")"
 
-log "ready: tables $INDEX_TABLE, $DIRECTORY_TABLE; queue $QUEUE_NAME -> DLQ $DLQ_NAME (maxReceiveCount 5)"
+log "ready: tables $INDEX_TABLE, $DIRECTORY_TABLE; queue $QUEUE_NAME -> DLQ $DLQ_NAME (maxReceiveCount 100, a backstop)"
 printf '%s\n' "$QUEUE_URL"

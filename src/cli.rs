@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use toki_core::TenantId;
-use tokio::sync::watch;
-
-use crate::app::Toki;
-use crate::config::{BackendKind, Config};
+use toki_app::{BackendKind, Config, Toki};
+use toki_core::{Channel, TenantId};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,7 +29,7 @@ pub struct Common {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// Backend family.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = clap::value_parser!(BackendKind))]
     pub backend: Option<BackendKind>,
 }
 
@@ -56,7 +53,7 @@ pub enum Command {
         #[arg(long, default_value = "toki-demo")]
         data_dir: PathBuf,
         /// Backend family.
-        #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
+        #[arg(long, value_parser = clap::value_parser!(BackendKind), default_value_t = BackendKind::Embedded)]
         backend: BackendKind,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -75,11 +72,11 @@ pub enum Command {
         /// Seconds from registration to the due instant (default: 10 + 1 per 1,000 deliveries).
         #[arg(long)]
         lead: Option<u64>,
-        #[arg(long, value_enum, default_value_t = BackendKind::Embedded)]
+        #[arg(long, value_parser = clap::value_parser!(BackendKind), default_value_t = BackendKind::Embedded)]
         backend: BackendKind,
         /// slack (to the stand-in process), chat (tenant database rows) or mail (needs --smtp-url and --maildir).
-        #[arg(long, default_value = "slack")]
-        channel: String,
+        #[arg(long, default_value = "slack", value_parser = clap::value_parser!(Channel))]
+        channel: Channel,
         /// Runs per point; the median run is reported.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
@@ -137,13 +134,30 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Dead-lettered messages by tenant, channel and reason; then move them back to the queue.
+    Redrive {
+        #[command(flatten)]
+        common: Common,
+        /// List only; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only this tenant's dead letters.
+        #[arg(long, value_parser = clap::value_parser!(TenantId))]
+        tenant: Option<TenantId>,
+        /// At most this many messages.
+        #[arg(long, default_value_t = 1000)]
+        max: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCommand {
     /// Create a tenant and its database; prints its API key once.
     Create {
-        id: String,
+        #[arg(value_parser = clap::value_parser!(TenantId))]
+        id: TenantId,
         #[command(flatten)]
         common: Common,
         /// Create with the reminder feature off.
@@ -152,7 +166,8 @@ pub enum TenantCommand {
     },
     /// Change a tenant's contract.
     Set {
-        id: String,
+        #[arg(value_parser = clap::value_parser!(TenantId))]
+        id: TenantId,
         #[command(flatten)]
         common: Common,
         /// Reminder feature on or off.
@@ -181,10 +196,6 @@ fn config_with(cli_config: Option<&std::path::Path>, common: &Common) -> anyhow:
     Ok(config)
 }
 
-fn parse_tenant(id: &str) -> anyhow::Result<TenantId> {
-    id.parse().map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 /// Runs the CLI; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let file = cli.config.as_deref();
@@ -199,9 +210,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             json,
         } => {
             let config = Config::load(file)?;
-            let report = crate::demo::run(
+            let report = toki_devtools::demo::run(
                 config,
-                crate::demo::DemoOptions {
+                toki_devtools::demo::DemoOptions {
                     deliveries,
                     tenants,
                     workers,
@@ -215,7 +226,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
-                println!("{}", crate::demo::render(&report));
+                println!("{}", toki_devtools::demo::render(&report));
             }
             Ok(if report.missing == 0 && report.duplicates == 0 {
                 0
@@ -236,22 +247,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             maildir,
             json,
         } => {
-            let opts = crate::bench::BenchOptions {
-                deliveries: crate::bench::parse_list("--deliveries", &deliveries)?,
-                workers: crate::bench::parse_list("--workers", &workers)?,
+            let opts = toki_devtools::bench::BenchOptions {
+                deliveries: toki_devtools::bench::parse_list("--deliveries", &deliveries)?,
+                workers: toki_devtools::bench::parse_list("--workers", &workers)?,
                 tenants,
                 lead,
                 backend,
-                channel: channel
-                    .parse()
-                    .map_err(|e| anyhow::anyhow!("--channel: {e}"))?,
+                channel,
                 repeat,
                 data_dir,
                 json,
                 smtp_url,
                 maildir,
             };
-            let clean = crate::bench::run(Config::load(file)?, opts).await?;
+            let clean = toki_devtools::bench::run(Config::load(file)?, opts).await?;
             Ok(if clean { 0 } else { 1 })
         }
         Command::Serve {
@@ -264,7 +273,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 config.daemon.workers = w;
             }
             config.validate()?;
-            crate::serve::run(Toki::open(config).await?, listen).await?;
+            toki_app::serve::run(Toki::open(config).await?, listen).await?;
             Ok(0)
         }
         Command::Daemon { common, workers } => {
@@ -273,7 +282,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 config.daemon.workers = w;
             }
             config.validate()?;
-            run_daemon(config).await?;
+            toki_app::daemon::run(config).await?;
             Ok(0)
         }
         Command::Scan { common } => {
@@ -285,22 +294,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Tenant { command } => tenant(file, command).await,
         Command::Report { common, json } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
-            let rows = crate::report::collect(&toki).await?;
+            let rows = toki_app::report::collect(&toki).await?;
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
             } else {
-                println!("{}", crate::report::render(&rows));
+                println!("{}", toki_app::report::render(&rows));
+            }
+            Ok(0)
+        }
+        Command::Redrive {
+            common,
+            dry_run,
+            tenant,
+            max,
+            json,
+        } => {
+            let toki = Toki::open(config_with(file, &common)?).await?;
+            let opts = toki_app::redrive::RedriveOptions {
+                dry_run,
+                tenant,
+                max,
+            };
+            let report = toki_app::redrive::redrive(&toki, &opts).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("{}", toki_app::redrive::render(&report));
             }
             Ok(0)
         }
         Command::Migrate { common } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
-            let tenants = toki.directory.list().await?;
-            for t in &tenants {
-                toki_sql::create_tenant_database(&t.database)
-                    .await
-                    .with_context(|| format!("migrating the database of {}", t.id))?;
-            }
+            let tenants = toki.migrate_all().await?;
             println!(
                 "migrated the control store and {} tenant databases",
                 tenants.len()
@@ -310,20 +335,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// The daemon alone, until SIGTERM/Ctrl-C; drains before returning.
-pub async fn run_daemon(config: Config) -> anyhow::Result<()> {
-    let toki = Toki::open(config).await?;
-    let daemon = toki.daemon().await?;
-    let (stop, shutdown) = watch::channel(false);
-    tracing::info!(workers = toki.config.daemon.workers, "daemon started");
-    let task = tokio::spawn(daemon.run(shutdown));
-    crate::shutdown_signal().await;
-    tracing::info!("stopping; draining in-flight deliveries");
-    stop.send(true).ok();
-    task.await?;
-    Ok(())
-}
-
 async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyhow::Result<i32> {
     match command {
         TenantCommand::Create {
@@ -331,7 +342,6 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             common,
             disabled,
         } => {
-            let id = parse_tenant(&id)?;
             let toki = Toki::open(config_with(file, &common)?).await?;
             if toki.directory.get(&id).await?.is_some() {
                 anyhow::bail!("tenant {id} exists already");
@@ -351,7 +361,6 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             reminders,
             active,
         } => {
-            let id = parse_tenant(&id)?;
             let toki = Toki::open(config_with(file, &common)?).await?;
             let mut record = toki
                 .directory
@@ -399,7 +408,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                 .collect();
             println!(
                 "{}",
-                crate::scenario::table(&["tenant", "reminders", "active", "database"], &rows)
+                toki_app::table::table(&["tenant", "reminders", "active", "database"], &rows)
             );
             Ok(0)
         }

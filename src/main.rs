@@ -1,3 +1,8 @@
+//! `toki`: the command line. Each command is a few lines over `toki-app`
+//! (production) or `toki-devtools` (demo, bench).
+
+mod cli;
+
 use clap::Parser;
 
 // Many small, short-lived allocations per delivery: mimalloc keeps them cheap and RSS low.
@@ -6,7 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toki::init_tracing("warn,toki=info,toki_core=warn");
-    let code = toki::cli::run(toki::cli::Cli::parse()).await?;
+    toki_app::init_tracing("warn,toki=info,toki_app=info,toki_core=warn");
+    let code = cli::run(cli::Cli::parse()).await?;
     std::process::exit(code);
 }

@@ -20,16 +20,34 @@ struct Args {
     /// Configuration file (TOML).
     #[arg(long)]
     config: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Exit 0 while the running daemon's workers keep polling (its heartbeat
+    /// file is fresh): the container's health check.
+    Healthcheck,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toki::init_tracing("info");
+    toki_app::init_tracing("info");
     let args = Args::parse();
-    let mut config = toki::Config::load(args.config.as_deref())?;
+    if let Some(Sub::Healthcheck) = args.command {
+        return match toki_app::daemon::healthy(&toki_app::daemon::heartbeat_file()) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                eprintln!("unhealthy: {why}");
+                std::process::exit(1)
+            }
+        };
+    }
+    let mut config = toki_app::Config::load(args.config.as_deref())?;
     if let Some(w) = args.workers {
         config.daemon.workers = w;
     }
     config.validate()?;
-    toki::cli::run_daemon(config).await
+    toki_app::daemon::run(config).await
 }

@@ -2,7 +2,7 @@
 //! address on the first line of stdout, serves until killed.
 
 use clap::Parser;
-use toki::slack_standin::{Standin, StandinOptions};
+use toki_devtools::slack_standin::{Standin, StandinOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +30,6 @@ async fn main() -> anyhow::Result<()> {
         throttle_first: args.throttle_first,
         retry_after_s: args.retry_after,
     });
-    toki::slack_standin::serve(standin, listener).await?;
+    toki_devtools::slack_standin::serve(standin, listener).await?;
     Ok(())
 }

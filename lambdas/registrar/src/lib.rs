@@ -1,6 +1,6 @@
 //! The Toki registrar HTTP API as an AWS Lambda behind an API Gateway HTTP API
 //! (payload format 2.0) or a Lambda function URL. Requests are routed to the
-//! same axum router `toki serve` serves ([`toki::api::router`]): same paths,
+//! same axum router `toki serve` serves ([`toki_app::api::router`]): same paths,
 //! same JSON, same errors.
 //!
 //! The clients (DynamoDB, SQS, the tenant database pools) are built once per
@@ -9,23 +9,23 @@
 use std::sync::Arc;
 
 use axum::Router;
-use toki::{Config, Toki};
+use toki_app::{Config, Toki};
 
 /// The tenant API key header for callers behind the IAM authoriser (their
 /// `Authorization` holds the SigV4 signature); the API reads it itself.
-pub use toki::api::API_KEY_HEADER;
+pub use toki_app::api::API_KEY_HEADER;
 
 /// Loads the configuration from the environment (`TOKI_BACKEND=aws`,
 /// `TOKI_INDEX_TABLE`, `TOKI_DIRECTORY_TABLE`, `TOKI_QUEUE_NAME`,
 /// `TOKI_DLQ_NAME`, `TOKI_SHARDS`, `TOKI_DATABASE_URL_TEMPLATE`, ...; see
-/// `toki::Config`).
+/// `toki_app::Config`).
 pub fn load_config() -> anyhow::Result<Config> {
     Config::load(None)
 }
 
 /// Logging for CloudWatch (shared with the other Lambda).
 pub fn init_tracing() {
-    toki::init_lambda_tracing();
+    toki_app::init_lambda_tracing();
 }
 
 /// Builds the ports once per cold start.
@@ -35,5 +35,5 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
 
 /// The service every invocation goes through: the registrar API router.
 pub fn app(toki: &Toki) -> Router {
-    toki::api::router(Arc::new(toki.registrar()))
+    toki_app::api::router(Arc::new(toki.registrar()))
 }

@@ -6,9 +6,11 @@
 //! The clients (DynamoDB, SQS) are built once per cold start by [`open`]; the
 //! handler [`handle`] only runs the scan and reports it.
 
+use std::time::Duration;
+
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Error, LambdaEvent};
-use toki::{Config, Toki};
+use toki_app::{Config, Toki};
 use toki_core::scanner::ScanSummary;
 
 /// What the scheduled rule sends: an EventBridge "Scheduled Event"
@@ -18,7 +20,7 @@ pub type ScheduledEvent = EventBridgeEvent<serde_json::Value>;
 
 /// Loads the configuration from the environment (`TOKI_BACKEND=aws`,
 /// `TOKI_INDEX_TABLE`, `TOKI_DIRECTORY_TABLE`, `TOKI_QUEUE_NAME`,
-/// `TOKI_DLQ_NAME`, `TOKI_SHARDS`, ...; see `toki::Config`). The scanner never
+/// `TOKI_DLQ_NAME`, `TOKI_SHARDS`, ...; see `toki_app::Config`). The scanner never
 /// opens a tenant database, so it needs no database template.
 pub fn load_config() -> anyhow::Result<Config> {
     Config::load(None)
@@ -26,7 +28,7 @@ pub fn load_config() -> anyhow::Result<Config> {
 
 /// Logging for CloudWatch (shared with the other Lambda).
 pub fn init_tracing() {
-    toki::init_lambda_tracing();
+    toki_app::init_lambda_tracing();
 }
 
 /// Builds the ports once per cold start.
@@ -34,13 +36,35 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
     Toki::open(config).await
 }
 
-/// One invocation: one scan run. Returns the run's summary (the Lambda's
-/// result, as JSON). A run in which some sends failed is an error (so the
-/// function's `Errors` metric and alarm see it); the rows it could not send
-/// stay pending in the index and the next run, a minute later, retries them.
+/// Nothing new is claimed this long before the function's deadline: the
+/// claims made are sent and marked before the run is cut off.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
+/// One invocation: one scan run, claiming nothing new once the deadline (less
+/// a margin) is near. Writes the run's figures as an embedded-metric line.
+/// A run in which a partition query, a contract lookup or a send failed is an
+/// error (the function's `Errors` metric and alarm see it, and the
+/// `FailedPartitions` metric names the cause); what it could not do stays
+/// pending in the index for the next run, a minute later.
 pub async fn handle(toki: &Toki, event: LambdaEvent<ScheduledEvent>) -> Result<ScanSummary, Error> {
     let (event, context) = event.into_parts();
-    let summary = toki.scanner().scan_once().await?;
+    let deadline = deadline_of(context.deadline);
+    let summary = toki.scanner().scan(deadline).await?;
+    println!(
+        "{}",
+        toki_app::emf::line(
+            &toki.config.environment,
+            "scanner",
+            toki.clock.now().timestamp_millis(),
+            &[
+                ("Scanned", summary.scanned as f64),
+                ("Enqueued", summary.enqueued as f64),
+                ("Failed", summary.failed as f64),
+                ("FailedPartitions", summary.failed_partitions as f64),
+                ("Deferred", summary.deferred as f64),
+            ],
+        )
+    );
     tracing::info!(
         request_id = %context.request_id,
         event_time = ?event.time,
@@ -50,17 +74,29 @@ pub async fn handle(toki: &Toki, event: LambdaEvent<ScheduledEvent>) -> Result<S
         already_claimed = summary.already_claimed,
         skipped_by_contract = summary.skipped_by_contract,
         failed = summary.failed,
+        failed_partitions = summary.failed_partitions,
+        deferred = summary.deferred,
         duration_ms = summary.duration_ms,
         "scanner run"
     );
-    if summary.failed > 0 {
+    if summary.had_failures() {
         return Err(format!(
-            "{} of {} reminders could not be enqueued (left pending for the next run): {}",
+            "scanner run failed: {} rows not enqueued, {} partitions not read (left for the next run): {}",
             summary.failed,
-            summary.pending,
+            summary.failed_partitions,
             serde_json::to_string(&summary)?
         )
         .into());
     }
     Ok(summary)
+}
+
+/// The Lambda's deadline (ms since the epoch), less the margin, on tokio's clock.
+pub fn deadline_of(deadline_ms: u64) -> Option<tokio::time::Instant> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as u64;
+    let left = Duration::from_millis(deadline_ms.checked_sub(now_ms)?);
+    Some(tokio::time::Instant::now() + left.saturating_sub(DEADLINE_MARGIN))
 }

@@ -13,7 +13,7 @@ fn main() -> Result<(), Error> {
         .block_on(run(config))
 }
 
-async fn run(config: toki::Config) -> Result<(), Error> {
+async fn run(config: toki_app::Config) -> Result<(), Error> {
     // Clients and ports once per cold start, shared by every invocation.
     let toki = open(config).await?;
     let toki = &toki;

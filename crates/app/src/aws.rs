@@ -8,13 +8,14 @@ use toki_aws::{
     ensure_resources, sdk_config, AwsNames, DynamoReminderIndex, DynamoTenantDirectory,
     SqsDelayQueue,
 };
-use toki_core::ports::{SystemClock, TenantDirectory};
+use toki_core::ports::{Clock, TenantDirectory};
 use toki_sql::{Locator, SqlTenantStores};
 
-use crate::app::Toki;
 use crate::config::Config;
+use crate::databases::TenantDatabases;
+use crate::ports::Ports;
 
-pub fn names(config: &Config) -> AwsNames {
+pub(crate) fn names(config: &Config) -> AwsNames {
     AwsNames {
         index_table: config.aws.index_table.clone(),
         directory_table: config.aws.directory_table.clone(),
@@ -25,13 +26,17 @@ pub fn names(config: &Config) -> AwsNames {
     }
 }
 
-pub async fn open(config: Config) -> anyhow::Result<Toki> {
+pub(crate) async fn open(
+    config: &Config,
+    databases: &TenantDatabases,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Ports> {
     let sdk = sdk_config(
         config.aws.endpoint_url.as_deref(),
         config.aws.region.as_deref(),
     )
     .await;
-    let names = names(&config);
+    let names = names(config);
     let sqs = toki_aws::aws_sdk_sqs::Client::new(&sdk);
     let queue_url = if config.aws.create_resources {
         ensure_resources(&sdk, &names)
@@ -58,12 +63,14 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
         dynamo.clone(),
         names.directory_table.clone(),
     ));
-    // Tenant databases are found by template: the daemon never reads DynamoDB.
-    let locator = match &config.tenant_database_template {
-        Some(t) => Locator::Template(t.clone()),
-        None => Locator::Unconfigured("TOKI_DATABASE_URL_TEMPLATE (or DATABASE_URL)"),
+    // Tenant databases are found by name: the daemon never reads DynamoDB.
+    let locator = match databases {
+        TenantDatabases::Postgres { runtime, .. } => Locator::Template(runtime.clone()),
+        _ => Locator::Unconfigured(
+            "TOKI_DATABASE_HOST + TOKI_DATABASE_SECRET_ARN (or TOKI_DATABASE_URL_TEMPLATE)",
+        ),
     };
-    Ok(Toki {
+    Ok(Ports {
         stores: Arc::new(SqlTenantStores::with_locator(locator)),
         directory,
         index: Arc::new(DynamoReminderIndex::new(
@@ -71,9 +78,8 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
             names.index_table.clone(),
             settings.shards,
             settings.retention,
+            clock,
         )),
         queue: Arc::new(SqsDelayQueue::new(sqs, queue_url)),
-        clock: Arc::new(SystemClock),
-        config,
     })
 }

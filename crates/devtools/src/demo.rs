@@ -6,14 +6,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{bail, Context};
-use chrono::Utc;
 use serde::Serialize;
 use toki_core::Channel;
 use tokio::sync::watch;
 
-use crate::app::Toki;
-use crate::config::{BackendKind, Config};
-use crate::scenario::{self, Progress, Verification};
+use crate::progress::Progress;
+use crate::scenario::{self, Verification};
+use toki_app::{BackendKind, Config, Toki};
 
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
@@ -97,7 +96,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
             .collect::<Result<_, _>>()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for t in &tenants {
-            toki_sql::drop_tenant_database(&toki.config.tenant_database(t)).await?;
+            toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
         }
     }
     progress.finish(&format!(
@@ -121,7 +120,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     let reg_started = StdInstant::now();
     let expected = scenario::register(&toki, meetings, &mut progress).await?;
     let registration_s = reg_started.elapsed().as_secs_f64();
-    if Utc::now() > due {
+    if toki.clock.now() > due {
         tracing::warn!("registration ran past the due instant; raise --lead");
     }
 
@@ -131,7 +130,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     loop {
         let s = daemon.stats.snapshot();
         let settled = s.delivered + s.undeliverable + daemon.stats.stale.load(Ordering::Relaxed);
-        let now = Utc::now();
+        let now = toki.clock.now();
         if settled >= total || now > deadline {
             break;
         }
@@ -223,7 +222,7 @@ pub fn render(r: &DemoReport) -> String {
         r.tenants,
         r.workers,
         r.backend,
-        scenario::table(
+        toki_app::table::table(
             &["channel", "expected", "delivered", "missing", "duplicates", "stale", "p50 ms", "p90 ms", "p99 ms", "max ms"],
             &rows
         ),

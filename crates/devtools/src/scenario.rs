@@ -3,9 +3,8 @@
 //! through the registrar; then verified against the delivery rows and the sinks.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::time::{Duration, Instant as StdInstant};
+use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
@@ -13,11 +12,13 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use toki_core::input::{RuleInput, ScheduleInput, UserInput};
 use toki_core::plan::millis_between;
-use toki_core::ports::{delivery_keys, TenantStores};
+use toki_core::ports::{Clock, SystemClock, TenantStores};
 use toki_core::stats::Lateness;
-use toki_core::{Channel, DeliveryKey, DeliveryStatus, TenantId};
+use toki_core::{Channel, DeliveryKey, DeliveryStatus, ScheduleId, TenantId};
 
-use crate::app::Toki;
+use toki_app::Toki;
+
+use crate::progress::Progress;
 
 /// Participants per meeting.
 pub const MEETING_SIZE: usize = 10;
@@ -44,7 +45,7 @@ pub fn tenant_ids(n: usize) -> Vec<TenantId> {
 #[derive(Debug, Clone)]
 pub struct Meeting {
     pub tenant: TenantId,
-    pub id: String,
+    pub id: ScheduleId,
     pub input: ScheduleInput,
 }
 
@@ -70,7 +71,7 @@ pub fn plan_meetings(
         let channel = channels[i % channels.len()];
         out.push(Meeting {
             tenant,
-            id: format!("meeting-{i}"),
+            id: format!("meeting-{i}").parse().expect("a valid schedule id"),
             input: ScheduleInput {
                 title: format!("Monday stand-up #{i}"),
                 body: "Agenda: what shipped, what is next, what is in the way.".into(),
@@ -108,61 +109,8 @@ pub fn user_input(tenant: &TenantId, j: usize) -> UserInput {
 
 /// The next whole second at least `lead` ahead.
 pub fn due_instant(lead: Duration) -> DateTime<Utc> {
-    let t = Utc::now() + ChronoDuration::from_std(lead).unwrap_or_default();
+    let t = SystemClock.now() + ChronoDuration::from_std(lead).unwrap_or_default();
     t.trunc_subsecs(0) + ChronoDuration::seconds(1)
-}
-
-/// A single-line progress display on a terminal, periodic lines otherwise.
-pub struct Progress {
-    enabled: bool,
-    tty: bool,
-    last: StdInstant,
-}
-
-impl Progress {
-    pub fn new(enabled: bool) -> Self {
-        Progress {
-            enabled,
-            tty: std::io::stderr().is_terminal(),
-            last: StdInstant::now() - Duration::from_secs(60),
-        }
-    }
-
-    pub fn update(&mut self, line: &str) {
-        if !self.enabled {
-            return;
-        }
-        if self.tty {
-            eprint!("\r\x1b[2K{line}");
-            let _ = std::io::stderr().flush();
-        } else if self.last.elapsed() >= Duration::from_secs(2) {
-            eprintln!("{line}");
-            self.last = StdInstant::now();
-        }
-    }
-
-    pub fn bar(done: u64, total: u64) -> String {
-        let width = 30;
-        let filled = (done.min(total) * width as u64)
-            .checked_div(total)
-            .map_or(width, |f| f as usize);
-        format!(
-            "[{}{}] {done}/{total}",
-            "#".repeat(filled),
-            ".".repeat(width - filled)
-        )
-    }
-
-    pub fn finish(&mut self, line: &str) {
-        if !self.enabled {
-            return;
-        }
-        if self.tty {
-            eprintln!("\r\x1b[2K{line}");
-        } else {
-            eprintln!("{line}");
-        }
-    }
 }
 
 /// Creates the tenants and their users.
@@ -172,7 +120,7 @@ pub async fn create_tenants(toki: &Toki, tenants: &[TenantId]) -> anyhow::Result
         toki.create_tenant(t, true).await?;
         for j in 0..USERS_PER_TENANT {
             registrar
-                .put_user(t, &format!("user{j}"), &user_input(t, j))
+                .put_user(t, &format!("user{j}").parse()?, &user_input(t, j))
                 .await
                 .with_context(|| format!("registering user{j} of {t}"))?;
         }
@@ -201,7 +149,7 @@ pub async fn register(
     let mut done = 0;
     while let Some((tenant, r)) = results.next().await {
         let registered = r.with_context(|| format!("registering a meeting of {tenant}"))?;
-        let now = Utc::now();
+        let now = toki.clock.now();
         for reminder in toki_core::plan::reminders_for(
             &tenant,
             &registered.schedule,
@@ -210,7 +158,7 @@ pub async fn register(
             expected
                 .entry(tenant.clone())
                 .or_default()
-                .extend(delivery_keys(&reminder));
+                .extend(reminder.deliveries_to(&registered.schedule.participants));
         }
         done += 1;
         progress.update(&format!(
@@ -368,42 +316,4 @@ pub async fn verify(
     }
     v.lateness_ms = Lateness::from_millis(all_lateness);
     Ok(v)
-}
-
-/// A plain-text table: a header row, a rule, then rows; numbers right-aligned.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.len());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if i == 0 {
-                    format!("{c:<w$}", w = widths[i])
-                } else {
-                    format!("{c:>w$}", w = widths[i])
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    let mut out = line(header.iter().map(|h| h.to_string()).collect());
-    out.push('\n');
-    out.push_str(
-        &widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("  "),
-    );
-    for r in rows {
-        out.push('\n');
-        out.push_str(&line(r.clone()));
-    }
-    out
 }

@@ -3,8 +3,8 @@
 use serde::Serialize;
 use toki_core::ports::TenantStores;
 
-use crate::app::Toki;
-use crate::scenario::table;
+use crate::table::table;
+use crate::toki::Toki;
 
 #[derive(Debug, Serialize)]
 pub struct ReportRow {

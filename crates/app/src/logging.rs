@@ -1,29 +1,15 @@
-//! The Toki application: configuration, wiring of the ports for each backend,
-//! the registrar HTTP API, and the commands of the `toki` CLI. The binaries
-//! (`toki`, `toki-daemon`, the Lambdas) are thin shells over this crate.
+//! Logs (to stderr, or CloudWatch's format on Lambda) and the shutdown signal.
 
-pub mod api;
-pub mod app;
-pub mod aws;
-pub mod bench;
-pub mod cli;
-pub mod config;
-pub mod demo;
-pub mod report;
-pub mod scenario;
-pub mod serve;
-pub mod slack_standin;
-
-pub use app::Toki;
-pub use config::{BackendKind, Config};
-
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings, and info from Toki).
+/// Logs to stderr, filtered by `RUST_LOG` (default: `default`).
 pub fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only on a terminal: a log file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }
 

@@ -14,9 +14,9 @@ use serde::Serialize;
 use serde_json::json;
 use toki_core::input::{ScheduleInput, ScheduleView, UserInput, UserView};
 use toki_core::registrar::{Registrar, RegistrarError};
-use toki_core::{StoreError, TenantId};
+use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
 
-use crate::app::api_key_hash;
+use crate::toki::api_key_hash;
 
 /// The header that may carry the tenant's API key instead of `Authorization`.
 pub const API_KEY_HEADER: &str = "x-toki-api-key";
@@ -25,6 +25,10 @@ pub const API_KEY_HEADER: &str = "x-toki-api-key";
 pub struct ApiState {
     pub registrar: Arc<Registrar>,
 }
+
+/// The largest request body accepted (413 beyond): a schedule at every input
+/// limit fits well inside.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 pub fn router(registrar: Arc<Registrar>) -> Router {
     Router::new()
@@ -37,6 +41,7 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
             put(put_user).get(get_user),
         )
         .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(ApiState { registrar })
 }
 
@@ -85,11 +90,16 @@ impl From<RegistrarError> for ApiError {
                 "not_found",
                 format!("{what} not found"),
             ),
-            RegistrarError::Store(StoreError::Unavailable(m)) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+            RegistrarError::Store(e @ StoreError::Unavailable { .. }) => {
+                tracing::warn!(error = %toki_core::error::chain(&e), "registrar backend unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "a backend is unavailable; try again",
+                )
             }
             RegistrarError::Store(e) => {
-                tracing::error!(error = %e, "registrar store error");
+                tracing::error!(error = %toki_core::error::chain(&e), "registrar store error");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",
@@ -109,8 +119,17 @@ fn unauthorized() -> ApiError {
     )
 }
 
-/// A JSON body that does not parse: name the field serde complained about.
+/// A JSON body that does not parse: name the field serde complained about;
+/// one over the size limit is 413 naming the limit.
 fn bad_json(rejection: JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_large",
+            message: format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+            field: None,
+        };
+    }
     let text = rejection.body_text();
     let field = text
         .split('`')
@@ -123,6 +142,24 @@ fn bad_json(rejection: JsonRejection) -> ApiError {
         message: text,
         field,
     }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(v: ValidationError) -> Self {
+        RegistrarError::Invalid(v).into()
+    }
+}
+
+/// The `{id}` of a path, parsed into a domain id (422 naming `id` if it is not one).
+fn path_id<T: std::str::FromStr<Err = ValidationError>>(id: &str) -> Result<T, ApiError> {
+    id.parse::<T>()
+        .map_err(|e| ValidationError::new("id", e.problem).into())
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// Checks the tenant id and its bearer key.
@@ -141,7 +178,7 @@ async fn authorize(
             headers
                 .get(axum::http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(bearer_token)
         })
         .ok_or_else(|| {
             ApiError::new(
@@ -175,15 +212,19 @@ async fn put_schedule(
     Path((tenant, id)): Path<(String, String)>,
     headers: HeaderMap,
     body: Result<Json<ScheduleInput>, JsonRejection>,
-) -> Result<Json<ScheduleResponse>, ApiError> {
+) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: ScheduleId = path_id(&id)?;
     let Json(input) = body.map_err(bad_json)?;
     let r = state.registrar.put_schedule(&tenant, &id, &input).await?;
-    Ok(Json(ScheduleResponse {
-        schedule: ScheduleView::from(&r.schedule),
-        mirrored: r.mirrored,
-        enqueued_directly: r.enqueued_directly,
-    }))
+    Ok((
+        written(r.mirrored),
+        Json(ScheduleResponse {
+            schedule: ScheduleView::from(&r.schedule),
+            mirrored: r.mirrored,
+            enqueued_directly: r.enqueued_directly,
+        }),
+    ))
 }
 
 async fn get_schedule(
@@ -192,7 +233,10 @@ async fn get_schedule(
     headers: HeaderMap,
 ) -> Result<Json<ScheduleView>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
-    let s = state.registrar.get_schedule(&tenant, &id).await?;
+    let s = state
+        .registrar
+        .get_schedule(&tenant, &path_id(&id)?)
+        .await?;
     Ok(Json(ScheduleView::from(&s)))
 }
 
@@ -202,8 +246,26 @@ async fn delete_schedule(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
-    state.registrar.delete_schedule(&tenant, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    let mirrored = state
+        .registrar
+        .delete_schedule(&tenant, &path_id(&id)?)
+        .await?;
+    Ok(if mirrored {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::ACCEPTED
+    })
+}
+
+/// 200 when the write is in the tenant database and the index; 202 when it is
+/// in the tenant database only: it is saved (its outbox row says the mirror is
+/// due) and the repair pass finishes the mirror within a minute.
+fn written(mirrored: bool) -> StatusCode {
+    if mirrored {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    }
 }
 
 async fn put_user(
@@ -213,6 +275,7 @@ async fn put_user(
     body: Result<Json<UserInput>, JsonRejection>,
 ) -> Result<Json<UserView>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: UserId = path_id(&id)?;
     let Json(input) = body.map_err(bad_json)?;
     let u = state.registrar.put_user(&tenant, &id, &input).await?;
     Ok(Json(UserView::from(&u)))
@@ -224,6 +287,18 @@ async fn get_user(
     headers: HeaderMap,
 ) -> Result<Json<UserView>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
-    let u = state.registrar.get_user(&tenant, &id).await?;
+    let u = state.registrar.get_user(&tenant, &path_id(&id)?).await?;
     Ok(Json(UserView::from(&u)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k1", "bearer k1", "BEARER  k1 ", " bEaReR k1"] {
+            assert_eq!(super::bearer_token(v), Some("k1"), "{v:?}");
+        }
+        assert_eq!(super::bearer_token("Basic k1"), None);
+        assert_eq!(super::bearer_token("Bearer"), None);
+    }
 }

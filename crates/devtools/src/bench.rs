@@ -8,16 +8,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{bail, Context};
-use chrono::Utc;
 use serde::Serialize;
 use toki_core::ports::TenantStores;
 use toki_core::stats::Lateness;
 use toki_core::{Channel, DeliveryStatus};
 
-use crate::app::Toki;
-use crate::config::{BackendKind, Config};
-use crate::scenario::{self, Progress};
+use crate::progress::Progress;
+use crate::scenario;
 use crate::slack_standin::{Arrival, StandinStats};
+use toki_app::{BackendKind, Config, Toki};
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -176,7 +175,7 @@ pub async fn run_once(
     }
     if opts.channel == Channel::Mail {
         config.mail.smtp_url =
-            Some(opts.smtp_url.clone().context(
+            Some(opts.smtp_url.clone().map(Into::into).context(
                 "--channel mail needs --smtp-url (an SMTP capture server) and --maildir",
             )?);
     }
@@ -190,7 +189,7 @@ pub async fn run_once(
             .collect::<Result<_, _>>()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for t in &tenants {
-            toki_sql::drop_tenant_database(&toki.config.tenant_database(t)).await?;
+            toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
         }
     }
     scenario::create_tenants(&toki, &tenants).await?;
@@ -212,14 +211,14 @@ pub async fn run_once(
         .stdout(Stdio::null())
         .stderr(log);
     if let Some(t) = &config.tenant_database_template {
-        cmd.env("TOKI_DATABASE_URL_TEMPLATE", t);
+        cmd.env("TOKI_DATABASE_URL_TEMPLATE", t.expose());
     }
     if let Some(url) = &slack_url {
         cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
             .env("TOKI_SLACK_API_URL", format!("{url}/api"));
     }
     if let Some(s) = &config.mail.smtp_url {
-        cmd.env("TOKI_SMTP_URL", s);
+        cmd.env("TOKI_SMTP_URL", s.expose());
     }
     let daemon = Guard(cmd.spawn().context("starting the daemon process")?);
     let pid = daemon.0.id();
@@ -231,7 +230,7 @@ pub async fn run_once(
     let started = StdInstant::now();
     let expected = scenario::register(&toki, meetings, &mut progress).await?;
     let enqueue_s = started.elapsed().as_secs_f64();
-    if Utc::now() >= due {
+    if toki.clock.now() >= due {
         bail!("registration took {enqueue_s:.1} s, past the due instant; raise --lead");
     }
 
@@ -239,7 +238,7 @@ pub async fn run_once(
     let http = reqwest::Client::new();
     let deadline = due + chrono::Duration::seconds(60 + (n / 1000) as i64);
     loop {
-        let now = Utc::now();
+        let now = toki.clock.now();
         let done = match &slack_url {
             Some(url) => {
                 get_json::<StandinStats>(&http, &format!("{url}/stats"))
@@ -383,7 +382,7 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
                 }
                 if !opts.json {
                     // Each run as it finishes: a long sweep shows results as it goes.
-                    eprintln!("{}", scenario::table(&header(), &[row(&r, None)]));
+                    eprintln!("{}", toki_app::table::table(&header(), &[row(&r, None)]));
                 }
                 runs.push(r);
             }
@@ -406,7 +405,7 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
         }
     }
     if !opts.json {
-        println!("{}", scenario::table(&header(), &rows));
+        println!("{}", toki_app::table::table(&header(), &rows));
         println!("lateness = arrival at the sink - due (Slack stand-in clock), or delivered_at - due from the delivery rows for chat/mail; max = due to last delivery");
     }
     Ok(clean)

@@ -1,0 +1,210 @@
+//! Where tenant databases are, and with which credentials: SQLite files in the
+//! data folder (embedded), or Postgres databases named by a template, opened
+//! with the runtime credentials and provisioned with the admin ones.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use toki_core::TenantId;
+use toki_sql::database_for;
+
+use crate::config::{BackendKind, Config};
+
+/// How the tenant databases of a deployment are reached.
+#[derive(Clone)]
+pub enum TenantDatabases {
+    /// One SQLite file per tenant in a folder.
+    Files { dir: PathBuf },
+    /// Postgres: URL templates with `{tenant}` for running and for provisioning.
+    Postgres {
+        runtime: String,
+        admin: String,
+        /// The database name, with `{tenant}`: what the directory records.
+        name: String,
+        /// The runtime role, when provisioning must create it (separate credentials).
+        runtime_role: Option<(String, String)>,
+    },
+    /// Not configured: only processes that never open one (the scanner) can run.
+    Unconfigured,
+}
+
+impl std::fmt::Debug for TenantDatabases {
+    // URLs may carry passwords: say only which kind it is.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantDatabases::Files { dir } => write!(f, "Files({})", dir.display()),
+            TenantDatabases::Postgres { name, .. } => write!(f, "Postgres({name})"),
+            TenantDatabases::Unconfigured => f.write_str("Unconfigured"),
+        }
+    }
+}
+
+impl TenantDatabases {
+    /// What the tenant directory records: the file, or the database name;
+    /// never a URL with credentials.
+    pub fn name(&self, tenant: &TenantId) -> String {
+        match self {
+            TenantDatabases::Files { dir } => file(dir, tenant),
+            TenantDatabases::Postgres { name, .. } => database_for(name, tenant),
+            TenantDatabases::Unconfigured => database_for("toki_{tenant}", tenant),
+        }
+    }
+
+    /// Where the processes that read and write rows open it.
+    pub fn runtime_url(&self, tenant: &TenantId) -> anyhow::Result<String> {
+        match self {
+            TenantDatabases::Files { dir } => Ok(file(dir, tenant)),
+            TenantDatabases::Postgres { runtime, .. } => Ok(database_for(runtime, tenant)),
+            TenantDatabases::Unconfigured => Err(unconfigured()),
+        }
+    }
+
+    /// Where provisioning (creating, migrating) opens it.
+    pub fn admin_url(&self, tenant: &TenantId) -> anyhow::Result<String> {
+        match self {
+            TenantDatabases::Files { dir } => Ok(file(dir, tenant)),
+            TenantDatabases::Postgres { admin, .. } => Ok(database_for(admin, tenant)),
+            TenantDatabases::Unconfigured => Err(unconfigured()),
+        }
+    }
+}
+
+fn file(dir: &std::path::Path, tenant: &TenantId) -> String {
+    dir.join(format!("{tenant}.sqlite")).display().to_string()
+}
+
+fn unconfigured() -> anyhow::Error {
+    anyhow::anyhow!(
+        "tenant databases are not configured: set TOKI_DATABASE_HOST and TOKI_DATABASE_SECRET_ARN \
+         (or TOKI_DATABASE_URL_TEMPLATE / DATABASE_URL)"
+    )
+}
+
+/// `user:password@` for a URL, each part percent-encoded.
+fn userinfo(user: &str, password: &str) -> String {
+    fn enc(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+    format!("{}:{}@", enc(user), enc(password))
+}
+
+/// `postgres://user:pw@host:port/<name>?sslmode=..`
+fn url_template(config: &Config, host: &str, user: &str, password: &str) -> String {
+    let db = &config.database;
+    let mut url = format!(
+        "postgres://{}{host}:{}/{}?sslmode={}",
+        userinfo(user, password),
+        db.port,
+        db.name_template,
+        db.sslmode
+    );
+    if let Some(root) = &db.sslrootcert {
+        url.push_str("&sslrootcert=");
+        url.push_str(root);
+    }
+    url
+}
+
+/// Resolves the configuration; fetches credentials from Secrets Manager when
+/// the server is given by host and secret.
+pub(crate) async fn resolve(config: &Config) -> anyhow::Result<TenantDatabases> {
+    if let Some(t) = &config.tenant_database_template {
+        let t = t.expose();
+        let (_, path) = t.rsplit_once('/').unwrap_or(("", t));
+        let name = path.split('?').next().unwrap_or(path).to_owned();
+        return Ok(TenantDatabases::Postgres {
+            runtime: t.to_owned(),
+            admin: t.to_owned(),
+            name,
+            runtime_role: None,
+        });
+    }
+    if let Some(host) = &config.database.host {
+        return from_secrets(config, host).await;
+    }
+    Ok(match config.backend {
+        BackendKind::Embedded => TenantDatabases::Files {
+            dir: config.data_dir.join("tenants"),
+        },
+        BackendKind::Aws => TenantDatabases::Unconfigured,
+    })
+}
+
+#[cfg(feature = "secrets")]
+async fn from_secrets(config: &Config, host: &str) -> anyhow::Result<TenantDatabases> {
+    use toki_aws::aws_sdk_secretsmanager::Client;
+    use toki_aws::secrets::database_credentials;
+
+    let sdk = toki_aws::sdk_config(
+        config.aws.endpoint_url.as_deref(),
+        config.aws.region.as_deref(),
+    )
+    .await;
+    let client = Client::new(&sdk);
+    let runtime_arn = config
+        .database
+        .secret_arn
+        .as_deref()
+        .context("database.secret_arn (TOKI_DATABASE_SECRET_ARN) is not set")?;
+    let runtime = database_credentials(&client, runtime_arn)
+        .await
+        .context("reading the database's runtime credentials")?;
+    let runtime_url = url_template(config, host, &runtime.username, &runtime.password);
+    let (admin_url, runtime_role) = match &config.database.admin_secret_arn {
+        Some(arn) => {
+            let admin = database_credentials(&client, arn)
+                .await
+                .context("reading the database's admin credentials")?;
+            (
+                url_template(config, host, &admin.username, &admin.password),
+                Some((runtime.username, runtime.password)),
+            )
+        }
+        None => (runtime_url.clone(), None),
+    };
+    Ok(TenantDatabases::Postgres {
+        runtime: runtime_url,
+        admin: admin_url,
+        name: config.database.name_template.clone(),
+        runtime_role,
+    })
+}
+
+#[cfg(not(feature = "secrets"))]
+async fn from_secrets(_config: &Config, _host: &str) -> anyhow::Result<TenantDatabases> {
+    anyhow::bail!("database.host: this build reads no secrets (it never opens a tenant database)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_percent_encoded_in_the_url() {
+        let config = Config::default();
+        let url = url_template(&config, "db.example", "toki runtime", "p@ss:w/rd");
+        assert_eq!(
+            url,
+            "postgres://toki%20runtime:p%40ss%3Aw%2Frd@db.example:5432/toki_{tenant}?sslmode=verify-full"
+        );
+        let t: TenantId = "acme-corp".parse().unwrap();
+        let dbs = TenantDatabases::Postgres {
+            runtime: url.clone(),
+            admin: url,
+            name: "toki_{tenant}".into(),
+            runtime_role: None,
+        };
+        assert_eq!(dbs.name(&t), "toki_acme_corp");
+        assert!(
+            !format!("{dbs:?}").contains("p%40ss"),
+            "no password in Debug"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! The embedded backend: one SQLite control database (index, queue, tenant
+//! directory) in the data folder, one SQLite file per tenant.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use toki_core::ports::{Clock, TenantDirectory};
+use toki_sql::{
+    ControlDb, Locator, SqlTenantStores, SqliteDelayQueue, SqliteReminderIndex,
+    SqliteTenantDirectory,
+};
+
+use crate::config::Config;
+use crate::databases::TenantDatabases;
+use crate::ports::Ports;
+
+pub(crate) async fn open(
+    config: &Config,
+    databases: &TenantDatabases,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Ports> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data folder {}", config.data_dir.display()))?;
+    let control = ControlDb::open(&config.data_dir.join("control.sqlite"))
+        .await
+        .context("opening the control database")?;
+    let settings = config.pipeline_settings();
+    let directory: Arc<dyn TenantDirectory> =
+        Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
+    // SQLite files are found through the directory; Postgres databases by name.
+    let stores = match databases {
+        TenantDatabases::Postgres { runtime, .. } => {
+            SqlTenantStores::with_locator(Locator::Template(runtime.clone()))
+        }
+        _ => SqlTenantStores::new(directory.clone()),
+    };
+    Ok(Ports {
+        stores: Arc::new(stores),
+        directory,
+        index: Arc::new(SqliteReminderIndex::new(
+            control.pool.clone(),
+            settings.shards,
+            settings.retention,
+        )),
+        queue: Arc::new(SqliteDelayQueue::new(
+            control.pool,
+            "reminders",
+            config.daemon.max_receives,
+            clock,
+        )),
+    })
+}

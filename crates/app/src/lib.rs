@@ -1,0 +1,32 @@
+//! The Toki application: configuration, the assembly of the ports for each
+//! backend ([`Toki`]), the registrar HTTP API ([`api::router`]), `serve`, the
+//! daemon runner and reports. The binaries (`toki`, `toki-daemon`, the
+//! Lambdas) are thin shells over this crate; the dev tools live elsewhere.
+//!
+//! Features: `embedded` (the SQLite backend), `api` (the HTTP API, axum),
+//! `channels` (mail, chat, Slack, and the daemon). The Lambdas build with the
+//! AWS family only (and the registrar with `api`).
+
+#[cfg(feature = "api")]
+pub mod api;
+mod aws;
+pub mod config;
+#[cfg(feature = "channels")]
+pub mod daemon;
+pub mod databases;
+#[cfg(feature = "embedded")]
+mod embedded;
+pub mod emf;
+pub mod logging;
+mod ports;
+pub mod redrive;
+pub mod report;
+#[cfg(all(feature = "channels", feature = "api"))]
+pub mod serve;
+pub mod table;
+pub mod tls;
+mod toki;
+
+pub use config::{BackendKind, Config};
+pub use logging::{init_lambda_tracing, init_tracing, shutdown_signal};
+pub use toki::{api_key_hash, Toki};

@@ -1,0 +1,203 @@
+//! The assembly: one process's ports for the configured backend, and the
+//! services built on them.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use toki_core::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
+use toki_core::registrar::Registrar;
+use toki_core::scanner::Scanner;
+use toki_core::{TenantId, TenantRecord};
+use toki_sql::{create_tenant_database, SqlTenantStores};
+
+use crate::config::{BackendKind, Config};
+use crate::databases::TenantDatabases;
+
+/// One process's view of a Toki deployment: the ports and how to build services.
+#[derive(Clone)]
+pub struct Toki {
+    pub config: Config,
+    /// Where tenant databases are, and with which credentials.
+    pub databases: TenantDatabases,
+    pub directory: Arc<dyn TenantDirectory>,
+    pub stores: Arc<SqlTenantStores>,
+    pub index: Arc<dyn ReminderIndex>,
+    pub queue: Arc<dyn DelayQueue>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The SHA-256 of an API key, as the directory stores it.
+pub fn api_key_hash(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Toki {
+    /// Opens the configured backend with the wall clock.
+    pub async fn open(config: Config) -> anyhow::Result<Self> {
+        Self::open_with_clock(config, Arc::new(toki_core::ports::SystemClock)).await
+    }
+
+    pub async fn open_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+        crate::tls::install_default_crypto();
+        let databases = crate::databases::resolve(&config).await?;
+        let ports = match config.backend {
+            #[cfg(feature = "embedded")]
+            BackendKind::Embedded => {
+                crate::embedded::open(&config, &databases, clock.clone()).await?
+            }
+            #[cfg(not(feature = "embedded"))]
+            BackendKind::Embedded => {
+                anyhow::bail!("backend: this build has no embedded backend; set TOKI_BACKEND=aws")
+            }
+            BackendKind::Aws => crate::aws::open(&config, &databases, clock.clone()).await?,
+        };
+        Ok(Toki {
+            config,
+            databases,
+            directory: ports.directory,
+            stores: ports.stores,
+            index: ports.index,
+            queue: ports.queue,
+            clock,
+        })
+    }
+
+    /// Creates (if needed) and migrates a tenant's database with the
+    /// provisioning credentials, and lets the runtime role use it.
+    pub async fn provision(&self, id: &TenantId) -> anyhow::Result<()> {
+        let admin = self.databases.admin_url(id)?;
+        create_tenant_database(&admin).await?;
+        if let TenantDatabases::Postgres {
+            runtime_role: Some((role, password)),
+            ..
+        } = &self.databases
+        {
+            toki_sql::grant_runtime_role(&admin, role, password).await?;
+        }
+        Ok(())
+    }
+
+    /// Migrates every tenant's database (`toki migrate`, before a rollout).
+    /// Returns the tenants migrated.
+    pub async fn migrate_all(&self) -> anyhow::Result<Vec<TenantId>> {
+        let mut done = Vec::new();
+        for t in self.directory.list().await? {
+            self.provision(&t.id)
+                .await
+                .with_context(|| format!("migrating the database of {}", t.id))?;
+            done.push(t.id);
+        }
+        Ok(done)
+    }
+
+    pub fn registrar(&self) -> Registrar {
+        Registrar {
+            directory: self.directory.clone(),
+            stores: self.stores.clone(),
+            index: self.index.clone(),
+            queue: self.queue.clone(),
+            clock: self.clock.clone(),
+            settings: self.config.pipeline_settings(),
+        }
+    }
+
+    pub fn scanner(&self) -> Scanner {
+        Scanner {
+            index: self.index.clone(),
+            queue: self.queue.clone(),
+            directory: self.directory.clone(),
+            clock: self.clock.clone(),
+            settings: self.config.pipeline_settings(),
+        }
+    }
+
+    /// Runs the scanner every `pipeline.scan_interval_s` until `shutdown`.
+    pub async fn run_scanner(self, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let every = std::time::Duration::from_secs(self.config.pipeline.scan_interval_s);
+        self.scanner().run_every(every, shutdown).await
+    }
+
+    /// Creates a tenant: its database (created and migrated) and its directory
+    /// entry. Returns the record and the API key (shown once; only its hash is kept).
+    pub async fn create_tenant(
+        &self,
+        id: &TenantId,
+        reminders_enabled: bool,
+    ) -> anyhow::Result<(TenantRecord, String)> {
+        self.provision(id)
+            .await
+            .with_context(|| format!("creating the database of tenant {id}"))?;
+        let database = self.databases.name(id);
+        let mut raw = [0u8; 24];
+        rand::thread_rng().fill_bytes(&mut raw);
+        let key = format!(
+            "toki_{}",
+            raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let record = TenantRecord {
+            id: id.clone(),
+            reminders_enabled,
+            active: true,
+            database,
+            api_key_sha256: api_key_hash(&key),
+        };
+        self.directory.put(&record).await?;
+        Ok((record, key))
+    }
+}
+
+#[cfg(feature = "channels")]
+mod delivery {
+    use std::sync::Arc;
+
+    use anyhow::Context;
+    use toki_channels::{ChatChannel, MailChannel, SlackChannel};
+    use toki_core::channel::ChannelSender;
+    use toki_core::daemon::Daemon;
+
+    use super::Toki;
+
+    impl Toki {
+        /// The three channels as configured: real transports when configured, outboxes otherwise.
+        pub async fn channels(&self) -> anyhow::Result<Vec<Arc<dyn ChannelSender>>> {
+            let outbox = self.config.data_dir.join("outbox");
+            let clock = self.clock.clone();
+            let mail = match &self.config.mail.smtp_url {
+                Some(url) => MailChannel::smtp(
+                    url.expose(),
+                    &self.config.mail.from,
+                    self.config.mail.connections,
+                    std::time::Duration::from_secs(self.config.mail.timeout_s.max(1)),
+                    clock.clone(),
+                )?,
+                None => {
+                    MailChannel::outbox(outbox.join("mail"), &self.config.mail.from, clock.clone())?
+                }
+            };
+            let slack = match &self.config.slack.token {
+                Some(token) => {
+                    let s = &self.config.slack;
+                    SlackChannel::api(&s.api_url, token.expose(), s.concurrency, clock.clone())?
+                }
+                None => SlackChannel::outbox(outbox.join("slack.jsonl"), clock.clone())
+                    .await
+                    .context("opening the Slack outbox")?,
+            };
+            let chat = ChatChannel::new(self.stores.clone(), clock);
+            Ok(vec![Arc::new(mail), Arc::new(chat), Arc::new(slack)])
+        }
+
+        pub async fn daemon(&self) -> anyhow::Result<Arc<Daemon>> {
+            Ok(Arc::new(Daemon::new(
+                self.queue.clone(),
+                self.stores.clone(),
+                self.channels().await?,
+                self.clock.clone(),
+                self.config.daemon_settings(),
+            )))
+        }
+    }
+}

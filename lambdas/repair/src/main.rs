@@ -1,0 +1,22 @@
+//! `toki-repair-lambda`: the repair Lambda's bootstrap. See the library.
+
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use toki_repair_lambda::{handle, load_config, open, ScheduledEvent};
+
+fn main() -> Result<(), Error> {
+    toki_app::init_lambda_tracing();
+    let config = load_config()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(config))
+}
+
+async fn run(config: toki_app::Config) -> Result<(), Error> {
+    let toki = open(config).await?;
+    let toki = &toki;
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<ScheduledEvent>| async move { handle(toki, event).await },
+    ))
+    .await
+}
