@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the scanner and registrar Lambdas as zips for the provided.al2023
+# Builds the scanner, registrar and repair Lambdas as zips for the provided.al2023
 # runtime, with cargo-lambda (pinned, from PyPI, into the repo's tools venv;
 # it brings zig, which links against an old glibc so the binary runs on
 # Amazon Linux 2023 whatever this machine's glibc is).
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 CARGO_LAMBDA_VERSION=1.9.2
-BINS=(toki-scanner-lambda toki-registrar-lambda)
+BINS=(toki-scanner-lambda toki-registrar-lambda toki-repair-lambda)
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -81,8 +81,11 @@ compiler_flag=()
 for bin in "${BINS[@]}"; do
   echo "build-lambdas: $bin ($arch, $compiler)"
   # --package too: the root manifest is a package, so --bin alone looks only there.
-  cargo lambda build --release --output-format zip "$arch_flag" "${compiler_flag[@]}" \
-    --package "$bin" --bin "$bin"
+  # The lambda-release profile (Cargo.toml) rather than cargo-lambda's own
+  # release tuning (codegen-units=1 + LTO: ~2x the build time for a ~20%
+  # smaller binary of functions that wait on the network).
+  cargo lambda build --profile lambda-release --disable-optimizations --output-format zip \
+    "$arch_flag" "${compiler_flag[@]}" --package "$bin" --bin "$bin"
 done
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |

@@ -3,6 +3,8 @@
 # installs and starts everything else, and stops what it started:
 #   - .venv-tools: moto (AWS emulator), aiosmtpd (SMTP capture), cfn-lint, awscli (pinned)
 #   - moto server and an SMTP capture server on free 127.0.0.1 ports
+#   - LocalStack on the host for SQS (.venv-localstack, Python >= 3.12), for a
+#     second pass of the AWS tests with SQS there and DynamoDB on moto
 #   - Postgres: $TOKI_TEST_DATABASE_URL / $DATABASE_URL, else the local server
 #     (started if installed and stopped, installed from Debian's packages if absent)
 # Then: cargo test for the whole workspace, and infra/check.sh (cfn-lint, emulator deploy).
@@ -58,6 +60,35 @@ wait_for "http://127.0.0.1:$MOTO_PORT/moto-api/" "moto server"
 export TOKI_TEST_AWS_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 echo "moto on $TOKI_TEST_AWS_ENDPOINT"
 
+step "LocalStack on the host (SQS), for a second pass of the AWS tests"
+# LocalStack needs Python >= 3.12 (pyenv's on the project's machines). Without
+# one, the second pass is skipped, and says so.
+LS_PORT=""
+LS_PY=""
+for p in python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
+  # Run it: a pyenv shim answers `command -v` but may fail when called.
+  if "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then LS_PY="$p"; break; fi
+done
+if [ -n "$LS_PY" ]; then
+  LS_VENV="$ROOT/.venv-localstack"
+  [ -x "$LS_VENV/bin/python" ] || "$LS_PY" -m venv "$LS_VENV"
+  LS_WANT="$(sha256sum scripts/requirements-localstack.txt | cut -d' ' -f1)"
+  if [ "$(cat "$LS_VENV/.toki.sha256" 2>/dev/null)" != "$LS_WANT" ]; then
+    "$LS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-localstack.txt
+    echo "$LS_WANT" >"$LS_VENV/.toki.sha256"
+  fi
+  LS_PORT="$(free_port)"
+  mkdir -p "$WORK/localstack"
+  (cd "$WORK/localstack" && exec env OVERRIDE_IN_DOCKER=0 GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=sqs \
+    LOCALSTACK_VOLUME_DIR="$WORK/localstack/volume" "$LS_VENV/bin/python" -m localstack.runtime.main \
+    >"$WORK/localstack.log" 2>&1) &
+  PIDS+=($!)
+  wait_for "http://127.0.0.1:$LS_PORT/_localstack/health" "LocalStack"
+  echo "LocalStack SQS on http://127.0.0.1:$LS_PORT"
+else
+  echo "SKIPPED: no Python >= 3.12 for LocalStack; the AWS tests run against moto only"
+fi
+
 step "SMTP capture (aiosmtpd)"
 SMTP_PORT="$(free_port)"
 
@@ -88,10 +119,45 @@ if [ -z "${TOKI_TEST_DATABASE_URL:-}" ]; then
   fi
 fi
 if command -v psql >/dev/null; then psql "$TOKI_TEST_DATABASE_URL" -Atc 'select version()' | head -1 || true; fi
+# TLS to Postgres is tested (RDS forces it): a local server without SSL gets a
+# self-signed certificate, as Debian's own packages set one up.
+if command -v psql >/dev/null && [ "$(psql "$TOKI_TEST_DATABASE_URL" -Atc 'SHOW ssl' 2>/dev/null)" = "off" ]; then
+  PGDATA_DIR="$(psql "$TOKI_TEST_DATABASE_URL" -Atc 'SHOW data_directory')"
+  if [ -d "$PGDATA_DIR" ]; then
+    echo "turning SSL on for the local Postgres (self-signed certificate)"
+    openssl req -new -x509 -days 3650 -nodes -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost" \
+      -keyout "$PGDATA_DIR/toki-test.key" -out "$PGDATA_DIR/toki-test.crt" >/dev/null 2>&1
+    chown postgres:postgres "$PGDATA_DIR/toki-test.key" "$PGDATA_DIR/toki-test.crt" 2>/dev/null || true
+    chmod 600 "$PGDATA_DIR/toki-test.key"
+    psql "$TOKI_TEST_DATABASE_URL" -qc "ALTER SYSTEM SET ssl_cert_file = 'toki-test.crt'" \
+      -c "ALTER SYSTEM SET ssl_key_file = 'toki-test.key'" -c "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
+  fi
+fi
 echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 
-step "cargo test --workspace"
-cargo test --workspace --all-targets --no-fail-fast "$@"
+# cargo-nextest (on the project's machines) runs every test in its own
+# process, all test binaries at once; plain cargo test otherwise.
+if cargo nextest --version >/dev/null 2>&1; then
+  step "cargo nextest run --workspace"
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  step "cargo test --workspace (cargo-nextest not installed)"
+  cargo test --workspace --all-targets --no-fail-fast "$@"
+fi
+
+if [ -n "$LS_PORT" ]; then
+  # The AWS conformance suite and the aws demo again, with SQS on LocalStack
+  # and DynamoDB on moto (each chosen by the SDK's per-service endpoints).
+  if cargo nextest --version >/dev/null 2>&1; then
+    step "AWS tests with LocalStack's SQS + moto's DynamoDB (cargo nextest)"
+    TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo nextest run --no-fail-fast \
+      --test conformance_aws --test demo -E 'binary(conformance_aws) | test(demo_against_the_aws_emulator)'
+  else
+    step "AWS tests with LocalStack's SQS + moto's DynamoDB (cargo test)"
+    TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo test --no-fail-fast \
+      --test conformance_aws --test demo -- --skip demo_on_the_embedded_default
+  fi
+fi
 
 step "infra: cfn-lint and emulator deploy (infra/check.sh)"
 TOKI_VENV="$VENV" bash infra/check.sh

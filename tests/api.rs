@@ -3,24 +3,18 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use serde_json::{json, Value};
 
-const TOKI: &str = env!("CARGO_BIN_EXE_toki");
+use common::process::{Process, TOKI};
 
 struct Server {
-    child: Child,
+    process: Process,
     base: String,
     data: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
 }
 
 fn toki(data: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -32,7 +26,8 @@ fn toki(data: &std::path::Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-async fn serve() -> (Server, String) {
+/// `toki serve` on a free port (it prints the address it bound), with a tenant.
+async fn serve(env: &[(&str, &str)]) -> (Server, String) {
     let data = tempfile::tempdir().unwrap().keep();
     let created = toki(&data, &["tenant", "create", "acme"]);
     assert!(
@@ -45,36 +40,29 @@ async fn serve() -> (Server, String) {
         .trim()
         .to_string();
     assert!(key.starts_with("toki_"), "the API key is printed: {key:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(TOKI)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
+    let mut cmd = Command::new(TOKI);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (Server { child, base, data }, key)
+        .envs(env.iter().copied());
+    let (process, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(30));
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the address")
+        .to_string();
+    (
+        Server {
+            process,
+            base,
+            data,
+        },
+        key,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_and_schedules_over_http() {
-    let (server, key) = serve().await;
+    let (server, key) = serve(&[]).await;
     let http = reqwest::Client::new();
     let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
 
@@ -239,7 +227,14 @@ async fn users_and_schedules_over_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_delivers_and_stops_cleanly_on_sigterm() {
-    let (mut server, key) = serve().await;
+    let (standin, slack_url) =
+        common::services::slack_standin(toki_devtools::slack_standin::StandinOptions::default())
+            .await;
+    let (mut server, key) = serve(&[
+        ("TOKI_SLACK_TOKEN", "xoxb-test"),
+        ("TOKI_SLACK_API_URL", &slack_url),
+    ])
+    .await;
     let http = reqwest::Client::new();
     let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
     http.put(url("users/ana"))
@@ -260,26 +255,16 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    tokio::time::sleep((due - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(2))
-        .await;
+    // The Slack delivery reached the stand-in; the chat row goes with it.
+    assert_eq!(standin.wait_unique(1, Duration::from_secs(20)).await, 1);
     // SIGTERM: the server drains and exits 0.
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let mut status = None;
-    for _ in 0..100 {
-        if let Some(s) = server.child.try_wait().unwrap() {
-            status = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(status
-        .expect("toki serve did not stop on SIGTERM")
-        .success());
+    server.process.signal("TERM");
+    let status = server
+        .process
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("toki serve did not stop on SIGTERM");
+    assert!(status.success(), "{}", server.process.log());
     let report = toki(&server.data, &["report", "--json"]);
     let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
     let delivered: u64 = rows
@@ -290,4 +275,156 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
         .map(|r| r["count"].as_u64().unwrap())
         .sum();
     assert_eq!(delivered, 2, "slack + chat to ana: {rows}");
+    let arrivals = standin.arrivals();
+    let late = arrivals[0].arrived_ms - due.timestamp_millis();
+    assert!((0..1000).contains(&late), "{late} ms late");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_limits_are_answered_and_nothing_is_written() {
+    let (server, key) = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
+    // The scheme is case-insensitive (RFC 9110).
+    let r = http
+        .put(url("users/ana"))
+        .header("authorization", format!("bearer {key}"))
+        .json(&json!({"name": "Ana"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let starts = (Utc::now() + ChronoDuration::days(1)).to_rfc3339();
+    // Too many rules: 422 naming the field and the limit.
+    let rules: Vec<Value> = (0..=toki_core::input::MAX_RULES)
+        .map(|m| json!({"minutes_before": m, "channels": ["chat"]}))
+        .collect();
+    let r = http
+        .put(url("schedules/big"))
+        .bearer_auth(&key)
+        .json(&json!({"title": "Big", "starts_at": starts, "participants": ["ana"], "reminders": rules}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "reminders", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 20"),
+        "{body}"
+    );
+    // A body over 256 KiB: 413, never 500.
+    let r = http
+        .put(url("schedules/huge"))
+        .bearer_auth(&key)
+        .json(&json!({"title": "Huge", "body": "x".repeat(300_000), "starts_at": starts,
+                      "participants": ["ana"], "reminders": [{"minutes_before": 5, "channels": ["chat"]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("262144"),
+        "{body}"
+    );
+    // Ids too long and bodies too long: 422 naming them.
+    let r = http
+        .put(url(&format!("schedules/{}", "s".repeat(300))))
+        .bearer_auth(&key)
+        .json(
+            &json!({"title": "T", "starts_at": starts, "participants": ["ana"],
+                      "reminders": [{"minutes_before": 5, "channels": ["chat"]}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["field"], "id");
+    let r = http
+        .put(url("schedules/long"))
+        .bearer_auth(&key)
+        .json(&json!({"title": "T", "body": "b".repeat(10_001), "starts_at": starts,
+                      "participants": ["ana"], "reminders": [{"minutes_before": 5, "channels": ["chat"]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["field"], "body");
+    // Nothing of the refused ones was written.
+    for id in ["big", "huge", "long"] {
+        let r = http
+            .get(url(&format!("schedules/{id}")))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{id}");
+    }
+}
+
+/// Twenty PUTs of one schedule at once, each to another time: the index ends
+/// on the newest version's rows only, and the reminder goes out once, then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_puts_of_one_schedule_leave_the_newest_version() {
+    let (standin, slack_url) =
+        common::services::slack_standin(toki_devtools::slack_standin::StandinOptions::default())
+            .await;
+    let (server, key) = serve(&[
+        ("TOKI_SLACK_TOKEN", "xoxb-test"),
+        ("TOKI_SLACK_API_URL", &slack_url),
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
+    http.put(url("users/ana"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "Ana", "slack_user_id": "U01"}))
+        .send()
+        .await
+        .unwrap();
+    let base = common::pipeline::due_in(6);
+    let puts = (0..20).map(|i| {
+        let http = http.clone();
+        let url = url("schedules/race");
+        let key = key.clone();
+        let due = base + ChronoDuration::seconds(i % 5);
+        async move {
+            let r = http
+                .put(url)
+                .bearer_auth(&key)
+                .json(&json!({
+                    "title": format!("Race {i}"),
+                    "starts_at": (due + ChronoDuration::minutes(1)).to_rfc3339(),
+                    "participants": ["ana"],
+                    "reminders": [{"minutes_before": 1, "channels": ["slack"]}]
+                }))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{}", r.status());
+            let body: Value = r.json().await.unwrap();
+            (body["version"].as_i64().unwrap(), due)
+        }
+    });
+    let written = futures::future::join_all(puts).await;
+    let (newest, due) = written.iter().max_by_key(|(v, _)| *v).copied().unwrap();
+    assert_eq!(newest, 20, "versions never repeat");
+    assert_eq!(standin.wait_unique(1, Duration::from_secs(30)).await, 1);
+    // Past every candidate time: still one delivery, at the newest version's time.
+    let last = base + ChronoDuration::seconds(5);
+    if let Ok(d) = (last - Utc::now()).to_std() {
+        tokio::time::sleep(d + Duration::from_secs(2)).await; // let any other time pass
+    }
+    let arrivals = standin.arrivals();
+    assert_eq!(arrivals.len(), 1, "{arrivals:?}");
+    assert_eq!(arrivals[0].copies, 1);
+    assert_eq!(arrivals[0].due_at_ms, due.timestamp_millis());
+    drop(server);
 }

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use common::pipeline::{due_in, meeting, Harness};
 use common::services::{slack_standin, smtp};
-use toki::slack_standin::StandinOptions;
 use toki_channels::{MailChannel, SlackChannel};
 use toki_core::channel::{ChannelSender, Notification, SendError};
 use toki_core::*;
+use toki_devtools::slack_standin::StandinOptions;
 
 fn notification(i: usize, slack: &str) -> Notification {
     Notification {
@@ -20,10 +20,10 @@ fn notification(i: usize, slack: &str) -> Notification {
             schedule: format!("s{i}").parse().unwrap(),
             occurrence: Occurrence(from_millis("o", 1_800_000_000_000).unwrap()),
             minutes_before: 5,
-            version: 1,
             recipient: format!("u{i}").parse().unwrap(),
             channel: Channel::Slack,
         },
+        version: 1,
         due_at: DueAt(Utc::now()),
         recipient: std::sync::Arc::new(User {
             id: format!("u{i}").parse().unwrap(),
@@ -38,8 +38,8 @@ fn notification(i: usize, slack: &str) -> Notification {
     }
 }
 
-async fn scratch_store() -> std::sync::Arc<dyn toki_core::ports::TenantStore> {
-    common::services::sqlite_store().await
+fn clock() -> std::sync::Arc<dyn toki_core::ports::Clock> {
+    std::sync::Arc::new(toki_core::ports::SystemClock)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,10 +49,10 @@ async fn slack_waits_out_a_short_retry_after() {
         retry_after_s: 1,
     })
     .await;
-    let slack = SlackChannel::api(&url, "xoxb-test", 1).unwrap();
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
     let batch: Vec<_> = (0..3).map(|i| notification(i, &format!("U{i}"))).collect();
     let started = Instant::now();
-    let results = slack.send(scratch_store().await.as_ref(), &batch).await;
+    let results = slack.send(&batch).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
     assert!(
         started.elapsed() >= Duration::from_secs(1),
@@ -71,39 +71,30 @@ async fn slack_long_retry_after_sends_the_message_back_later() {
         retry_after_s: 30,
     })
     .await;
-    let slack = SlackChannel::api(&url, "xoxb-test", 1).unwrap();
-    let results = slack
-        .send(scratch_store().await.as_ref(), &[notification(0, "U0")])
-        .await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let results = slack.send(&[notification(0, "U0")]).await;
     assert_eq!(
         results[0],
-        Err(SendError::Transient {
-            reason: "slack: rate limited (429)".into(),
-            retry_after: Some(Duration::from_secs(30))
-        })
+        Err(SendError::Throttled {
+            retry_after: Duration::from_secs(30)
+        }),
+        "a throttle, not a failure"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_unknown_channel_is_permanent_and_bad_token_is_not() {
     let (_standin, url) = slack_standin(StandinOptions::default()).await;
-    let slack = SlackChannel::api(&url, "xoxb-test", 1).unwrap();
-    let r = slack
-        .send(
-            scratch_store().await.as_ref(),
-            &[notification(0, "UNKNOWN1")],
-        )
-        .await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let r = slack.send(&[notification(0, "UNKNOWN1")]).await;
     assert_eq!(
         r[0],
         Err(SendError::Permanent("slack: channel_not_found".into()))
     );
-    let unauthed = SlackChannel::api(&url, "", 1).unwrap();
-    let r = unauthed
-        .send(scratch_store().await.as_ref(), &[notification(0, "U0")])
-        .await;
+    let unauthed = SlackChannel::api(&url, "", 1, clock()).unwrap();
+    let r = unauthed.send(&[notification(0, "U0")]).await;
     assert!(
-        matches!(&r[0], Err(SendError::Transient { reason, .. }) if reason.contains("not_authed")),
+        matches!(&r[0], Err(SendError::Transient(reason)) if reason.contains("not_authed")),
         "{r:?}"
     );
 }
@@ -123,26 +114,27 @@ fn maildir_files(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_goes_through_smtp_with_its_delivery_header() {
     let (addr, maildir) = smtp();
-    let mail = MailChannel::smtp(&format!("smtp://{addr}"), "Toki <toki@example.com>", 2).unwrap();
+    let mail = MailChannel::smtp(
+        &format!("smtp://{addr}"),
+        "Toki <toki@example.com>",
+        2,
+        Duration::from_secs(10),
+        clock(),
+    )
+    .unwrap();
     let marker = common::conformance::unique("m");
     let mut batch: Vec<_> = (0..2).map(|i| notification(i, "U0")).collect();
     for n in &mut batch {
         n.key.channel = Channel::Mail;
         n.subject = format!("Reminder {marker}");
     }
-    let results = mail.send(scratch_store().await.as_ref(), &batch).await;
+    let results = mail.send(&batch).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mine = loop {
-        let mine: Vec<_> = maildir_files(&maildir)
-            .into_iter()
-            .filter(|m| m.contains(&marker))
-            .collect();
-        if mine.len() >= 2 || Instant::now() > deadline {
-            break mine;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    // The capture server stores a mail before it answers 250: it is there.
+    let mine: Vec<_> = maildir_files(&maildir)
+        .into_iter()
+        .filter(|m| m.contains(&marker))
+        .collect();
     assert_eq!(mine.len(), 2, "mails not captured by the SMTP server");
     for n in &batch {
         let header = format!("X-Toki-Delivery: acme/{}", n.key);
@@ -175,7 +167,7 @@ async fn the_pipeline_rides_out_slack_throttling_without_loss_or_duplicates() {
     let t = h.tenant("acme", true).await;
     h.toki
         .registrar()
-        .put_schedule(&t, "review", &meeting(due_in(3)))
+        .put_schedule(&t, &common::pipeline::sid("review"), &meeting(due_in(3)))
         .await
         .unwrap();
     let delivered = h.wait_delivered(&t, 4, Duration::from_secs(30)).await;
@@ -185,4 +177,164 @@ async fn the_pipeline_rides_out_slack_throttling_without_loss_or_duplicates() {
     assert_eq!(stats.duplicates, 0);
     assert!(stats.requests >= 8);
     h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_of_a_mail_has_the_same_message_id() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = MailChannel::smtp(
+        &format!("smtp://{addr}"),
+        "Toki <toki@example.com>",
+        1,
+        Duration::from_secs(5),
+        clock(),
+    )
+    .unwrap();
+    let mut n = notification(7, "U7");
+    n.key.channel = Channel::Mail;
+    for _ in 0..2 {
+        let r = mail.send(std::slice::from_ref(&n)).await;
+        assert!(r[0].is_ok(), "{r:?}");
+    }
+    let mails = smtp.mails();
+    assert_eq!(mails.len(), 2);
+    let id = mails[0].message_id.clone().expect("a Message-ID");
+    assert_eq!(mails[1].message_id.as_ref(), Some(&id));
+    assert_eq!(id, toki_channels::mail::message_id(&n));
+    assert_eq!(smtp.stats().duplicates, 1, "counted by delivery");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_replies_decide_between_trying_again_and_giving_up() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = MailChannel::smtp(
+        &format!("smtp://{addr}"),
+        "Toki <toki@example.com>",
+        1,
+        Duration::from_secs(1),
+        clock(),
+    )
+    .unwrap();
+    let mut n = notification(1, "U1");
+    n.key.channel = Channel::Mail;
+    use toki_devtools::smtp_standin::SmtpBehaviour;
+    let cases = [
+        (
+            SmtpBehaviour::Reply("451 4.3.0 try again later".into()),
+            "transient",
+        ),
+        (
+            SmtpBehaviour::Reply("554 5.3.0 system failure".into()),
+            "transient",
+        ),
+        (
+            SmtpBehaviour::Reply("550 5.1.1 no such user".into()),
+            "permanent",
+        ),
+        (SmtpBehaviour::Hang, "transient"),
+    ];
+    for (behaviour, expected) in cases {
+        smtp.set_behaviour(behaviour.clone());
+        let started = Instant::now();
+        let r = mail.send(std::slice::from_ref(&n)).await;
+        let got = match &r[0] {
+            Err(SendError::Transient(_)) => "transient",
+            Err(SendError::Permanent(_)) => "permanent",
+            other => panic!("{behaviour:?}: {other:?}"),
+        };
+        assert_eq!(got, expected, "{behaviour:?}: {r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{behaviour:?} took too long"
+        );
+        assert!(
+            mail.probe().await.is_err(),
+            "{behaviour:?}: the probe sees it too"
+        );
+    }
+    smtp.set_behaviour(SmtpBehaviour::Accept);
+    assert!(mail.probe().await.is_ok());
+    assert!(mail.send(std::slice::from_ref(&n)).await[0].is_ok());
+    assert_eq!(smtp.stats().unique, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_to_a_closed_port_is_transient_and_the_probe_says_so() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mail = MailChannel::smtp(
+        &format!("smtp://127.0.0.1:{port}"),
+        "Toki <toki@example.com>",
+        1,
+        Duration::from_secs(2),
+        clock(),
+    )
+    .unwrap();
+    let mut n = notification(1, "U1");
+    n.key.channel = Channel::Mail;
+    let r = mail.send(std::slice::from_ref(&n)).await;
+    assert!(matches!(&r[0], Err(SendError::Transient(_))), "{r:?}");
+    assert!(matches!(mail.probe().await, Err(SendError::Transient(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_failures_are_told_apart_and_the_probe_follows_the_service() {
+    use toki_devtools::slack_standin::Behaviour;
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let n = notification(0, "U0");
+    let cases = [
+        (Behaviour::HttpError(503), "transient"),
+        (Behaviour::HttpError(500), "transient"),
+        (Behaviour::NotOk("internal_error".into()), "transient"),
+        (Behaviour::NotOk("fatal_error".into()), "transient"),
+        (Behaviour::Throttle(120), "throttled"),
+    ];
+    for (behaviour, expected) in cases {
+        standin.set_behaviour(behaviour.clone());
+        let r = slack.send(std::slice::from_ref(&n)).await;
+        let got = match &r[0] {
+            Err(SendError::Transient(_)) => "transient",
+            Err(SendError::Throttled { retry_after }) => {
+                assert_eq!(*retry_after, Duration::from_secs(120));
+                "throttled"
+            }
+            other => panic!("{behaviour:?}: {other:?}"),
+        };
+        assert_eq!(got, expected, "{behaviour:?}");
+        if expected == "transient" {
+            assert!(slack.probe().await.is_err(), "{behaviour:?}: probe");
+        }
+    }
+    standin.set_behaviour(Behaviour::Ok);
+    assert!(slack.probe().await.is_ok());
+    assert_eq!(
+        standin.stats().unique,
+        0,
+        "nothing got through while failing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_history_tells_whether_a_delivery_was_posted() {
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let posted = notification(1, "U1");
+    let other = notification(2, "U1");
+    assert_eq!(slack.already_sent(&posted).await, None);
+    let r = slack.send(std::slice::from_ref(&posted)).await;
+    let sent_at = r[0].clone().unwrap();
+    let found = slack.already_sent(&posted).await.expect("found in history");
+    assert!(
+        (found - sent_at).num_milliseconds().abs() < 1_000,
+        "{found} vs {sent_at}"
+    );
+    assert_eq!(
+        slack.already_sent(&other).await,
+        None,
+        "same user, another delivery"
+    );
+    assert_eq!(standin.stats().unique, 1);
 }

@@ -10,6 +10,7 @@ mod common;
 mod aws_support;
 
 use std::collections::BTreeMap;
+use std::error::Error as _;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,16 +183,13 @@ async fn init_aws_script_creates_the_resources() {
         aws.parent().unwrap().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let endpoint = aws_support::endpoint().to_owned();
+    let endpoints = aws_support::endpoint_env();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("bash")
             .arg(&script)
             .env("PATH", path)
-            .env("AWS_ENDPOINT_URL", endpoint)
-            .env("AWS_REGION", aws_support::REGION)
+            .envs(endpoints)
             .env("AWS_DEFAULT_REGION", aws_support::REGION)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("TOKI_INDEX_TABLE", &names.index_table)
             .env("TOKI_DIRECTORY_TABLE", &names.directory_table)
             .env("TOKI_QUEUE_NAME", &names.queue_name)
@@ -208,7 +206,7 @@ async fn init_aws_script_creates_the_resources() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let url = stdout.lines().last().unwrap_or_default().trim().to_owned();
     assert!(!url.is_empty(), "no queue URL printed; stderr:\n{stderr}");
-    assert_resources(&names, &url, 5).await;
+    assert_resources(&names, &url, 100).await;
     // The code's own set-up accepts what the script made (same schema).
     let sdk = aws_support::sdk().await;
     let again = toki_aws::ensure_resources(
@@ -227,11 +225,17 @@ async fn init_aws_script_creates_the_resources() {
         names.index_table.clone(),
         4,
         Duration::from_secs(3600),
+        Arc::new(toki_core::ports::SystemClock),
     );
     let r = reminder("acme", "from-script", ChronoDuration::minutes(3), 1);
-    ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
-        .await
-        .unwrap();
+    ix.replace_schedule(
+        &r.key.tenant,
+        &r.key.schedule,
+        r.version,
+        std::slice::from_ref(&r),
+    )
+    .await
+    .unwrap();
     let p = Partition::of(&r, 4);
     let got = ix
         .query_partition(&p, r.due_at.0, r.due_at.0)
@@ -250,9 +254,14 @@ async fn index_skips_expired_rows_and_never_creates_rows_by_update() {
     let past = reminder(&tenant, "old", ChronoDuration::minutes(-1), 1);
     let future = reminder(&tenant, "new", ChronoDuration::minutes(2), 1);
     for r in [&past, &future] {
-        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(r))
-            .await
-            .unwrap();
+        ix.replace_schedule(
+            &r.key.tenant,
+            &r.key.schedule,
+            r.version,
+            std::slice::from_ref(r),
+        )
+        .await
+        .unwrap();
     }
     let p = Partition::of(&past, 4);
     let from = past.due_at.0 - ChronoDuration::seconds(1);
@@ -351,7 +360,7 @@ async fn index_replaces_more_rows_than_one_batch() {
         })
         .collect();
     let (t, s) = (rows[0].key.tenant.clone(), rows[0].key.schedule.clone());
-    ix.replace_schedule(&t, &s, &rows).await.unwrap();
+    ix.replace_schedule(&t, &s, 1, &rows).await.unwrap();
     assert_eq!(count(&ix, &rows).await, 30);
     // Replace 30 rows by 3 of them (new version): 27 deleted, 3 overwritten.
     let kept: Vec<_> = rows[..3]
@@ -362,7 +371,7 @@ async fn index_replaces_more_rows_than_one_batch() {
             r
         })
         .collect();
-    ix.replace_schedule(&t, &s, &kept).await.unwrap();
+    ix.replace_schedule(&t, &s, 2, &kept).await.unwrap();
     assert_eq!(count(&ix, &rows).await, 3);
     let p = Partition::of(&kept[0], 2);
     let got = ix
@@ -390,8 +399,10 @@ async fn queue_limits_match_the_embedded_queue() {
     let q = aws_support::sqs_queue(5).await;
     let r = reminder("acme", "s1", ChronoDuration::minutes(1), 1);
     let mut attrs = message::encode(&r);
-    for i in 0..3 {
+    let mut i = 0;
+    while attrs.len() <= message::MAX_ATTRIBUTES {
         attrs.insert(format!("extra{i}"), "x".into());
+        i += 1;
     }
     match q.send_batch(&[outgoing("a", attrs, Duration::ZERO)]).await {
         Err(StoreError::Invalid(v)) => assert_eq!(v.field, "messages[0].attributes"),
@@ -450,13 +461,17 @@ async fn errors_map_to_store_errors() {
         aws_support::unique("missing"),
         4,
         Duration::from_secs(60),
+        Arc::new(toki_core::ports::SystemClock),
     );
     let r = reminder("acme", "s1", ChronoDuration::minutes(1), 1);
     match ix
         .query_partition(&Partition::of(&r, 4), r.due_at.0, r.due_at.0)
         .await
     {
-        Err(StoreError::Backend(m)) => assert!(m.contains("ResourceNotFound"), "{m}"),
+        Err(e @ StoreError::Backend { .. }) => {
+            let m = toki_core::error::chain(&e);
+            assert!(m.contains("ResourceNotFound"), "{m}")
+        }
         other => panic!("missing table: {other:?}"),
     }
     // Nothing listening: unavailable (retryable).
@@ -473,7 +488,9 @@ async fn errors_map_to_store_errors() {
         format!("http://127.0.0.1:{port}/123456789012/nothing"),
     );
     match dead.depth().await {
-        Err(StoreError::Unavailable(_)) => {}
+        Err(e @ StoreError::Unavailable { .. }) => {
+            assert!(e.source().is_some(), "the SDK error is kept")
+        }
         other => panic!("no server: {other:?}"),
     }
 }

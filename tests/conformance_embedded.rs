@@ -19,6 +19,7 @@ async fn queue(max_receives: u32) -> Arc<dyn DelayQueue> {
         control().await.pool,
         common::conformance::unique("q"),
         max_receives,
+        Arc::new(toki_core::ports::SystemClock),
     ))
 }
 

@@ -70,9 +70,10 @@ fn demo_on_the_embedded_default() {
     assert!(foreign.join("precious.txt").exists());
 }
 
+/// On AWS-style storage, and with TLS to Postgres as RDS requires
+/// (`DATABASE_URL=...?sslmode=require`); tenants get `toki_demo_*` databases.
 #[test]
 fn demo_against_the_aws_emulator() {
-    let endpoint = aws_support::endpoint();
     let dir = tempfile::tempdir().unwrap();
     let suffix = common::conformance::unique("");
     let out = Command::new(TOKI)
@@ -88,17 +89,17 @@ fn demo_against_the_aws_emulator() {
             "--data-dir",
         ])
         .arg(dir.path().join("demo"))
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .envs(aws_support::endpoint_env())
         .env("TOKI_INDEX_TABLE", format!("demo-index-{suffix}"))
         .env("TOKI_DIRECTORY_TABLE", format!("demo-tenants-{suffix}"))
         .env("TOKI_QUEUE_NAME", format!("demo-q-{suffix}"))
         .env("TOKI_DLQ_NAME", format!("demo-dlq-{suffix}"))
         .env(
-            "TOKI_DATABASE_URL_TEMPLATE",
-            common::services::postgres_url_for(&format!("toki_test_demo{suffix}_{{tenant}}")),
+            "DATABASE_URL",
+            format!(
+                "{}?sslmode=require",
+                common::services::postgres_url_for("postgres")
+            ),
         )
         .output()
         .unwrap();

@@ -24,6 +24,35 @@ pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// LocalStack's SQS, when the harness gives one (`TOKI_TEST_SQS_ENDPOINT`):
+/// then SQS goes there and DynamoDB and Secrets Manager to moto, each chosen by
+/// the SDK's per-service endpoint variables, as in `toki bench --backend aws`.
+pub fn sqs_endpoint() -> Option<String> {
+    std::env::var("TOKI_TEST_SQS_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('/').to_owned())
+}
+
+/// The environment a child process needs to reach the emulator(s).
+pub fn endpoint_env() -> Vec<(String, String)> {
+    let moto = endpoint().to_owned();
+    let mut env = vec![
+        ("AWS_REGION".into(), REGION.into()),
+        ("AWS_ACCESS_KEY_ID".into(), "test".into()),
+        ("AWS_SECRET_ACCESS_KEY".into(), "test".into()),
+    ];
+    match sqs_endpoint() {
+        Some(sqs) => env.extend([
+            ("AWS_ENDPOINT_URL_SQS".into(), sqs),
+            ("AWS_ENDPOINT_URL_DYNAMODB".into(), moto.clone()),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER".into(), moto),
+        ]),
+        None => env.push(("AWS_ENDPOINT_URL".into(), moto)),
+    }
+    env
+}
+
 /// The emulator's endpoint URL; starts moto on first use if none was given.
 pub fn endpoint() -> &'static str {
     static ENDPOINT: OnceLock<String> = OnceLock::new();
@@ -34,10 +63,17 @@ pub fn endpoint() -> &'static str {
         std::env::remove_var("AWS_SESSION_TOKEN");
         std::env::set_var("AWS_REGION", REGION);
         std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-        match std::env::var("TOKI_TEST_AWS_ENDPOINT") {
+        let moto = match std::env::var("TOKI_TEST_AWS_ENDPOINT") {
             Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_owned(),
             _ => start_moto(),
+        };
+        if let Some(sqs) = sqs_endpoint() {
+            std::env::set_var("AWS_ENDPOINT_URL_SQS", sqs);
+            std::env::set_var("AWS_ENDPOINT_URL_DYNAMODB", &moto);
+            std::env::set_var("AWS_ENDPOINT_URL_SECRETS_MANAGER", &moto);
+            eprintln!("aws_support: SQS on LocalStack, DynamoDB and Secrets Manager on moto");
         }
+        moto
     })
 }
 
@@ -143,10 +179,15 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// An SDK configuration for the emulator (one per test: clients belong to a runtime).
+/// An SDK configuration for the emulator(s) (one per test: clients belong to a runtime).
 pub async fn sdk() -> SdkConfig {
     let url = endpoint();
-    toki_aws::sdk_config(Some(url), Some(REGION)).await
+    toki_aws::sdk_config(global_endpoint(url), Some(REGION)).await
+}
+
+/// The one endpoint for every service, unless SQS has its own.
+fn global_endpoint(moto: &str) -> Option<&str> {
+    sqs_endpoint().is_none().then_some(moto)
 }
 
 pub async fn dynamo() -> aws_sdk_dynamodb::Client {
@@ -174,7 +215,13 @@ pub async fn dynamo_index(shards: u16, retention: Duration) -> DynamoReminderInd
     toki_aws::ensure_index_table(&client, &table)
         .await
         .expect("create the index table");
-    DynamoReminderIndex::new(client, table, shards, retention)
+    DynamoReminderIndex::new(
+        client,
+        table,
+        shards,
+        retention,
+        std::sync::Arc::new(toki_core::ports::SystemClock),
+    )
 }
 
 pub async fn dynamo_directory() -> DynamoTenantDirectory {
@@ -203,18 +250,21 @@ pub async fn directory() -> Arc<dyn TenantDirectory> {
 /// A configuration of the whole aws backend on the emulator: unique table and
 /// queue names, tenant databases on the test Postgres (`toki_test_<prefix>_…`),
 /// resources created on open. `data_dir` holds the outboxes.
-pub fn backend_config(prefix: &str, data_dir: &Path) -> toki::Config {
+pub fn backend_config(prefix: &str, data_dir: &Path) -> toki_app::Config {
     let base = unique(prefix);
-    let mut config = toki::Config {
-        backend: toki::BackendKind::Aws,
+    let mut config = toki_app::Config {
+        backend: toki_app::BackendKind::Aws,
         data_dir: data_dir.to_path_buf(),
-        tenant_database_template: Some(crate::common::services::postgres_url_for(&format!(
-            "toki_test_{prefix}_{}_{{tenant}}",
-            crate::common::conformance::unique("")
-        ))),
-        ..toki::Config::default()
+        tenant_database_template: Some(
+            crate::common::services::postgres_url_for(&format!(
+                "toki_test_{prefix}_{}_{{tenant}}",
+                crate::common::conformance::unique("")
+            ))
+            .into(),
+        ),
+        ..toki_app::Config::default()
     };
-    config.aws.endpoint_url = Some(endpoint().to_owned());
+    config.aws.endpoint_url = global_endpoint(endpoint()).map(str::to_owned);
     config.aws.region = Some(REGION.to_owned());
     config.aws.index_table = format!("{base}-reminders");
     config.aws.directory_table = format!("{base}-tenants");

@@ -40,7 +40,6 @@ pub fn reminder(tenant: &str, schedule: &str, due_in: ChronoDuration, version: i
         },
         due_at: Reminder::due_for(occurrence, 5),
         version,
-        recipients: vec!["u1".parse().unwrap(), "u2".parse().unwrap()],
         channels: ChannelSet::new("channels", &[Channel::Mail, Channel::Slack]).unwrap(),
     }
 }
@@ -95,7 +94,8 @@ pub mod queue {
                 .await
                 .unwrap()
         });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Whether the receiver is already waiting or starts after the send, it
+        // must come back soon after the message becomes visible (~1 s).
         q.send_batch(&[outgoing("w", Duration::from_secs(1))])
             .await
             .unwrap();
@@ -149,9 +149,9 @@ pub mod queue {
             assert_eq!(got.len(), 1, "receive {n} got nothing");
             assert_eq!(got[0].receive_count, n);
         }
-        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        // Long-poll past the second hold (1 s): the message is over its limit.
         let third = q
-            .receive(1, Duration::from_secs(2), Duration::from_secs(1))
+            .receive(1, Duration::from_secs(3), Duration::from_secs(1))
             .await
             .unwrap();
         assert!(third.is_empty(), "received a third time: {third:?}");
@@ -175,7 +175,12 @@ pub mod queue {
             q.send_batch(&eleven).await.is_err(),
             "a batch of 11 was accepted"
         );
-        q.send_batch(&eleven[..10]).await.unwrap();
+        assert!(q
+            .send_batch(&eleven[..10])
+            .await
+            .unwrap()
+            .refused
+            .is_empty());
         let mut got = Vec::new();
         let deadline = StdInstant::now() + Duration::from_secs(10);
         while got.len() < 10 && StdInstant::now() < deadline {
@@ -231,6 +236,125 @@ pub mod queue {
         assert!(hidden.is_empty());
     }
 
+    /// Factory must build the queue with max_receives = 1.
+    pub async fn dead_letters_are_listed_and_moved_back(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("dl", Duration::ZERO)])
+            .await
+            .unwrap();
+        let first = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 1);
+        // Received once, the limit: the next receive moves it aside.
+        let again = q
+            .receive(1, Duration::from_secs(3), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(again.is_empty(), "received past its limit: {again:?}");
+        let mut listed = Vec::new();
+        for _ in 0..20 {
+            listed = q.dead_letters(10, Duration::from_secs(30)).await.unwrap();
+            if !listed.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(listed.len(), 1, "the dead letter is listed");
+        assert_eq!(listed[0].body, "dl");
+        assert!(message::decode(&listed[0].attributes).is_ok());
+        // A dry run leaves it where it is, for the next look.
+        q.release_dead_letters(&listed).await.unwrap();
+        let listed = q.dead_letters(10, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(listed.len(), 1, "released, not lost");
+        assert_eq!(q.redrive(&listed).await.unwrap(), 1);
+        let back = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(back.len(), 1, "back in the queue");
+        assert_eq!((back[0].body.as_str(), back[0].receive_count), ("dl", 1));
+        assert!(q
+            .dead_letters(10, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    /// The daemon's verdict: at once to the dead-letter queue, with why;
+    /// the reason goes when it is redriven.
+    pub async fn dead_letter_moves_a_message_with_its_reason(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[outgoing("poison", Duration::ZERO)])
+            .await
+            .unwrap();
+        let got = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        q.dead_letter(&got[0], "3 failed attempts, the last on slack: HTTP 503")
+            .await
+            .unwrap();
+        let depth = q.depth().await.unwrap();
+        assert_eq!((depth.messages, depth.dead_letters), (0, 1), "{depth:?}");
+        let letters = q.dead_letters(10, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].body, "poison");
+        assert_eq!(
+            letters[0].attributes[toki_core::ports::DEAD_LETTER_REASON],
+            "3 failed attempts, the last on slack: HTTP 503"
+        );
+        assert_eq!(q.redrive(&letters).await.unwrap(), 1);
+        let back = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(back.len(), 1);
+        assert!(!back[0]
+            .attributes
+            .contains_key(toki_core::ports::DEAD_LETTER_REASON));
+        q.delete_batch(&[back[0].receipt.clone()]).await.unwrap();
+    }
+
+    pub async fn batches_respect_the_byte_limits(q: Arc<dyn DelayQueue>) {
+        // Five messages of ~250 KB: too heavy for one 1 MiB batch.
+        let big: Vec<OutgoingMessage> = (0..5)
+            .map(|i| {
+                let mut m = outgoing(&format!("big{i}"), Duration::ZERO);
+                m.body = format!("{i}{}", "x".repeat(250_000));
+                m
+            })
+            .collect();
+        let batches = toki_core::ports::batches(big);
+        assert!(
+            batches.len() >= 2,
+            "split by bytes: {} batches",
+            batches.len()
+        );
+        for b in &batches {
+            let sent = q.send_batch(b).await.unwrap();
+            assert!(sent.refused.is_empty(), "{sent:?}");
+        }
+        let mut got = Vec::new();
+        let deadline = StdInstant::now() + Duration::from_secs(15);
+        while got.len() < 5 && StdInstant::now() < deadline {
+            got.extend(
+                q.receive(10, Duration::from_secs(2), Duration::from_secs(30))
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert_eq!(got.len(), 5);
+        assert!(got.iter().all(|m| m.body.len() == 250_001));
+        // One message over 256 KiB is refused before anything is sent, naming it.
+        let mut huge = outgoing("huge", Duration::ZERO);
+        huge.body = "x".repeat(300_000);
+        match q.send_batch(&[outgoing("ok", Duration::ZERO), huge]).await {
+            Err(StoreError::Invalid(v)) => assert_eq!(v.field, "messages[1]"),
+            other => panic!("expected the oversize message refused: {other:?}"),
+        }
+    }
+
     pub async fn attributes_round_trip(q: Arc<dyn DelayQueue>) {
         let r = reminder("globex", "weekly-sync", ChronoDuration::minutes(3), 7);
         let m = OutgoingMessage {
@@ -281,6 +405,24 @@ macro_rules! queue_conformance {
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn dead_letters_are_listed_and_moved_back() {
+                common::conformance::queue::dead_letters_are_listed_and_moved_back(
+                    $factory(1).await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn dead_letter_moves_a_message_with_its_reason() {
+                common::conformance::queue::dead_letter_moves_a_message_with_its_reason(
+                    $factory(5).await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn batches_respect_the_byte_limits() {
+                common::conformance::queue::batches_respect_the_byte_limits($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn attributes_round_trip() {
                 common::conformance::queue::attributes_round_trip($factory(5).await).await
             }
@@ -313,9 +455,14 @@ pub mod index {
             .map(|i| reminder(&tenant, &format!("s{i}"), ChronoDuration::minutes(2), 1))
             .collect();
         for r in &rows {
-            ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(r))
-                .await
-                .unwrap();
+            ix.replace_schedule(
+                &r.key.tenant,
+                &r.key.schedule,
+                r.version,
+                std::slice::from_ref(r),
+            )
+            .await
+            .unwrap();
         }
         let shards: std::collections::BTreeSet<_> =
             rows.iter().map(|r| Partition::of(r, 4).shard).collect();
@@ -337,9 +484,14 @@ pub mod index {
     pub async fn query_respects_the_due_range(ix: Arc<dyn ReminderIndex>) {
         let tenant = unique("t");
         let r = reminder(&tenant, "s", ChronoDuration::minutes(3), 1);
-        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
-            .await
-            .unwrap();
+        ix.replace_schedule(
+            &r.key.tenant,
+            &r.key.schedule,
+            r.version,
+            std::slice::from_ref(&r),
+        )
+        .await
+        .unwrap();
         let p = Partition::of(&r, 4);
         let before = ix
             .query_partition(
@@ -364,9 +516,14 @@ pub mod index {
     pub async fn claim_is_conditional(ix: Arc<dyn ReminderIndex>) {
         let tenant = unique("t");
         let r = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
-        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
-            .await
-            .unwrap();
+        ix.replace_schedule(
+            &r.key.tenant,
+            &r.key.schedule,
+            r.version,
+            std::slice::from_ref(&r),
+        )
+        .await
+        .unwrap();
         let now = Utc::now();
         let lease = now + ChronoDuration::seconds(60);
         assert!(
@@ -406,9 +563,14 @@ pub mod index {
     pub async fn release_returns_to_pending(ix: Arc<dyn ReminderIndex>) {
         let tenant = unique("t");
         let r = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
-        ix.replace_schedule(&r.key.tenant, &r.key.schedule, std::slice::from_ref(&r))
-            .await
-            .unwrap();
+        ix.replace_schedule(
+            &r.key.tenant,
+            &r.key.schedule,
+            r.version,
+            std::slice::from_ref(&r),
+        )
+        .await
+        .unwrap();
         let now = Utc::now();
         assert!(ix
             .claim(&r, now, now + ChronoDuration::seconds(60))
@@ -426,21 +588,25 @@ pub mod index {
     pub async fn replace_removes_old_rows_and_versions(ix: Arc<dyn ReminderIndex>) {
         let tenant = unique("t");
         let old = reminder(&tenant, "s", ChronoDuration::minutes(2), 1);
-        ix.replace_schedule(
-            &old.key.tenant,
-            &old.key.schedule,
-            std::slice::from_ref(&old),
-        )
-        .await
-        .unwrap();
+        assert!(ix
+            .replace_schedule(
+                &old.key.tenant,
+                &old.key.schedule,
+                1,
+                std::slice::from_ref(&old)
+            )
+            .await
+            .unwrap());
         let new = reminder(&tenant, "s", ChronoDuration::minutes(7), 2);
-        ix.replace_schedule(
-            &new.key.tenant,
-            &new.key.schedule,
-            std::slice::from_ref(&new),
-        )
-        .await
-        .unwrap();
+        assert!(ix
+            .replace_schedule(
+                &new.key.tenant,
+                &new.key.schedule,
+                2,
+                std::slice::from_ref(&new)
+            )
+            .await
+            .unwrap());
         let mine: Vec<_> = all_in_window(ix.as_ref(), 4)
             .await
             .into_iter()
@@ -453,16 +619,65 @@ pub mod index {
             !ix.claim(&old, now, now).await.unwrap(),
             "the old version was claimable"
         );
-        // Deleting: replace with nothing.
-        ix.replace_schedule(&new.key.tenant, &new.key.schedule, &[])
+        // An older version arriving late (a slow write, a repair) changes nothing.
+        assert!(!ix
+            .replace_schedule(
+                &old.key.tenant,
+                &old.key.schedule,
+                1,
+                std::slice::from_ref(&old)
+            )
             .await
-            .unwrap();
+            .unwrap());
+        let mine: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .collect();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].reminder, new, "the newer version's rows stayed");
+        // Deleting (version 3): replace with nothing.
+        assert!(ix
+            .replace_schedule(&new.key.tenant, &new.key.schedule, 3, &[])
+            .await
+            .unwrap());
         let left = all_in_window(ix.as_ref(), 4)
             .await
             .into_iter()
             .filter(|r| r.reminder.key.tenant.as_str() == tenant)
             .count();
         assert_eq!(left, 0);
+    }
+
+    /// Writes of one schedule racing each other: whatever the interleaving,
+    /// the index ends with the newest version's rows.
+    pub async fn racing_replaces_leave_the_newest_version(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let versions: Vec<Reminder> = (1..=12)
+            .map(|v| reminder(&tenant, "s", ChronoDuration::minutes(2 + v), v))
+            .collect();
+        let writes = versions.iter().rev().map(|r| {
+            let ix = ix.clone();
+            let r = r.clone();
+            async move {
+                ix.replace_schedule(
+                    &r.key.tenant,
+                    &r.key.schedule,
+                    r.version,
+                    std::slice::from_ref(&r),
+                )
+                .await
+                .unwrap()
+            }
+        });
+        futures::future::join_all(writes).await;
+        let mine: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .collect();
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        assert_eq!(mine[0].reminder.version, 12);
     }
 }
 
@@ -487,6 +702,13 @@ macro_rules! index_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn release_returns_to_pending() {
                 common::conformance::index::release_returns_to_pending($factory(4).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_replaces_leave_the_newest_version() {
+                common::conformance::index::racing_replaces_leave_the_newest_version(
+                    $factory(4).await,
+                )
+                .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn replace_removes_old_rows_and_versions() {
@@ -548,7 +770,7 @@ pub mod store {
             time_zone: "Asia/Tokyo".into(),
             locale: "en".into(),
         }
-        .validate(id)
+        .validate(&id.parse().unwrap())
         .unwrap()
     }
 
@@ -570,23 +792,23 @@ pub mod store {
                 },
             ],
         }
-        .validate(id)
+        .validate(&id.parse().unwrap())
         .unwrap()
     }
 
     pub async fn users_round_trip(s: Arc<dyn TenantStore>) {
         let u = user("alice");
-        s.put_user(&u).await.unwrap();
+        s.put_user(&u, Utc::now()).await.unwrap();
         assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u.clone()));
         let mut u2 = u.clone();
         u2.email = None;
-        s.put_user(&u2).await.unwrap();
+        s.put_user(&u2, Utc::now()).await.unwrap();
         assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u2));
     }
 
     pub async fn schedule_versions_never_repeat(s: Arc<dyn TenantStore>) {
         for id in ["a", "b", "c"] {
-            s.put_user(&user(id)).await.unwrap();
+            s.put_user(&user(id), Utc::now()).await.unwrap();
         }
         let sch = schedule("sync", &["c", "a", "b"]);
         let v1 = s.put_schedule(&sch, Utc::now()).await.unwrap();
@@ -621,7 +843,7 @@ pub mod store {
     }
 
     pub async fn unknown_participant_is_rejected_and_nothing_written(s: Arc<dyn TenantStore>) {
-        s.put_user(&user("a")).await.unwrap();
+        s.put_user(&user("a"), Utc::now()).await.unwrap();
         let sch = schedule("x", &["a", "ghost"]);
         match s.put_schedule(&sch, Utc::now()).await {
             Err(StoreError::Invalid(v)) => {
@@ -635,7 +857,7 @@ pub mod store {
     }
 
     pub async fn mirror_journal(s: Arc<dyn TenantStore>) {
-        s.put_user(&user("a")).await.unwrap();
+        s.put_user(&user("a"), Utc::now()).await.unwrap();
         let saved = s
             .put_schedule(&schedule("m", &["a"]), Utc::now())
             .await
@@ -666,30 +888,84 @@ pub mod store {
     }
 
     pub async fn delivery_context_in_one_call(s: Arc<dyn TenantStore>) {
-        for id in ["a", "b"] {
-            s.put_user(&user(id)).await.unwrap();
+        for id in ["a", "b", "c"] {
+            s.put_user(&user(id), Utc::now()).await.unwrap();
         }
         let saved = s
-            .put_schedule(&schedule("ctx", &["a", "b"]), Utc::now())
+            .put_schedule(&schedule("ctx", &["b", "a"]), Utc::now())
+            .await
+            .unwrap();
+        let other = s
+            .put_schedule(&schedule("other", &["c"]), Utc::now())
             .await
             .unwrap();
         let ctx = s
-            .delivery_context(
-                &[saved.id.clone(), "missing".parse().unwrap()],
-                &[
-                    "a".parse().unwrap(),
-                    "b".parse().unwrap(),
-                    "nobody".parse().unwrap(),
-                ],
-            )
+            .delivery_context(&[saved.id.clone(), "missing".parse().unwrap()])
             .await
             .unwrap();
         assert_eq!(ctx.schedules.len(), 1);
         let snap = &ctx.schedules[&saved.id];
         assert_eq!(snap.version, saved.version);
         assert_eq!(snap.title, "Weekly sync");
-        assert_eq!(ctx.users.len(), 2);
+        let ids = |v: &[UserId]| v.iter().map(|u| u.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&snap.participants),
+            ["b", "a"],
+            "the participants, in order"
+        );
+        assert_eq!(ctx.users.len(), 2, "only the participants' users");
         assert_eq!(ctx.users[&"a".parse::<UserId>().unwrap()], user("a"));
+        // A later version's participants, for the daemon to deliver to.
+        s.put_schedule(&schedule("ctx", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        let ctx = s
+            .delivery_context(&[saved.id.clone(), other.id.clone()])
+            .await
+            .unwrap();
+        assert_eq!(ids(&ctx.schedules[&saved.id].participants), ["a"]);
+        assert_eq!(ids(&ctx.schedules[&other.id].participants), ["c"]);
+        assert_eq!(ctx.users.len(), 2);
+    }
+
+    pub async fn one_reminders_deliveries(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let k = key("a", Channel::Mail);
+        let elsewhere = DeliveryKey {
+            minutes_before: 15,
+            ..key("a", Channel::Mail)
+        };
+        s.record_outcomes(&[
+            DeliveryOutcome {
+                key: k.clone(),
+                version: 1,
+                due_at: DueAt(now),
+                status: DeliveryStatus::Failed,
+                at: now,
+                detail: Some("slack: HTTP 503".into()),
+            },
+            DeliveryOutcome {
+                key: elsewhere,
+                version: 1,
+                due_at: DueAt(now),
+                status: DeliveryStatus::Delivered,
+                at: now,
+                detail: None,
+            },
+        ])
+        .await
+        .unwrap();
+        let rows = s
+            .reminder_deliveries(&ReminderKey {
+                tenant: "acme".parse().unwrap(),
+                schedule: k.schedule.clone(),
+                occurrence: k.occurrence,
+                minutes_before: 5,
+            })
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].detail.as_deref(), Some("slack: HTTP 503"));
     }
 
     fn key(recipient: &str, channel: Channel) -> DeliveryKey {
@@ -697,28 +973,40 @@ pub mod store {
             schedule: "s".parse().unwrap(),
             occurrence: Occurrence(from_millis("occurrence", 1_800_000_000_000).unwrap()),
             minutes_before: 5,
-            version: 1,
             recipient: recipient.parse().unwrap(),
             channel,
         }
     }
 
+    fn claim(key: &DeliveryKey, version: i64, due: DueAt) -> DeliveryClaim {
+        DeliveryClaim {
+            key: key.clone(),
+            version,
+            due_at: due,
+        }
+    }
+
     pub async fn claims_make_deliveries_exactly_once(s: Arc<dyn TenantStore>) {
         let now = Utc::now();
-        let hour_ago = |t: chrono::DateTime<Utc>| t - ChronoDuration::seconds(60);
+        let minute_before = |t: chrono::DateTime<Utc>| t - ChronoDuration::seconds(60);
         let k1 = key("a", Channel::Mail);
-        let k2 = DeliveryKey {
-            recipient: "b".parse().unwrap(),
-            ..k1.clone()
-        };
+        let k2 = key("b", Channel::Mail);
         let due = DueAt(now);
         let first = s
-            .claim_deliveries(&[(k1.clone(), due), (k2.clone(), due)], now, hour_ago(now))
+            .claim_deliveries(
+                &[claim(&k1, 1, due), claim(&k2, 1, due)],
+                now,
+                minute_before(now),
+            )
             .await
             .unwrap();
         assert_eq!(first.owned.len(), 2);
+        assert!(
+            !first.token.is_empty(),
+            "a claim has a token to renew it by"
+        );
         let again = s
-            .claim_deliveries(&[(k1.clone(), due)], now, hour_ago(now))
+            .claim_deliveries(&[claim(&k1, 1, due)], now, minute_before(now))
             .await
             .unwrap();
         assert!(again.owned.is_empty(), "claimed twice");
@@ -727,43 +1015,56 @@ pub mod store {
             vec![k1.clone()],
             "a delivery someone else is sending is reported busy"
         );
+        // One identity whatever the version: a newer version meeting the claim
+        // in flight is busy too (it must come back, not be acknowledged).
+        let newer = s
+            .claim_deliveries(&[claim(&k1, 2, due)], now, minute_before(now))
+            .await
+            .unwrap();
+        assert_eq!((keys(&newer), newer.busy), (vec![], vec![k1.clone()]));
         // A claim older than the cut-off is taken over (its holder died).
         let later = now + ChronoDuration::seconds(120);
         let taken = s
-            .claim_deliveries(&[(k1.clone(), due)], later, hour_ago(later))
+            .claim_deliveries(&[claim(&k1, 1, due)], later, minute_before(later))
             .await
             .unwrap();
-        assert_eq!(taken.owned, vec![k1.clone()]);
-        let out = |k: &DeliveryKey, status| DeliveryOutcome {
+        assert_eq!(keys(&taken), vec![k1.clone()]);
+        assert!(
+            taken.owned[0].taken_over,
+            "taken over from a holder that stopped"
+        );
+        let out = |k: &DeliveryKey, version, status| DeliveryOutcome {
             key: k.clone(),
+            version,
             due_at: due,
             status,
             at: later,
             detail: None,
         };
         s.record_outcomes(&[
-            out(&k1, DeliveryStatus::Delivered),
-            out(&k2, DeliveryStatus::Failed),
+            out(&k1, 1, DeliveryStatus::Delivered),
+            out(&k2, 1, DeliveryStatus::Failed),
         ])
         .await
         .unwrap();
         let retry = s
-            .claim_deliveries(&[(k1.clone(), due), (k2.clone(), due)], later, later)
+            .claim_deliveries(&[claim(&k1, 1, due), claim(&k2, 1, due)], later, later)
             .await
             .unwrap();
         assert_eq!(
-            retry.owned,
+            keys(&retry),
             vec![k2.clone()],
             "only the failed delivery may be claimed again"
         );
+        assert_eq!(
+            (retry.owned[0].failures, retry.owned[0].taken_over),
+            (1, false),
+            "its failed attempt counts; a failed row is not a takeover"
+        );
         assert!(retry.busy.is_empty(), "a delivered row is final, not busy");
-        // An edit after the reminder went out (newer version, same reminder) sends nothing again.
-        let k1_v2 = DeliveryKey {
-            version: 2,
-            ..k1.clone()
-        };
+        // An edit after the reminder went out (newer version, same delivery) sends nothing again.
         let edited = s
-            .claim_deliveries(&[(k1_v2, due)], later, later)
+            .claim_deliveries(&[claim(&k1, 2, due)], later, later)
             .await
             .unwrap();
         assert!(
@@ -771,26 +1072,22 @@ pub mod store {
             "{edited:?}"
         );
         // A stale verdict (older version) gives way to the current version's claim.
-        let k3 = DeliveryKey {
-            recipient: "c".parse().unwrap(),
-            ..k1.clone()
-        };
-        s.record_outcomes(&[out(&k3, DeliveryStatus::Stale)])
+        let k3 = key("c", Channel::Mail);
+        s.record_outcomes(&[out(&k3, 1, DeliveryStatus::Stale)])
             .await
             .unwrap();
-        let k3_v2 = DeliveryKey {
-            version: 2,
-            ..k3.clone()
-        };
         let current = s
-            .claim_deliveries(&[(k3_v2.clone(), due)], later, hour_ago(later))
+            .claim_deliveries(&[claim(&k3, 2, due)], later, minute_before(later))
             .await
             .unwrap();
-        assert_eq!(current.owned, vec![k3_v2.clone()]);
-        // Delivered is final: nothing overwrites it.
-        s.record_outcomes(&[out(&k1, DeliveryStatus::Stale)])
-            .await
-            .unwrap();
+        assert_eq!(keys(&current), vec![k3.clone()]);
+        // A stale verdict never overwrites a send in progress; delivered is final.
+        s.record_outcomes(&[
+            out(&k3, 1, DeliveryStatus::Stale),
+            out(&k1, 1, DeliveryStatus::Stale),
+        ])
+        .await
+        .unwrap();
         let rows: BTreeMap<_, _> = s
             .deliveries()
             .await
@@ -802,8 +1099,8 @@ pub mod store {
         assert_eq!(rows[&k1].at.timestamp_millis(), later.timestamp_millis());
         assert_eq!(rows[&k2].status, DeliveryStatus::Sending);
         assert_eq!(
-            rows[&k3_v2].status,
-            DeliveryStatus::Sending,
+            (rows[&k3].status, rows[&k3].version),
+            (DeliveryStatus::Sending, 2),
             "the row carries the claiming version"
         );
         let counts = s.delivery_counts().await.unwrap();
@@ -814,10 +1111,158 @@ pub mod store {
         }));
     }
 
+    fn keys(c: &toki_core::ports::Claims) -> Vec<DeliveryKey> {
+        c.owned.iter().map(|o| o.key.clone()).collect()
+    }
+
+    /// Failed attempts accumulate; throttled and deferred rows are claimed
+    /// again without using the budget.
+    pub async fn claims_carry_the_failure_budget(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let due = DueAt(now);
+        let k = key("budget", Channel::Slack);
+        let row = |status| DeliveryOutcome {
+            key: k.clone(),
+            version: 1,
+            due_at: due,
+            status,
+            at: now,
+            detail: Some(format!("{status:?}")),
+        };
+        for (n, status) in [
+            DeliveryStatus::Failed,
+            DeliveryStatus::Throttled,
+            DeliveryStatus::Failed,
+            DeliveryStatus::Deferred,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let c = s
+                .claim_deliveries(&[claim(&k, 1, due)], now, now - ChronoDuration::seconds(60))
+                .await
+                .unwrap();
+            assert_eq!(keys(&c), vec![k.clone()], "claim {n} after {status:?}");
+            s.record_outcomes(&[row(status)]).await.unwrap();
+        }
+        let c = s
+            .claim_deliveries(&[claim(&k, 1, due)], now, now - ChronoDuration::seconds(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            c.owned[0].failures, 2,
+            "two failures; a throttle and a deferral are not"
+        );
+    }
+
+    /// A live holder's renewal keeps its claims from being taken over.
+    pub async fn renewed_claims_are_not_taken_over(s: Arc<dyn TenantStore>) {
+        let t0 = Utc::now();
+        let due = DueAt(t0);
+        let renewed = key("renewed", Channel::Mail);
+        let lapsed = key("lapsed", Channel::Mail);
+        let a = s
+            .claim_deliveries(
+                &[claim(&renewed, 1, due)],
+                t0,
+                t0 - ChronoDuration::seconds(10),
+            )
+            .await
+            .unwrap();
+        let b = s
+            .claim_deliveries(
+                &[claim(&lapsed, 1, due)],
+                t0,
+                t0 - ChronoDuration::seconds(10),
+            )
+            .await
+            .unwrap();
+        assert_ne!(a.token, b.token);
+        s.renew_claims(
+            std::slice::from_ref(&a.token),
+            t0 + ChronoDuration::seconds(8),
+        )
+        .await
+        .unwrap();
+        // At t0 + 12 s a 10 s lease has run out for the claim not renewed only.
+        let t1 = t0 + ChronoDuration::seconds(12);
+        let c = s
+            .claim_deliveries(
+                &[claim(&renewed, 1, due), claim(&lapsed, 1, due)],
+                t1,
+                t1 - ChronoDuration::seconds(10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(keys(&c), vec![lapsed.clone()]);
+        assert_eq!(c.busy, vec![renewed.clone()]);
+        assert!(c.owned[0].taken_over);
+    }
+
+    /// The last look before firing: current versions, deleted schedules absent.
+    pub async fn schedule_versions_are_read_at_once(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        for u in ["a", "b"] {
+            s.put_user(&user(u), now).await.unwrap();
+        }
+        s.put_schedule(&schedule("one", &["a"]), now).await.unwrap();
+        s.put_schedule(&schedule("two", &["a"]), now).await.unwrap();
+        let two = s.put_schedule(&schedule("two", &["b"]), now).await.unwrap();
+        s.put_schedule(&schedule("gone", &["a"]), now)
+            .await
+            .unwrap();
+        s.delete_schedule(&"gone".parse().unwrap(), now)
+            .await
+            .unwrap();
+        let ids: Vec<ScheduleId> = ["one", "two", "gone", "never"]
+            .iter()
+            .map(|i| i.parse().unwrap())
+            .collect();
+        let v = s.schedule_versions(&ids).await.unwrap();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v[&ids[0]], 1);
+        assert_eq!(v[&ids[1]], two.version);
+        assert!(s.schedule_versions(&[]).await.unwrap().is_empty());
+    }
+
+    /// A change seen at the last look turns the holder's own claim stale;
+    /// a stale verdict of another version never overwrites a claim.
+    pub async fn a_revoked_claim_is_recorded_stale(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let due = DueAt(now);
+        let own = key("own", Channel::Chat);
+        s.claim_deliveries(
+            &[claim(&own, 3, due)],
+            now,
+            now - ChronoDuration::seconds(10),
+        )
+        .await
+        .unwrap();
+        let stale = |version| DeliveryOutcome {
+            key: own.clone(),
+            version,
+            due_at: due,
+            status: DeliveryStatus::Stale,
+            at: now,
+            detail: Some("schedule deleted just before it was due".into()),
+        };
+        s.record_outcomes(&[stale(2)]).await.unwrap();
+        let rows = s.deliveries().await.unwrap();
+        assert_eq!(
+            rows[0].status,
+            DeliveryStatus::Sending,
+            "another version's verdict"
+        );
+        s.record_outcomes(&[stale(3)]).await.unwrap();
+        let rows = s.deliveries().await.unwrap();
+        assert_eq!(rows[0].status, DeliveryStatus::Stale);
+    }
+
     pub async fn chat_messages_are_idempotent(s: Arc<dyn TenantStore>) {
         let k = key("a", Channel::Chat);
         let m = toki_core::ports::ChatMessage {
             key: k.clone(),
+            version: 3,
             user: "a".parse().unwrap(),
             text: "hi".into(),
             created_at: Utc::now(),
@@ -831,7 +1276,7 @@ pub mod store {
         let got = s.chat_messages(&"a".parse().unwrap()).await.unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].text, "hi");
-        assert_eq!(got[0].key, k);
+        assert_eq!((got[0].key.clone(), got[0].version), (k, 3));
     }
 }
 
@@ -864,6 +1309,10 @@ macro_rules! store_conformance {
                 common::conformance::store::delivery_context_in_one_call($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn one_reminders_deliveries() {
+                common::conformance::store::one_reminders_deliveries($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn claims_make_deliveries_exactly_once() {
                 common::conformance::store::claims_make_deliveries_exactly_once($factory().await)
                     .await
@@ -871,6 +1320,25 @@ macro_rules! store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn chat_messages_are_idempotent() {
                 common::conformance::store::chat_messages_are_idempotent($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn claims_carry_the_failure_budget() {
+                common::conformance::store::claims_carry_the_failure_budget($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn renewed_claims_are_not_taken_over() {
+                common::conformance::store::renewed_claims_are_not_taken_over($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn schedule_versions_are_read_at_once() {
+                common::conformance::store::schedule_versions_are_read_at_once($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_revoked_claim_is_recorded_stale() {
+                common::conformance::store::a_revoked_claim_is_recorded_stale($factory().await)
+                    .await
             }
         }
     };

@@ -4,5 +4,8 @@
 
 #[macro_use]
 pub mod conformance;
+pub mod faults;
 pub mod pipeline;
+pub mod process;
+pub mod proxy;
 pub mod services;

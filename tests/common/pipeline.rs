@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
-use toki::scenario::{count_outboxes, SinkCounts};
-use toki::{Config, Toki};
+use toki_app::{Config, Toki};
 use toki_core::daemon::Daemon;
 use toki_core::input::{RuleInput, ScheduleInput, UserInput};
 use toki_core::ports::TenantStores;
 use toki_core::{DeliveryOutcome, DeliveryStatus, TenantId};
+use toki_devtools::scenario::{count_outboxes, SinkCounts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -62,7 +62,7 @@ impl Harness {
         for j in 0..10 {
             self.toki
                 .registrar()
-                .put_user(&id, &format!("u{j}"), &user(j))
+                .put_user(&id, &format!("u{j}").parse().unwrap(), &user(j))
                 .await
                 .unwrap();
         }
@@ -100,21 +100,19 @@ impl Harness {
         count_outboxes(&self.dir).unwrap()
     }
 
-    /// Waits until `n` deliveries of `tenant` are delivered, or `timeout`.
+    /// Waits until the daemon has delivered `n` (counted as it records them,
+    /// not polled), or `timeout`; returns `tenant`'s delivered rows.
     pub async fn wait_delivered(
         &self,
         tenant: &TenantId,
         n: usize,
         timeout: Duration,
     ) -> Vec<DeliveryOutcome> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let d = self.delivered(tenant).await;
-            if d.len() >= n || tokio::time::Instant::now() > deadline {
-                return d;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.daemon
+            .stats
+            .wait_for(timeout, |s| s.delivered >= n as u64 && s.acked >= 1)
+            .await;
+        self.delivered(tenant).await
     }
 }
 
@@ -146,4 +144,9 @@ pub fn meeting(due: DateTime<Utc>) -> ScheduleInput {
             channels: vec!["mail".into(), "slack".into()],
         }],
     }
+}
+
+/// A schedule id from a literal.
+pub fn sid(s: &str) -> toki_core::ScheduleId {
+    s.parse().unwrap()
 }

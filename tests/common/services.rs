@@ -60,12 +60,15 @@ pub fn smtp_addr() -> Option<String> {
 
 /// A Slack stand-in served in this process; returns it and its API base URL.
 pub async fn slack_standin(
-    options: toki::slack_standin::StandinOptions,
-) -> (toki::slack_standin::Standin, String) {
-    let standin = toki::slack_standin::Standin::new(options);
+    options: toki_devtools::slack_standin::StandinOptions,
+) -> (toki_devtools::slack_standin::Standin, String) {
+    let standin = toki_devtools::slack_standin::Standin::new(options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/api", listener.local_addr().unwrap());
-    tokio::spawn(toki::slack_standin::serve(standin.clone(), listener));
+    tokio::spawn(toki_devtools::slack_standin::serve(
+        standin.clone(),
+        listener,
+    ));
     (standin, url)
 }
 

@@ -1,0 +1,102 @@
+//! Toki processes for tests: started, known ready by the line they print (not
+//! by polling), their stderr kept for assertions, stopped with a signal.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+pub const TOKI: &str = env!("CARGO_BIN_EXE_toki");
+
+pub struct Process {
+    child: Option<Child>,
+    pid: u32,
+    log: Arc<Mutex<String>>,
+    /// Lines not yet looked at by `spawn` or `wait_line`.
+    lines: Mutex<mpsc::Receiver<String>>,
+}
+
+impl Process {
+    /// Starts `cmd` and waits for a stderr line containing `ready`; returns the
+    /// process and that line.
+    pub fn spawn(mut cmd: Command, ready: &str, timeout: Duration) -> (Process, String) {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the process starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel::<String>();
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = tx.send(line);
+            }
+        });
+        let pid = child.id();
+        let process = Process {
+            child: Some(child),
+            pid,
+            log,
+            lines: Mutex::new(rx),
+        };
+        let line = process.wait_line(|l| l.contains(ready), timeout);
+        (process, line)
+    }
+
+    /// Waits for the next stderr line that `matches` (lines before it are
+    /// passed over, and stay in `log`).
+    pub fn wait_line(&self, matches: impl Fn(&str) -> bool, timeout: Duration) -> String {
+        let rx = self.lines.lock().unwrap();
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if matches(&line) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no matching line within {timeout:?}; stderr:\n{}",
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    /// Everything it printed to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} {} failed", self.pid);
+    }
+
+    /// Waits for the process to exit, up to `timeout` (then kills it and says None).
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let waiting = tokio::task::spawn_blocking(move || child.wait());
+        match tokio::time::timeout(timeout, waiting).await {
+            Ok(Ok(Ok(status))) => Some(status),
+            _ => {
+                self.signal("KILL");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The conformance suite on the testing kit's in-memory ports: the fakes the
+//! paused-clock tests rely on behave like the real backends.
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+
+use toki_core::ports::{DelayQueue, ReminderIndex, SystemClock, TenantDirectory, TenantStore};
+use toki_core::testing::{MemoryDirectory, MemoryIndex, MemoryQueue, MemoryTenantStore};
+
+async fn queue(max_receives: u32) -> Arc<dyn DelayQueue> {
+    Arc::new(MemoryQueue::new(Arc::new(SystemClock), max_receives))
+}
+
+async fn index(shards: u16) -> Arc<dyn ReminderIndex> {
+    Arc::new(MemoryIndex::new(shards))
+}
+
+async fn directory() -> Arc<dyn TenantDirectory> {
+    Arc::new(MemoryDirectory::default())
+}
+
+async fn store() -> Arc<dyn TenantStore> {
+    Arc::new(MemoryTenantStore::default())
+}
+
+queue_conformance!(queue);
+index_conformance!(index);
+directory_conformance!(directory);
+store_conformance!(store);

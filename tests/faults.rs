@@ -1,0 +1,630 @@
+//! The fault suite: each test injects one fault into a running pipeline on
+//! real parts (the embedded backend, Postgres where the fault is in it, the
+//! Slack and SMTP stand-ins), measures at the receivers what arrived, and
+//! reports a row for RELIABILITY.md (`scripts/reliability.sh`). Outages are
+//! shortened through `TOKI_FAULT_OUTAGE_S` so CI stays fast; timeouts through
+//! configuration.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{Duration as ChronoDuration, Utc};
+use common::faults::{
+    at, due_in, fast, meeting_at, outage, register_burst, report, statuses, tenants, wait_all,
+    Sinks,
+};
+use common::pipeline::Harness;
+use common::process::{Process, TOKI};
+use toki_app::{Config, Toki};
+use toki_core::ports::{Clock, OutgoingMessage};
+use toki_core::Channel;
+use toki_devtools::slack_standin::Behaviour;
+use toki_devtools::smtp_standin::SmtpBehaviour;
+
+const ALL: [Channel; 3] = [Channel::Chat, Channel::Slack, Channel::Mail];
+
+fn all_channels(_: usize) -> Vec<Channel> {
+    ALL.to_vec()
+}
+
+/// A pipeline in this process whose Slack and mail go to `sinks`.
+async fn pipeline(sinks: &Sinks, tweak: impl FnOnce(&mut Config)) -> Harness {
+    Harness::start(|c| {
+        fast(c);
+        sinks.configure(c);
+        tweak(c);
+    })
+    .await
+}
+
+/// The other channels of a burst are not held up by a fault in one.
+fn assert_on_time(m: &common::faults::Measured, channels: &[Channel], within_ms: i64) {
+    for c in channels {
+        let cm = m.channel(*c);
+        assert_eq!(cm.delivered, cm.expected, "{c}: {m:?}");
+        assert!(
+            cm.max_late_ms <= within_ms,
+            "{c} was held up: {} ms late",
+            cm.max_late_ms
+        );
+    }
+}
+
+// ---------------------------------------------------------------- channels
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_down_then_back_loses_nothing_and_holds_up_no_other_channel() {
+    let sinks = Sinks::start_down();
+    sinks.smtp_up().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["slackdown"]).await;
+    let down = outage(15);
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due + ChronoDuration::from_std(down).unwrap()).await;
+    sinks.slack_up().await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_on_time(&m, &[Channel::Chat, Channel::Mail], 1_000);
+    let slack = m.channel(Channel::Slack);
+    let resumed = slack.max_late_ms - down.as_millis() as i64;
+    assert!(
+        resumed <= 3_000,
+        "the backlog went out {resumed} ms after Slack came back"
+    );
+    let s = h.daemon.stats.snapshot();
+    assert_eq!(s.dead_lettered, 0);
+    assert!(s.circuits_opened >= 1, "{s:?}");
+    report(
+        "Slack down",
+        &format!(
+            "connection refused from before due to due + {} s",
+            down.as_secs()
+        ),
+        &m,
+        &format!(
+            "Slack sent {resumed} ms after it came back; chat and mail on time (max {} ms)",
+            m.channel(Channel::Mail)
+                .max_late_ms
+                .max(m.channel(Channel::Chat).max_late_ms)
+        ),
+    );
+    h.stop().await;
+}
+
+async fn slack_misbehaves(fault: &str, behaviour: Behaviour) {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["slackerr"]).await;
+    let span = outage(10);
+    sinks.slack.set_behaviour(behaviour.clone());
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due + ChronoDuration::from_std(span).unwrap()).await;
+    sinks.slack.set_behaviour(Behaviour::Ok);
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_on_time(&m, &[Channel::Chat, Channel::Mail], 1_000);
+    let resumed = m.channel(Channel::Slack).max_late_ms - span.as_millis() as i64;
+    assert!(resumed <= 3_000, "resumed {resumed} ms after recovery");
+    assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
+    report(
+        fault,
+        &format!(
+            "every Web API call answers {behaviour:?} until due + {} s",
+            span.as_secs()
+        ),
+        &m,
+        &format!("Slack resumed {resumed} ms after recovery; chat and mail on time"),
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_answering_5xx_is_retried_until_it_recovers() {
+    slack_misbehaves("Slack 5xx", Behaviour::HttpError(503)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_answering_ok_false_is_retried_until_it_recovers() {
+    slack_misbehaves("Slack ok:false", Behaviour::NotOk("internal_error".into())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_port_closed_then_open_loses_nothing() {
+    let sinks = Sinks::start_down();
+    sinks.slack_up().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["smtpclosed"]).await;
+    let down = outage(10);
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due + ChronoDuration::from_std(down).unwrap()).await;
+    sinks.smtp_up().await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_on_time(&m, &[Channel::Chat, Channel::Slack], 1_000);
+    let resumed = m.channel(Channel::Mail).max_late_ms - down.as_millis() as i64;
+    assert!(
+        resumed <= 3_000,
+        "resumed {resumed} ms after the port opened"
+    );
+    report(
+        "SMTP port closed",
+        &format!("connection refused until due + {} s", down.as_secs()),
+        &m,
+        &format!("mail sent {resumed} ms after the port opened; chat and Slack on time"),
+    );
+    h.stop().await;
+}
+
+async fn smtp_misbehaves(fault: &str, behaviour: SmtpBehaviour) {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["smtperr"]).await;
+    let span = outage(10);
+    sinks.smtp.set_behaviour(behaviour.clone());
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due + ChronoDuration::from_std(span).unwrap()).await;
+    sinks.smtp.set_behaviour(SmtpBehaviour::Accept);
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_on_time(&m, &[Channel::Chat, Channel::Slack], 1_000);
+    let resumed = m.channel(Channel::Mail).max_late_ms - span.as_millis() as i64;
+    assert!(resumed <= 4_000, "resumed {resumed} ms after recovery");
+    assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
+    report(
+        fault,
+        &format!("{behaviour:?} until due + {} s", span.as_secs()),
+        &m,
+        &format!("mail resumed {resumed} ms after recovery; chat and Slack on time"),
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_4xx_replies_are_retried() {
+    smtp_misbehaves(
+        "SMTP 4xx",
+        SmtpBehaviour::Reply("451 4.3.0 try again later".into()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_5xx_replies_other_than_the_mailboxs_are_retried() {
+    smtp_misbehaves(
+        "SMTP 5xx",
+        SmtpBehaviour::Reply("554 5.3.0 system failure".into()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_smtp_server_that_accepts_and_hangs_is_timed_out() {
+    smtp_misbehaves("SMTP hangs", SmtpBehaviour::Hang).await;
+}
+
+// ---------------------------------------------------------------- storage
+
+/// A tenant database on Postgres behind a proxy that is cut for a while:
+/// messages come back with backoff (never dead-lettered within ten minutes)
+/// and everything goes out once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_database_down_for_a_while_loses_nothing() {
+    let base = common::services::postgres_base_url();
+    let target = base
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or("127.0.0.1:5432")
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&target).await;
+    let through_proxy = base.replacen(&target, &proxy.address(), 1);
+    let (server, query) = match through_proxy.rsplit_once('/') {
+        Some((server, rest)) => (
+            server.to_owned(),
+            rest.split_once('?')
+                .map(|(_, q)| format!("?{q}"))
+                .unwrap_or_default(),
+        ),
+        None => (through_proxy.clone(), String::new()),
+    };
+    let template = format!("{server}/toki_test_fault_{{tenant}}{query}");
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |c| {
+        c.tenant_database_template = Some(template.into());
+    })
+    .await;
+    let t = tenants(&h.toki, &["dbdown"]).await;
+    let down = common::faults::db_outage(15);
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due - ChronoDuration::seconds(2)).await;
+    proxy.down();
+    at(burst.due + ChronoDuration::from_std(down).unwrap()).await;
+    proxy.up();
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(120)).await;
+    assert_eq!(
+        m.lost,
+        0,
+        "{:?} {:?} {:?}",
+        m.by_channel,
+        statuses(&h.toki, &t).await,
+        h.daemon.stats.snapshot()
+    );
+    assert_eq!(m.duplicated, 0);
+    let s = h.daemon.stats.snapshot();
+    assert_eq!(s.dead_lettered, 0, "{s:?}");
+    let resumed = m.max_late_ms() - down.as_millis() as i64;
+    report(
+        "Tenant database down",
+        &format!(
+            "Postgres connections cut (proxy) from due − 2 s to due + {} s",
+            down.as_secs()
+        ),
+        &m,
+        &format!("all sent {resumed} ms after the database came back"),
+    );
+    h.stop().await;
+    for tenant in &t {
+        let _ = toki_sql::drop_tenant_database(&common::services::postgres_url_for(&format!(
+            "toki_test_fault_{tenant}"
+        )))
+        .await;
+    }
+}
+
+/// The embedded control store (queue and index) held by another writer's
+/// exclusive transaction across the due instant: the daemon waits it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_control_store_delays_but_loses_nothing() {
+    use sqlx::{Connection, Executor};
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["locked"]).await;
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(4)).await;
+    let path = h.dir.join("control.sqlite");
+    let mut lock = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let held = Duration::from_secs(12);
+    at(burst.due - ChronoDuration::milliseconds(1_500)).await;
+    lock.execute("BEGIN EXCLUSIVE").await.unwrap();
+    tokio::time::sleep(held).await; // the fault's duration
+    lock.execute("COMMIT").await.unwrap();
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?}");
+    assert_eq!(m.duplicated, 0);
+    report(
+        "Control store locked",
+        "an exclusive SQLite transaction on the queue and index from due − 1.5 s for 12 s (longer than the 10 s busy timeout)",
+        &m,
+        "messages held before the lock went out on time; the rest after it",
+    );
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------- messages
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_are_dead_lettered_and_the_rest_goes_out_on_time() {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["poison"]).await;
+    let garbage: Vec<OutgoingMessage> = (0..10)
+        .map(|i| {
+            let mut attributes = toki_core::message::Attributes::new();
+            attributes.insert("tenant".into(), t[0].to_string());
+            attributes.insert("due".into(), format!("garbage-{i}"));
+            OutgoingMessage {
+                id: i.to_string(),
+                body: format!("poison {i}"),
+                attributes,
+                delay: Duration::from_secs(2),
+                group: None,
+            }
+        })
+        .collect();
+    h.toki.queue.send_batch(&garbage).await.unwrap();
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(30)).await;
+    assert_eq!(m.lost, 0);
+    assert_on_time(&m, &ALL, 1_000);
+    let s = h
+        .daemon
+        .stats
+        .wait_for(Duration::from_secs(10), |s| s.dead_lettered >= 10)
+        .await;
+    assert_eq!(s.dead_lettered, 10);
+    let letters = h
+        .toki
+        .queue
+        .dead_letters(20, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(letters
+        .iter()
+        .all(|l| l.attributes[toki_core::ports::DEAD_LETTER_REASON].contains("undecodable")));
+    report(
+        "Poison messages",
+        "10 undecodable messages among the burst",
+        &m,
+        "the 10 dead-lettered on first receipt, with the reason; the burst on time",
+    );
+    h.stop().await;
+}
+
+/// Two scanners over one index at once: each row is enqueued once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_scanners_at_once_enqueue_each_reminder_once() {
+    let sinks = Sinks::start().await;
+    // A short window: the meetings are registered beyond it, so the scanners
+    // (not the registrar) enqueue them.
+    let h = pipeline(&sinks, |c| c.pipeline.window_s = 5).await;
+    let second = Toki::open(h.toki.config.clone()).await.unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let other = tokio::spawn(second.clone().run_scanner(shutdown));
+    let t = tenants(&h.toki, &["scanners"]).await;
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(12)).await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    stop.send_replace(true);
+    other.await.unwrap();
+    assert_eq!(m.lost, 0);
+    assert_eq!(m.duplicated, 0);
+    assert_on_time(&m, &ALL, 1_000);
+    let s = h.daemon.stats.snapshot();
+    assert_eq!(
+        s.received, 20,
+        "one message per meeting, though two scanners ran: {s:?}"
+    );
+    report(
+        "Two scanners",
+        "two scanner loops over one index, every second",
+        &m,
+        "each reminder enqueued once (20 messages received)",
+    );
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------- time
+
+/// A clock `offset` from the true time.
+struct SkewedClock(ChronoDuration);
+
+impl Clock for SkewedClock {
+    fn now(&self) -> toki_core::Instant {
+        Utc::now() + self.0
+    }
+}
+
+async fn daemon_clock_skewed(fault: &str, offset_ms: i64) {
+    let sinks = Sinks::start().await;
+    // Registration on the true clock; the daemon on a skewed one.
+    let mut config = Config {
+        data_dir: tempfile::tempdir().unwrap().keep(),
+        ..Config::default()
+    };
+    fast(&mut config);
+    sinks.configure(&mut config);
+    config.validate().unwrap();
+    let toki = Toki::open(config.clone()).await.unwrap();
+    let skewed = Toki::open_with_clock(
+        config,
+        Arc::new(SkewedClock(ChronoDuration::milliseconds(offset_ms))),
+    )
+    .await
+    .unwrap();
+    let daemon = skewed.daemon().await.unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(daemon.clone().run(shutdown));
+    let t = tenants(&toki, &["skew"]).await;
+    let burst = register_burst(&toki, &t, 20, 3, all_channels, due_in(5)).await;
+    let m = wait_all(&toki, &sinks, &burst, Duration::from_secs(30)).await;
+    stop.send_replace(true);
+    task.await.unwrap();
+    assert_eq!(m.lost, 0);
+    assert_eq!(m.duplicated, 0);
+    // It fires by its own clock: early or late by the skew, never lost or doubled.
+    let (p50, max) = (m.p50_late_ms(), m.max_late_ms());
+    assert!(
+        (p50 + offset_ms).abs() <= 500,
+        "fired by its clock: p50 {p50} ms with a {offset_ms} ms skew"
+    );
+    report(
+        fault,
+        &format!("the daemon's clock {offset_ms:+} ms off (registration on the true clock)"),
+        &m,
+        &format!("fires by its own clock: p50 {p50} ms, max {max} ms; nothing lost or doubled"),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_clock_2_s_ahead() {
+    daemon_clock_skewed("Daemon clock 2 s ahead", 2_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_clock_2_s_behind() {
+    daemon_clock_skewed("Daemon clock 2 s behind", -2_000).await;
+}
+
+// ---------------------------------------------------------------- changes
+
+/// One meeting moved 20 times across the scan window: it goes out once per
+/// recipient, at the last time only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reschedule_storm_delivers_only_the_last_time() {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |c| c.pipeline.window_s = 10).await;
+    let t = tenants(&h.toki, &["storm"]).await;
+    let people: Vec<String> = (0..3).map(|k| format!("u{k}")).collect();
+    let id: toki_core::ScheduleId = "drill-0".parse().unwrap();
+    let base = due_in(6);
+    let mut last = base;
+    for i in 0..20 {
+        // Back and forth across the window: inside it (enqueued at once) and beyond it.
+        last = base + ChronoDuration::seconds(if i % 2 == 0 { i } else { 20 - i });
+        h.toki
+            .registrar()
+            .put_schedule(&t[0], &id, &meeting_at(last, &people, &ALL))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await; // the storm's pace
+    }
+    let burst = common::faults::Burst {
+        due: last,
+        tenants: t.clone(),
+        expected: ALL.iter().map(|c| (*c, 3)).collect(),
+        meetings: vec![],
+    };
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?}");
+    assert_eq!(m.duplicated, 0);
+    // Nothing at an earlier time: every delivery at the last one.
+    assert!(
+        m.lateness_ms.iter().all(|l| (0..1_000).contains(l)),
+        "{:?}",
+        m.lateness_ms
+    );
+    report(
+        "Reschedule storm",
+        "one meeting moved 20 times in 3 s, back and forth across the scan window",
+        &m,
+        "delivered once per recipient, at the last time only",
+    );
+    h.stop().await;
+}
+
+/// A delete and a move committed 500 ms before due (after the messages were
+/// received): nothing at the old instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_delete_and_move_are_honoured() {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, |_| {}).await;
+    let t = tenants(&h.toki, &["late"]).await;
+    let burst = register_burst(&h.toki, &t, 20, 3, all_channels, due_in(3)).await;
+    at(burst.due - ChronoDuration::milliseconds(500)).await;
+    let moved_to = burst.due + ChronoDuration::seconds(3);
+    for (i, (tenant, id, input)) in burst.meetings.iter().enumerate() {
+        let id: toki_core::ScheduleId = id.parse().unwrap();
+        if i % 2 == 0 {
+            h.toki
+                .registrar()
+                .delete_schedule(tenant, &id)
+                .await
+                .unwrap();
+        } else {
+            let moved = meeting_at(moved_to, &input.participants, &ALL);
+            h.toki
+                .registrar()
+                .put_schedule(tenant, &id, &moved)
+                .await
+                .unwrap();
+        }
+    }
+    let after = common::faults::Burst {
+        due: moved_to,
+        expected: ALL.iter().map(|c| (*c, 10 * 3)).collect(),
+        ..burst.clone()
+    };
+    let m = wait_all(&h.toki, &sinks, &after, Duration::from_secs(30)).await;
+    assert_eq!(m.lost, 0);
+    assert_eq!(m.duplicated, 0);
+    assert_eq!(m.delivered, 90, "only the moved half");
+    assert!(
+        m.lateness_ms.iter().all(|l| (0..1_000).contains(l)),
+        "nothing at the old instant: {:?}",
+        m.lateness_ms
+    );
+    report(
+        "Late delete and move",
+        "half the burst deleted, half moved +3 s, at due − 500 ms",
+        &m,
+        "nothing at the old instant; the moved ones at the new one",
+    );
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------- crash
+
+/// `toki daemon` in its own process, killed 30 ms after a burst of 2,000
+/// deliveries fell due (800 chat, 800 Slack, 400 mail) and restarted 1 s
+/// later, with default settings.
+async fn kill_9_mid_burst(fault: &str, reconcile: bool) {
+    let sinks = Sinks::start().await;
+    let dir = tempfile::tempdir().unwrap().keep();
+    let mut config = Config {
+        data_dir: dir.clone(),
+        ..Config::default()
+    };
+    sinks.configure(&mut config);
+    config.validate().unwrap();
+    let toki = Toki::open(config).await.unwrap();
+    let daemon = || {
+        let mut cmd = Command::new(TOKI);
+        cmd.args(["daemon", "--data-dir", dir.to_str().unwrap()])
+            .env("TOKI_RECONCILE_TAKEOVERS", reconcile.to_string());
+        for (k, v) in sinks.env() {
+            cmd.env(k, v);
+        }
+        Process::spawn(cmd, "daemon started", Duration::from_secs(30)).0
+    };
+    let first = daemon();
+    let t = tenants(&toki, &["crash-a", "crash-b"]).await;
+    let channels = |i: usize| {
+        if i.is_multiple_of(2) {
+            ALL.to_vec()
+        } else {
+            vec![Channel::Chat, Channel::Slack]
+        }
+    };
+    let burst = register_burst(&toki, &t, 200, 4, channels, due_in(12)).await;
+    assert_eq!(burst.total(), 2_000);
+    at(burst.due + ChronoDuration::milliseconds(30)).await;
+    first.signal("KILL");
+    drop(first);
+    at(burst.due + ChronoDuration::milliseconds(1_030)).await;
+    let second = daemon();
+    let m = wait_all(&toki, &sinks, &burst, Duration::from_secs(90)).await;
+    let log = second.log();
+    drop(second);
+    assert_eq!(m.lost, 0, "{m:?}\n{log}");
+    assert_eq!(m.channel(Channel::Chat).duplicated, 0, "chat exactly once");
+    assert!(
+        m.max_late_ms() <= 15_000,
+        "every in-flight delivery within 15 s of due: {} ms",
+        m.max_late_ms()
+    );
+    if reconcile {
+        assert_eq!(
+            m.channel(Channel::Slack).duplicated,
+            0,
+            "Slack history is looked up before a taken-over send"
+        );
+    }
+    report(
+        fault,
+        "kill -9 30 ms after 2,000 deliveries fell due (800 chat, 800 Slack, 400 mail); restart 1 s later; default settings",
+        &m,
+        &format!(
+            "duplicates: Slack {}, mail {}, chat {}",
+            m.channel(Channel::Slack).duplicated,
+            m.channel(Channel::Mail).duplicated,
+            m.channel(Channel::Chat).duplicated
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_burst_recovers_within_seconds() {
+    kill_9_mid_burst("kill -9 mid-burst", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_burst_without_reconciling_takeovers() {
+    kill_9_mid_burst("kill -9 mid-burst, no reconciling", false).await;
+}
