@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# RELIABILITY.md's table: the fault suite (tests/faults.rs) with the issue's
+# outage lengths (Slack and SMTP down 5 min, a tenant database down 2 min),
+# one test at a time so that the timings are not disturbed by each other.
+# Each test appends one JSON row to $TOKI_RELIABILITY_OUT; the rows are then
+# rendered into RELIABILITY.md between its table markers.
+#
+#   scripts/reliability.sh                  # ~25 min
+#   TOKI_FAULT_OUTAGE_S=20 TOKI_FAULT_DB_OUTAGE_S=20 scripts/reliability.sh   # a quick look
+#
+# Needs Postgres: $TOKI_TEST_DATABASE_URL, else the local server on 127.0.0.1:5432.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="$ROOT/target/reliability.jsonl"
+mkdir -p target
+: >"$OUT"
+export TOKI_RELIABILITY_OUT="$OUT"
+export TOKI_FAULT_OUTAGE_S="${TOKI_FAULT_OUTAGE_S:-300}"
+export TOKI_FAULT_DB_OUTAGE_S="${TOKI_FAULT_DB_OUTAGE_S:-120}"
+export TOKI_TEST_DATABASE_URL="${TOKI_TEST_DATABASE_URL:-${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}}"
+echo "outages: Slack/SMTP ${TOKI_FAULT_OUTAGE_S} s, tenant database ${TOKI_FAULT_DB_OUTAGE_S} s; rows to $OUT"
+status=0
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --test faults --no-fail-fast --test-threads 1 --status-level pass "$@" || status=$?
+else
+  cargo test --test faults -- --test-threads 1 "$@" || status=$?
+fi
+python3 - "$OUT" RELIABILITY.md "$TOKI_FAULT_OUTAGE_S" "$TOKI_FAULT_DB_OUTAGE_S" <<'PY'
+import json, sys, datetime
+rows_path, doc_path, outage, db_outage = sys.argv[1:5]
+rows = [json.loads(l) for l in open(rows_path) if l.strip()]
+def ms(v):
+    return f"{v:,}" if v else "0"
+lines = [
+    f"Measured {datetime.date.today().isoformat()}; outages: Slack/SMTP {outage} s, tenant database {db_outage} s.",
+    "",
+    "| fault | injected | expected | lost | duplicated | stale | undeliverable | p50 late ms | max late ms | notes |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+]
+for r in rows:
+    lines.append("| {fault} | {injected} | {expected:,} | {lost} | {duplicated} | {stale} | {undeliverable} | {p50} | {mx} | {note} |".format(
+        p50=ms(r["p50_late_ms"]), mx=ms(r["max_late_ms"]), **{k: r[k] for k in
+        ("fault", "injected", "expected", "lost", "duplicated", "stale", "undeliverable", "note")}))
+table = "\n".join(lines)
+print(table)
+begin, end = "<!-- reliability table: begin -->", "<!-- reliability table: end -->"
+doc = open(doc_path).read()
+if begin in doc and end in doc:
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    open(doc_path, "w").write(head + begin + "\n" + table + "\n" + end + tail)
+    print(f"\n{doc_path} updated ({len(rows)} rows)")
+PY
+exit "$status"
