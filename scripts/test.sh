@@ -43,15 +43,57 @@ wait_for() { # url-or-port what
   echo "$2 did not come up" >&2; return 1
 }
 
-step "python tools (.venv-tools, pinned in scripts/requirements-test.txt)"
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-STAMP="$VENV/.toki-test.sha256"
-WANT="$(cat scripts/requirements-test.txt infra/requirements-tools.txt | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  (cd scripts && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt)
-  echo "$WANT" >"$STAMP"
+# The Python tools install while cargo builds the tests (both take minutes cold).
+step "python tools in the background (.venv-tools, pinned in scripts/requirements-test.txt; .venv-localstack)"
+install_tools() {
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  local stamp="$VENV/.toki-test.sha256" want
+  want="$(cat scripts/requirements-test.txt infra/requirements-tools.txt | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    (cd scripts && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt)
+    echo "$want" >"$stamp"
+  fi
+}
+# LocalStack needs Python >= 3.12 (pyenv's on the project's machines). Without
+# one, the second pass is skipped, and says so.
+LS_PY=""
+for p in python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
+  # Run it: a pyenv shim answers `command -v` but may fail when called.
+  if "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then LS_PY="$p"; break; fi
+done
+LS_VENV="$ROOT/.venv-localstack"
+install_localstack() {
+  [ -x "$LS_VENV/bin/python" ] || "$LS_PY" -m venv "$LS_VENV"
+  local want
+  want="$(sha256sum scripts/requirements-localstack.txt | cut -d' ' -f1)"
+  if [ "$(cat "$LS_VENV/.toki.sha256" 2>/dev/null)" != "$want" ]; then
+    "$LS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-localstack.txt
+    echo "$want" >"$LS_VENV/.toki.sha256"
+  fi
+}
+install_tools >"$WORK/tools-install.log" 2>&1 &
+TOOLS_PID=$!
+PIDS+=("$TOOLS_PID")
+LS_INSTALL_PID=""
+if [ -n "$LS_PY" ]; then
+  install_localstack >"$WORK/localstack-install.log" 2>&1 &
+  LS_INSTALL_PID=$!
+  PIDS+=("$LS_INSTALL_PID")
+fi
+# Waits for an install; on failure shows its log and stops.
+installed() { # pid log what
+  if ! wait "$1"; then echo "installing $3 failed:" >&2; cat "$2" >&2; exit 1; fi
+}
+
+if cargo nextest --version >/dev/null 2>&1; then
+  step "build the tests (cargo nextest run --no-run)"
+  cargo nextest run --workspace --no-run "$@"
+else
+  step "build the tests (cargo test --no-run)"
+  cargo test --workspace --all-targets --no-run
 fi
 
+installed "$TOOLS_PID" "$WORK/tools-install.log" "the Python tools"
 step "AWS emulator (moto server)"
 MOTO_PORT="$(free_port)"
 "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
@@ -61,22 +103,9 @@ export TOKI_TEST_AWS_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 echo "moto on $TOKI_TEST_AWS_ENDPOINT"
 
 step "LocalStack on the host (SQS), for a second pass of the AWS tests"
-# LocalStack needs Python >= 3.12 (pyenv's on the project's machines). Without
-# one, the second pass is skipped, and says so.
 LS_PORT=""
-LS_PY=""
-for p in python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
-  # Run it: a pyenv shim answers `command -v` but may fail when called.
-  if "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then LS_PY="$p"; break; fi
-done
 if [ -n "$LS_PY" ]; then
-  LS_VENV="$ROOT/.venv-localstack"
-  [ -x "$LS_VENV/bin/python" ] || "$LS_PY" -m venv "$LS_VENV"
-  LS_WANT="$(sha256sum scripts/requirements-localstack.txt | cut -d' ' -f1)"
-  if [ "$(cat "$LS_VENV/.toki.sha256" 2>/dev/null)" != "$LS_WANT" ]; then
-    "$LS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-localstack.txt
-    echo "$LS_WANT" >"$LS_VENV/.toki.sha256"
-  fi
+  installed "$LS_INSTALL_PID" "$WORK/localstack-install.log" "LocalStack"
   LS_PORT="$(free_port)"
   mkdir -p "$WORK/localstack"
   (cd "$WORK/localstack" && exec env OVERRIDE_IN_DOCKER=0 GATEWAY_LISTEN="127.0.0.1:$LS_PORT" SERVICES=sqs \
