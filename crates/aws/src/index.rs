@@ -235,18 +235,7 @@ impl DynamoReminderIndex {
         sk: String,
         version: i64,
     ) -> Result<bool, AwsError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key("pk", s(pk))
-            .key("sk", s(sk))
-            .condition_expression("#v < :v")
-            .expression_attribute_names("#v", "version")
-            .expression_attribute_values(":v", n(version))
-            .send()
-            .await;
-        self.conditional(result, "DeleteItem")
+        self.delete_where(pk, sk, "#v < :v", version).await
     }
 
     /// Deletes a row if it is `version`'s.
@@ -256,13 +245,24 @@ impl DynamoReminderIndex {
         sk: String,
         version: i64,
     ) -> Result<bool, AwsError> {
+        self.delete_where(pk, sk, "#v = :v", version).await
+    }
+
+    /// Deletes a row if its version (`#v`) meets `condition` against `:v`.
+    async fn delete_where(
+        &self,
+        pk: String,
+        sk: String,
+        condition: &str,
+        version: i64,
+    ) -> Result<bool, AwsError> {
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
             .key("pk", s(pk))
             .key("sk", s(sk))
-            .condition_expression("#v = :v")
+            .condition_expression(condition)
             .expression_attribute_names("#v", "version")
             .expression_attribute_values(":v", n(version))
             .send()
