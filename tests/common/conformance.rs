@@ -236,6 +236,48 @@ pub mod queue {
         assert!(hidden.is_empty());
     }
 
+    /// Held messages extended past their first visibility stay hidden; a
+    /// receipt already acknowledged is passed over.
+    pub async fn extend_visibility_keeps_held_messages_hidden(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[
+            outgoing("e1", Duration::ZERO),
+            outgoing("e2", Duration::ZERO),
+        ])
+        .await
+        .unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            got.extend(
+                q.receive(2, Duration::from_secs(5), Duration::from_secs(1))
+                    .await
+                    .unwrap(),
+            );
+        }
+        q.send_batch(&[outgoing("e3", Duration::ZERO)])
+            .await
+            .unwrap();
+        let acked = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(60))
+            .await
+            .unwrap();
+        q.delete_batch(&[acked[0].receipt.clone()]).await.unwrap();
+        let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+        let with_stale: Vec<String> = receipts
+            .iter()
+            .cloned()
+            .chain([acked[0].receipt.clone()])
+            .collect();
+        q.extend_visibility(&with_stale, Duration::from_secs(60))
+            .await
+            .unwrap();
+        // Past the first visibility (1 s, SQS rounds up): still hidden.
+        let hidden = q
+            .receive(2, Duration::from_secs(3), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(hidden.is_empty(), "extended messages came back: {hidden:?}");
+    }
+
     /// Factory must build the queue with max_receives = 1.
     pub async fn dead_letters_are_listed_and_moved_back(q: Arc<dyn DelayQueue>) {
         q.send_batch(&[outgoing("dl", Duration::ZERO)])
@@ -403,6 +445,13 @@ macro_rules! queue_conformance {
             async fn change_visibility_makes_visible_again() {
                 common::conformance::queue::change_visibility_makes_visible_again($factory(5).await)
                     .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn extend_visibility_keeps_held_messages_hidden() {
+                common::conformance::queue::extend_visibility_keeps_held_messages_hidden(
+                    $factory(5).await,
+                )
+                .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn dead_letters_are_listed_and_moved_back() {

@@ -399,6 +399,53 @@ impl DelayQueue for SqsDelayQueue {
         delete_from(&self.client, &self.queue_url, receipts).await
     }
 
+    async fn extend_visibility(&self, receipts: &[String], timeout: Duration) -> StoreResult<()> {
+        use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+        for chunk in receipts.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .visibility_timeout(ceil_secs(timeout, MAX_VISIBILITY_S))
+                        .build()
+                        .map_err(|e| {
+                            AwsError::service("ChangeMessageVisibilityBatch", e.to_string())
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| sdk("ChangeMessageVisibilityBatch", e))?;
+            // A message no longer in flight, or deleted since, has nothing left
+            // to hide (the heartbeat may race an ack). SQS says so as
+            // MessageNotInflight, ReceiptHandleIsInvalid, or InvalidParameterValue
+            // "Message does not exist or is not available ..." (LocalStack too).
+            let gone = |f: &aws_sdk_sqs::types::BatchResultErrorEntry| {
+                f.code().contains("MessageNotInflight")
+                    || f.code().contains("ReceiptHandleIsInvalid")
+                    || (f.code().contains("InvalidParameterValue")
+                        && f.message()
+                            .is_some_and(|m| m.contains("does not exist or is not available")))
+            };
+            if let Some(f) = out.failed().iter().find(|f| !gone(f)) {
+                return Err(AwsError::service(
+                    "ChangeMessageVisibilityBatch",
+                    format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()> {
         let res = self
             .client

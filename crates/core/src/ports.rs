@@ -121,6 +121,24 @@ pub fn batches(messages: Vec<OutgoingMessage>) -> Vec<Vec<OutgoingMessage>> {
     out
 }
 
+/// A receipt of the queues that keep messages themselves (embedded, in-memory):
+/// `id:receive_count`, so that only the latest receiver may delete or extend.
+pub fn receipt(id: impl std::fmt::Display, receive_count: impl std::fmt::Display) -> String {
+    format!("{id}:{receive_count}")
+}
+
+/// The id and receive count of a [`receipt`].
+pub fn parse_receipt<I: std::str::FromStr, C: std::str::FromStr>(
+    receipt: &str,
+) -> Result<(I, C), crate::error::ValidationError> {
+    receipt
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| {
+            crate::error::ValidationError::new("receipt", format!("{receipt:?} is not a receipt"))
+        })
+}
+
 /// The limits every delay queue enforces (SQS's): at most 10 messages and
 /// 1 MiB a batch, 256 KiB a message, delays up to 900 s, at most 10
 /// attributes. The error names the message at fault.
@@ -230,6 +248,16 @@ pub trait DelayQueue: Send + Sync {
 
     /// Hides a received message for `timeout` from now (0 makes it visible again).
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()>;
+
+    /// Keeps held messages hidden for `timeout` from now (the heartbeat).
+    /// Queues that can do it in one request override this; a receipt no
+    /// longer in flight (or of a message deleted since) is passed over.
+    async fn extend_visibility(&self, receipts: &[String], timeout: Duration) -> StoreResult<()> {
+        for r in receipts {
+            self.change_visibility(r, timeout).await?;
+        }
+        Ok(())
+    }
 
     /// Moves a received message to the dead-letter queue at once, with
     /// `reason` in its [`DEAD_LETTER_REASON`] attribute (where there is room

@@ -104,7 +104,7 @@ fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
     let count: i64 = row.get("receive_count");
     let attrs: String = row.get("attributes");
     Ok(ReceivedMessage {
-        receipt: format!("{id}:{count}"),
+        receipt: toki_core::ports::receipt(id, count),
         body: row.get("body"),
         attributes: serde_json::from_str::<Attributes>(&attrs)
             .map_err(|e| StoreError::corrupt(format!("queue message {id} attributes"), e))?,
@@ -112,14 +112,8 @@ fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
     })
 }
 
-/// A receipt is `id:receive_count`: only the latest receiver may delete or extend.
-fn parse_receipt(receipt: &str) -> StoreResult<(i64, i64)> {
-    receipt
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        .ok_or_else(|| {
-            ValidationError::new("receipt", format!("{receipt:?} is not a receipt")).into()
-        })
+fn parse_receipt(r: &str) -> StoreResult<(i64, i64)> {
+    Ok(toki_core::ports::parse_receipt(r)?)
 }
 
 #[async_trait]
@@ -203,6 +197,32 @@ impl DelayQueue for SqliteDelayQueue {
         }
         qb.push(")");
         qb.build().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn extend_visibility(&self, receipts: &[String], timeout: Duration) -> StoreResult<()> {
+        let parsed = receipts
+            .iter()
+            .map(|r| parse_receipt(r))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let visible_at = self.clock.now().timestamp_millis() + timeout.as_millis() as i64;
+        for chunk in parsed.chunks(400) {
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new("UPDATE queue_messages SET visible_at = ");
+            qb.push_bind(visible_at);
+            qb.push(" WHERE dead = FALSE AND (id, receive_count) IN (");
+            let mut sep = qb.separated(", ");
+            for (id, count) in chunk {
+                sep.push("(");
+                sep.push_bind_unseparated(*id);
+                sep.push_unseparated(", ");
+                sep.push_bind_unseparated(*count);
+                sep.push_unseparated(")");
+            }
+            qb.push(")");
+            qb.build().execute(&self.pool).await.map_err(db_err)?;
+        }
+        // No wake-up: a later visibility never makes a message visible sooner.
         Ok(())
     }
 

@@ -13,9 +13,6 @@ use crate::error::chain;
 
 use super::Daemon;
 
-/// Extensions at once, at most (each is one request to the queue).
-const CONCURRENT_EXTENSIONS: usize = 32;
-
 impl Daemon {
     pub(super) async fn heartbeat(self: std::sync::Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let visibility = self.settings.visibility;
@@ -39,13 +36,8 @@ impl Daemon {
         if !receipts.is_empty() {
             debug!(messages = receipts.len(), "extending held messages");
         }
-        for chunk in receipts.chunks(CONCURRENT_EXTENSIONS) {
-            join_all(chunk.iter().map(|r| async move {
-                if let Err(e) = self.queue.change_visibility(r, visibility).await {
-                    warn!(error = %chain(&e), "extending a held message failed; it may be received again (its claims keep it from sending twice)");
-                }
-            }))
-            .await;
+        if let Err(e) = self.queue.extend_visibility(&receipts, visibility).await {
+            warn!(error = %chain(&e), "extending held messages failed; they may be received again (their claims keep them from sending twice)");
         }
         let clock_now = self.clock.now();
         join_all(claims.into_iter().map(|(tenant, tokens)| async move {

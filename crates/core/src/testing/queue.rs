@@ -130,20 +130,15 @@ impl MemoryQueue {
 
 fn received(id: u64, s: &Stored) -> ReceivedMessage {
     ReceivedMessage {
-        receipt: format!("{id}:{}", s.receive_count),
+        receipt: crate::ports::receipt(id, s.receive_count),
         body: s.body.clone(),
         attributes: s.attributes.clone(),
         receive_count: s.receive_count,
     }
 }
 
-fn parse_receipt(receipt: &str) -> StoreResult<(u64, u32)> {
-    receipt
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-        .ok_or_else(|| {
-            ValidationError::new("receipt", format!("{receipt:?} is not a receipt")).into()
-        })
+fn parse_receipt(r: &str) -> StoreResult<(u64, u32)> {
+    Ok(crate::ports::parse_receipt(r)?)
 }
 
 #[async_trait]
