@@ -224,11 +224,14 @@ impl Daemon {
                     .flat_map(|p| &p.plan.messages)
                     .map(|m| (m.msg.receipt.clone(), hidden_until))
                     .collect(),
+                // Tenants that claimed nothing (no token) have nothing to renew.
                 claims: prepared
                     .iter()
+                    .filter(|p| !p.token.is_empty())
                     .map(|p| (p.plan.tenant.clone(), p.token.clone()))
                     .collect(),
-                renewed: Some(tokio::time::Instant::now()),
+                // The claims' lease runs from about the receive, not from now.
+                renewed: Some(hidden_until - self.settings.visibility),
             });
             self.warm_channels(&prepared).await;
             let me = self.clone();
@@ -310,24 +313,32 @@ impl Daemon {
         Ok((store, ctx, claimed))
     }
 
-    /// Fires, settles, records and disposes every tenant's part of a batch.
+    /// Fires, settles and records every tenant's part of a batch, then
+    /// disposes of all its messages at once.
     async fn deliver(
         self: Arc<Self>,
         prepared: Vec<Prepared>,
         held: u64,
         room: OwnedSemaphorePermit,
     ) {
-        join_all(prepared.into_iter().map(|p| self.deliver_one(p))).await;
+        let fates = join_all(prepared.into_iter().map(|p| self.deliver_one(p)))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        // Let go first: the heartbeat must not extend what is acked or hidden now.
         self.holdings.release(held);
+        self.dispose(fates).await;
         drop(room);
     }
 
+    /// Fires, settles and records one tenant's part; what became of its messages.
     async fn deliver_one(
         &self,
         Prepared {
             store, mut plan, ..
         }: Prepared,
-    ) {
+    ) -> Vec<(crate::ports::ReceivedMessage, MessageFate)> {
         let skipped = plan
             .messages
             .iter()
@@ -360,6 +371,6 @@ impl Daemon {
                 };
             }
         }
-        self.dispose(settlement.fates).await;
+        settlement.fates
     }
 }
