@@ -260,6 +260,10 @@ async fn a_tenant_database_down_for_a_while_loses_nothing() {
     let s = h.daemon.stats.snapshot();
     assert_eq!(s.dead_lettered, 0, "{s:?}");
     let resumed = m.max_late_ms() - down.as_millis() as i64;
+    assert!(
+        resumed < 10_000,
+        "sent {resumed} ms after the database came back"
+    );
     report(
         "Tenant database down",
         &format!(
@@ -299,6 +303,9 @@ async fn a_locked_control_store_delays_but_loses_nothing() {
     let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
     assert_eq!(m.lost, 0, "{m:?}");
     assert_eq!(m.duplicated, 0);
+    assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
+    // Out within seconds of the lock's end (due − 1.5 s + 12 s).
+    assert!(m.max_late_ms() < 10_500 + 5_000, "{}", m.max_late_ms());
     report(
         "Control store locked",
         "an exclusive SQLite transaction on the queue and index from due − 1.5 s for 12 s (longer than the 10 s busy timeout)",
@@ -346,6 +353,7 @@ async fn poison_messages_are_dead_lettered_and_the_rest_goes_out_on_time() {
         .dead_letters(20, Duration::from_secs(30))
         .await
         .unwrap();
+    assert_eq!(letters.len(), 10);
     assert!(letters
         .iter()
         .all(|l| l.attributes[toki_core::ports::DEAD_LETTER_REASON].contains("undecodable")));
@@ -481,8 +489,13 @@ async fn a_reschedule_storm_delivers_only_the_last_time() {
         expected: ALL.iter().map(|c| (*c, 3)).collect(),
         meetings: vec![],
     };
-    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    // Past every time the meeting ever had (the latest was base + 19 s): a
+    // stray delivery for an earlier version would have arrived by now.
+    at(base + ChronoDuration::seconds(21)).await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(5)).await;
     assert_eq!(m.lost, 0, "{m:?}");
+    assert_eq!(m.delivered, 9, "{m:?}");
     assert_eq!(m.duplicated, 0);
     // Nothing at an earlier time: every delivery at the last one.
     assert!(

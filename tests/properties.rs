@@ -114,13 +114,17 @@ proptest! {
         if let Ok(input) = serde_json::from_value::<ScheduleInput>(body) {
             match input.validate(&id) {
                 Ok(s) => {
-                    prop_assert!(s.rules.len() <= toki_core::input::MAX_RULES);
-                    // Every reminder of an accepted schedule has a due instant.
-                    for occurrence in s.occurrences() {
-                        for rule in &s.rules {
-                            let _ = Reminder::due_for(occurrence, rule.minutes_before);
-                        }
-                    }
+                    // What is accepted keeps every limit the API documents.
+                    use toki_core::input::{MAX_MINUTES_BEFORE, MAX_PARTICIPANTS, MAX_RULES, MAX_TITLE_CHARS};
+                    prop_assert!(s.rules.len() <= MAX_RULES);
+                    prop_assert!(s.participants.len() <= MAX_PARTICIPANTS);
+                    prop_assert!(!s.title.is_empty() && s.title.chars().count() <= MAX_TITLE_CHARS);
+                    let offsets: std::collections::HashSet<_> =
+                        s.rules.iter().map(|r| r.minutes_before).collect();
+                    prop_assert_eq!(offsets.len(), s.rules.len(), "an offset twice");
+                    prop_assert!(s.rules.iter().all(|r| i64::from(r.minutes_before) <= MAX_MINUTES_BEFORE));
+                    let people: std::collections::HashSet<_> = s.participants.iter().collect();
+                    prop_assert_eq!(people.len(), s.participants.len(), "a participant twice");
                 }
                 Err(e) => {
                     prop_assert!(!e.field.is_empty());

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::time::Duration;
 
-use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+
+pub use super::pipeline::due_in;
 use serde::Serialize;
 use toki_app::{Config, Toki};
 use toki_core::input::{RuleInput, ScheduleInput};
@@ -105,11 +107,6 @@ pub fn fast(c: &mut Config) {
     c.daemon.max_backoff_s = 2;
     c.daemon.breaker_probe_ms = 250;
     c.mail.timeout_s = 2;
-}
-
-/// A whole second at least `secs` ahead.
-pub fn due_in(secs: i64) -> DateTime<Utc> {
-    (Utc::now() + ChronoDuration::seconds(secs)).trunc_subsecs(0) + ChronoDuration::seconds(1)
 }
 
 /// Meetings due at one instant, and what they should deliver.
@@ -387,19 +384,18 @@ pub fn report(fault: &str, injected: &str, m: &Measured, note: &str) {
 /// An outage's length for this run: `TOKI_FAULT_OUTAGE_S` (RELIABILITY.md is
 /// made with the minutes), else `default_s` (CI stays fast).
 pub fn outage(default_s: u64) -> Duration {
-    Duration::from_secs(
-        std::env::var("TOKI_FAULT_OUTAGE_S")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default_s),
-    )
+    seconds_from_env("TOKI_FAULT_OUTAGE_S", default_s)
 }
 
 /// A tenant database's outage for this run: `TOKI_FAULT_DB_OUTAGE_S`, else
 /// `default_s` (the figure is 2 minutes; Slack's and SMTP's are 5).
 pub fn db_outage(default_s: u64) -> Duration {
+    seconds_from_env("TOKI_FAULT_DB_OUTAGE_S", default_s)
+}
+
+fn seconds_from_env(name: &str, default_s: u64) -> Duration {
     Duration::from_secs(
-        std::env::var("TOKI_FAULT_DB_OUTAGE_S")
+        std::env::var(name)
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(default_s),

@@ -128,6 +128,8 @@ impl ReminderIndex for MemoryIndex {
 
     async fn claim(&self, r: &Reminder, now: Instant, lease_until: Instant) -> StoreResult<bool> {
         self.check_up()?;
+        // A real index answers over the network: let rival scanners interleave.
+        tokio::task::yield_now().await;
         Ok(self.update(
             r,
             |s| match s {

@@ -406,6 +406,11 @@ impl MemoryTenantStores {
             .cloned()
     }
 
+    /// Forgets which stores were opened (to watch one phase of a test).
+    pub fn forget_opened(&self) {
+        self.opened.lock().expect("opened lock").clear();
+    }
+
     /// Tenants whose store was opened through the port.
     pub fn opened(&self) -> Vec<TenantId> {
         let mut v: Vec<_> = self

@@ -72,6 +72,8 @@ async fn overlapping_runs_never_enqueue_twice() {
     let (s1, s2) = (kit.scanner(), kit.scanner());
     let (a, b) = tokio::join!(s1.scan_once(), s2.scan_once());
     let (a, b) = (a.unwrap(), b.unwrap());
+    // Both runs saw the rows pending: they raced for every claim.
+    assert_eq!((a.pending, b.pending), (50, 50), "{a:?} {b:?}");
     assert_eq!(a.enqueued + b.enqueued, 50, "{a:?} {b:?}");
     assert_eq!(kit.queue.depth().await.unwrap().messages, 50);
 }
