@@ -51,7 +51,11 @@ const DLQ_RETENTION_S: &str = "1209600";
 /// AWS_REGION, credentials, profiles), with `endpoint_url` and `region`, when
 /// given, taking precedence.
 pub async fn sdk_config(endpoint_url: Option<&str>, region: Option<&str>) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(https);
     if let Some(url) = endpoint_url.filter(|u| !u.is_empty()) {
         loader = loader.endpoint_url(url);
     }
