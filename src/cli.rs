@@ -129,6 +129,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A schedule's next occurrences and reminder instants, in UTC and in its
+    /// zone, with the DST decisions marked. Reads the API's schedule body.
+    Preview {
+        /// The schedule JSON (the body of PUT .../schedules/{id}); `-` reads stdin.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// How many occurrences.
+        #[arg(long, short = 'n', default_value_t = 10)]
+        count: usize,
+        /// From this instant (RFC 3339); default: now.
+        #[arg(long, value_parser = parse_instant)]
+        from: Option<toki_core::Instant>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply migrations to the control database and every tenant database.
     Migrate {
         #[command(flatten)]
@@ -292,6 +307,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Tenant { command } => tenant(file, command).await,
+        Command::Preview {
+            file,
+            count,
+            from,
+            json,
+        } => {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+            } else {
+                std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?
+            };
+            let input: toki_core::input::ScheduleInput = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a schedule body", file.display()))?;
+            let from = from.unwrap_or_else(chrono::Utc::now);
+            match toki_app::preview::preview(&input, from, count) {
+                Ok(p) if json => println!("{}", serde_json::to_string_pretty(&p)?),
+                Ok(p) => println!("{}", toki_app::preview::render(&p)),
+                Err(e) => {
+                    eprintln!("toki preview: {e}");
+                    return Ok(2);
+                }
+            }
+            Ok(0)
+        }
         Command::Report { common, json } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
             let rows = toki_app::report::collect(&toki).await?;
@@ -413,4 +453,10 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             Ok(0)
         }
     }
+}
+
+fn parse_instant(s: &str) -> Result<toki_core::Instant, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.to_utc())
+        .map_err(|e| format!("{s:?} is not an RFC 3339 instant ({e})"))
 }

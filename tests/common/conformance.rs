@@ -840,6 +840,8 @@ pub mod store {
                     channels: vec!["slack".into()],
                 },
             ],
+            recurrence: None,
+            dst: None,
         }
         .validate(&id.parse().unwrap())
         .unwrap()

@@ -142,6 +142,8 @@ pub fn meeting_at(
             minutes_before: 5,
             channels: channels.iter().map(|c| c.to_string()).collect(),
         }],
+        recurrence: None,
+        dst: None,
     }
 }
 

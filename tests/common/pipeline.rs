@@ -143,6 +143,8 @@ pub fn meeting(due: DateTime<Utc>) -> ScheduleInput {
             minutes_before: 5,
             channels: vec!["mail".into(), "slack".into()],
         }],
+        recurrence: None,
+        dst: None,
     }
 }
 

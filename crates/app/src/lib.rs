@@ -19,6 +19,7 @@ mod embedded;
 pub mod emf;
 pub mod logging;
 mod ports;
+pub mod preview;
 pub mod redrive;
 pub mod report;
 #[cfg(all(feature = "channels", feature = "api"))]

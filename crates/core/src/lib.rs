@@ -11,6 +11,7 @@ pub mod input;
 pub mod message;
 pub mod plan;
 pub mod ports;
+pub mod recurrence;
 pub mod registrar;
 pub mod render;
 pub mod scanner;

@@ -82,6 +82,8 @@ pub fn plan_meetings(
                     minutes_before: i64::from(MINUTES_BEFORE),
                     channels: vec![channel.to_string()],
                 }],
+                recurrence: None,
+                dst: None,
             },
         });
         left -= size;

@@ -246,5 +246,7 @@ pub fn meeting(
             minutes_before: i64::from(minutes_before),
             channels: channels.iter().map(|c| c.to_string()).collect(),
         }],
+        recurrence: None,
+        dst: None,
     }
 }
