@@ -96,7 +96,7 @@ fi
 installed "$TOOLS_PID" "$WORK/tools-install.log" "the Python tools"
 step "AWS emulator (moto server)"
 MOTO_PORT="$(free_port)"
-"$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
+"$VENV/bin/python" scripts/moto_server.py -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$MOTO_PORT/moto-api/" "moto server"
 export TOKI_TEST_AWS_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
@@ -164,31 +164,54 @@ if command -v psql >/dev/null && [ "$(psql "$TOKI_TEST_DATABASE_URL" -Atc 'SHOW 
 fi
 echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 
-# cargo-nextest (on the project's machines) runs every test in its own
-# process, all test binaries at once; plain cargo test otherwise.
+# The tests mostly wait (on timers, sockets and the emulators: about 12 % of
+# two cores with two test threads), so the three parts run side by side: the
+# workspace's tests, the LocalStack pass and the infra check; each part's
+# output is printed when it ends. Measured in README ("What CI runs").
+PARTS=()
+part() { # name command...
+  local name="$1"; shift
+  ( "$@" >"$WORK/part-$name.log" 2>&1; echo $? >"$WORK/part-$name.rc" ) &
+  PIDS+=($!)
+  PARTS+=("$name:$!")
+}
 if cargo nextest --version >/dev/null 2>&1; then
-  step "cargo nextest run --workspace"
-  cargo nextest run --workspace --no-fail-fast "$@"
+  step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh"
+  part tests cargo nextest run --workspace --no-fail-fast "$@"
 else
-  step "cargo test --workspace (cargo-nextest not installed)"
-  cargo test --workspace --all-targets --no-fail-fast "$@"
+  step "in parallel: cargo test --workspace (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh"
+  part tests cargo test --workspace --all-targets --no-fail-fast "$@"
 fi
-
 if [ -n "$LS_PORT" ]; then
   # The AWS conformance suite and the aws demo again, with SQS on LocalStack
   # and DynamoDB on moto (each chosen by the SDK's per-service endpoints).
+  # --workspace, as above, so that nothing is rebuilt with other features.
   if cargo nextest --version >/dev/null 2>&1; then
-    step "AWS tests with LocalStack's SQS + moto's DynamoDB (cargo nextest)"
-    TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo nextest run --no-fail-fast \
-      --test conformance_aws --test demo -E 'binary(conformance_aws) | test(demo_against_the_aws_emulator)'
+    part localstack env TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo nextest run --workspace --no-fail-fast \
+      -E 'binary(conformance_aws) | test(demo_against_the_aws_emulator)'
   else
-    step "AWS tests with LocalStack's SQS + moto's DynamoDB (cargo test)"
-    TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo test --no-fail-fast \
+    part localstack env TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo test --no-fail-fast \
       --test conformance_aws --test demo -- --skip demo_on_the_embedded_default
   fi
 fi
-
-step "infra: cfn-lint and emulator deploy (infra/check.sh)"
-TOKI_VENV="$VENV" bash infra/check.sh
+part infra env TOKI_VENV="$VENV" bash infra/check.sh
+FAILED=()
+for p in "${PARTS[@]}"; do
+  name="${p%%:*}"
+  wait "${p#*:}" || true
+  rc="$(cat "$WORK/part-$name.rc" 2>/dev/null || echo 1)"
+  case "$name" in
+    tests) title="cargo tests of the workspace" ;;
+    localstack) title="AWS tests with LocalStack's SQS + moto's DynamoDB" ;;
+    infra) title="infra: cfn-lint and emulator deploy (infra/check.sh)" ;;
+  esac
+  step "$title: exit $rc"
+  cat "$WORK/part-$name.log"
+  [ "$rc" = 0 ] || FAILED+=("$name")
+done
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  step "FAILED: ${FAILED[*]}"
+  exit 1
+fi
 
 step "all tests passed"

@@ -71,11 +71,12 @@ fn demo_on_the_embedded_default() {
 }
 
 /// On AWS-style storage, and with TLS to Postgres as RDS requires
-/// (`DATABASE_URL=...?sslmode=require`); tenants get `toki_demo_*` databases.
+/// (`sslmode=require`); the demo's tenants get `toki_test_<run>_demo_*` databases.
 #[test]
 fn demo_against_the_aws_emulator() {
     let dir = tempfile::tempdir().unwrap();
     let suffix = common::conformance::unique("");
+    let server = common::services::postgres_url_for("postgres");
     let out = Command::new(TOKI)
         .args([
             "demo",
@@ -94,11 +95,13 @@ fn demo_against_the_aws_emulator() {
         .env("TOKI_DIRECTORY_TABLE", format!("demo-tenants-{suffix}"))
         .env("TOKI_QUEUE_NAME", format!("demo-q-{suffix}"))
         .env("TOKI_DLQ_NAME", format!("demo-dlq-{suffix}"))
+        // Databases of this run's own (the LocalStack pass runs this test
+        // at the same time as the main pass, on the same server).
         .env(
-            "DATABASE_URL",
+            "TOKI_DATABASE_URL_TEMPLATE",
             format!(
-                "{}?sslmode=require",
-                common::services::postgres_url_for("postgres")
+                "{}/toki_test_{suffix}_{{tenant}}?sslmode=require",
+                server.rsplit_once('/').unwrap().0
             ),
         )
         .output()

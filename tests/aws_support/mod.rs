@@ -125,15 +125,20 @@ fn start_moto() -> String {
              (python3 -m venv .venv-tools && .venv-tools/bin/pip install 'moto[server]==5.2.5')"
         )
     });
+    // moto's own server, with DynamoDB made atomic (scripts/moto_server.py),
+    // run by the Python of the venv that has moto.
+    let python = bin.with_file_name("python");
+    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/moto_server.py");
     let port = free_port();
     let log = std::env::temp_dir().join(format!("toki-moto-{port}.log"));
     // A watchdog shell: moto runs in the background and is killed as soon as
     // this test binary is gone (however it ends).
     let script = format!(
-        "'{bin}' -H 127.0.0.1 -p {port} >'{log}' 2>&1 & p=$!; \
+        "'{python}' '{wrapper}' -H 127.0.0.1 -p {port} >'{log}' 2>&1 & p=$!; \
          while kill -0 {me} 2>/dev/null && kill -0 $p 2>/dev/null; do sleep 1; done; \
          kill $p 2>/dev/null; wait $p",
-        bin = bin.display(),
+        python = python.display(),
+        wrapper = wrapper.display(),
         log = log.display(),
         me = std::process::id(),
     );
