@@ -140,7 +140,10 @@ pub fn render(p: &Preview) -> String {
         p.dst.nonexistent,
         p.dst.ambiguous
     );
-    out.push_str(&table(&["occurrence", &p.time_zone, "UTC", "DST"], &rows));
+    let grid = table(&["occurrence", &p.time_zone, "UTC", "DST"], &rows);
+    // The DST column is mostly empty: no padding at the ends of lines.
+    let grid: Vec<&str> = grid.lines().map(str::trim_end).collect();
+    out.push_str(&grid.join("\n"));
     for d in &p.dropped {
         let why = match d.why {
             DstDrop::Skipped => "does not exist; skipped (dst.nonexistent = skip)",

@@ -72,6 +72,7 @@ impl Daemon {
                             reason,
                             failures,
                             others,
+                            ..
                         } => {
                             for (channel, reason, failures) in
                                 std::iter::once((channel, reason, failures))

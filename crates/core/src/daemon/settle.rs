@@ -80,7 +80,11 @@ pub fn disposition(
         } if *failures >= policy.max_failures => Disposition::DeadLetter(format!(
             "{failures} failed attempts, the last on {channel}: {reason}"
         )),
-        MessageFate::Failed { failures, .. } => Disposition::Retry(backoff(*failures)),
+        MessageFate::Failed {
+            failures,
+            throttled,
+            ..
+        } => Disposition::Retry(backoff(*failures).max(throttled.unwrap_or_default())),
         MessageFate::Throttled { retry_after } => Disposition::Redelay(*retry_after),
         MessageFate::Parked { channels } => Disposition::Park(channels.clone()),
         MessageFate::Busy => Disposition::Redelay(policy.busy_wait),
@@ -233,6 +237,7 @@ impl MessageOutcome {
                 reason,
                 failures,
                 others: self.failed,
+                throttled: self.throttled,
             };
         }
         match self {

@@ -29,6 +29,9 @@ pub enum MessageFate {
         /// The other channels that failed in the same attempt: channel,
         /// reason and that delivery's failed attempts (each is logged).
         others: Vec<(Channel, String, u32)>,
+        /// A channel of the same message was throttled: the retry waits at
+        /// least this long, so that service's Retry-After is honoured.
+        throttled: Option<Duration>,
     },
     /// The service asked to slow down: again after `retry_after` (not a failure).
     Throttled { retry_after: Duration },

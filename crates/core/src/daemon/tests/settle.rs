@@ -82,6 +82,7 @@ fn settle_rows_and_fates() {
             reason: "slack: HTTP 503".into(),
             failures: 1,
             others: vec![],
+            throttled: None,
         },
         "the first failed attempt of a fresh claim"
     );
@@ -123,6 +124,40 @@ fn a_throttle_is_recorded_and_comes_back_without_failing() {
             retry_after: Duration::from_secs(30)
         },
         "the longest wait asked for"
+    );
+}
+
+#[test]
+fn a_failure_beside_a_throttle_still_waits_out_the_retry_after() {
+    // u1's Slack asked for 30 s; u2's failed. The failure decides the fate
+    // (it counts), but the retry must not come back before Slack said.
+    let r = reminder("a", 1, &[Channel::Slack]);
+    let ctx = context(
+        &[("a", 1, &["u1", "u2"])],
+        &[user("u1", true, true), user("u2", true, true)],
+    );
+    let plan = planned(&[&r], &ctx);
+    let results = vec![
+        sent(
+            0,
+            0,
+            Err(SendError::Throttled {
+                retry_after: Duration::from_secs(30),
+            }),
+        ),
+        sent(0, 1, Err(SendError::transient("slack: HTTP 503"))),
+    ];
+    let s = settle(plan.messages, results, &[], at(DUE));
+    let fate = &s.fates[0].1;
+    assert!(
+        matches!(fate, MessageFate::Failed { failures: 1, throttled: Some(t), .. } if *t == Duration::from_secs(30)),
+        "{fate:?}"
+    );
+    let policy = RetryPolicy::default();
+    assert_eq!(
+        disposition(fate, 1, &policy, 1.0),
+        Disposition::Retry(Duration::from_secs(30)),
+        "the backoff of one failure is 1 s; Retry-After wins"
     );
 }
 
@@ -214,6 +249,7 @@ fn dispositions() {
         reason: "x".into(),
         failures,
         others: vec![],
+        throttled: None,
     };
     assert_eq!(d(&failed(1), 1), Disposition::Retry(Duration::from_secs(1)));
     assert_eq!(
@@ -277,6 +313,7 @@ fn jitter_spreads_retries_between_half_and_the_full_backoff() {
         reason: "x".into(),
         failures: 4,
         others: vec![],
+        throttled: None,
     };
     assert_eq!(
         disposition(&failed, 1, &policy, 0.0),
@@ -329,6 +366,7 @@ fn every_failed_channel_is_in_the_fate_and_the_worst_speaks_for_the_budget() {
         reason,
         failures,
         others,
+        ..
     } = &s.fates[0].1
     else {
         panic!("{:?}", s.fates[0].1)
