@@ -15,7 +15,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -426,27 +426,6 @@ impl Series {
             })
             .collect())
     }
-
-    /// Is `local` one of the rule's own start times (before EXDATE)? An
-    /// exception may only move or cancel an occurrence that exists.
-    pub fn produces(&self, local: NaiveDateTime) -> Result<bool, ExpandError> {
-        let Some(rule) = &self.rule else {
-            return Ok(local == self.start);
-        };
-        let bare = Series {
-            rule: Some(RecurrenceRule {
-                exdates: vec![],
-                ..rule.clone()
-            }),
-            ..self.clone()
-        };
-        Ok(bare.local_times(local)?.contains(&local))
-    }
-}
-
-/// A UTC instant as the zone's local time, for texts and previews.
-pub fn in_zone(at: Instant, tz: Tz) -> DateTime<Tz> {
-    at.with_timezone(&tz)
 }
 
 impl Series {
@@ -457,6 +436,7 @@ impl Series {
         if self.rule.is_none() {
             return Ok(());
         }
+        // The rule alone: an EXDATE on the start does not make it wrong.
         let bare = Series {
             rule: self.rule.clone().map(|r| RecurrenceRule {
                 exdates: vec![],
@@ -485,6 +465,7 @@ mod oracle_tests {
     //! Expansion against python-dateutil (scripts/rrule_oracle.py), every
     //! case under every one of the six policies.
     use super::*;
+    use chrono::DateTime;
     use serde_json::Value;
 
     const ORACLE: &str = include_str!("../../../tests/data/rrule_oracle.json");
