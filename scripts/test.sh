@@ -167,7 +167,7 @@ echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 # The tests mostly wait (on timers, sockets and the emulators: about 12 % of
 # two cores with two test threads), so the three parts run side by side: the
 # workspace's tests, the LocalStack pass and the infra check; each part's
-# output is printed when it ends. Measured in README ("What CI runs").
+# output is printed when it ends. Measured in README (Tests, "CI").
 PARTS=()
 part() { # name command...
   local name="$1"; shift

@@ -62,11 +62,25 @@ pub fn preview(
             .to_rfc3339_opts(SecondsFormat::Secs, false)
     };
     let expand = |e: toki_core::recurrence::ExpandError| ValidationError::new("recurrence", e.0);
-    let occurrences = series.next(from, count).map_err(expand)?;
+    let occurrences = if series.rule.is_some() {
+        series.next(from, count).map_err(expand)?
+    } else {
+        // A one-off as registration reads it (an offset given is kept as is).
+        let one = input.one_off_at(&series)?;
+        [one]
+            .into_iter()
+            .filter(|o| o.at >= from && count > 0)
+            .collect()
+    };
     let last = occurrences.last().map(|o| o.at).unwrap_or(from);
-    let dropped = series
-        .dropped_between(from, last + Duration::seconds(1))
+    // What the policy dropped: only where it decided (a one-off given with
+    // an offset has no DST decision to report).
+    let decided = series.rule.is_some() || occurrences.iter().any(|o| o.dst.is_some());
+    let dropped = decided
+        .then(|| series.dropped_between(from, last + Duration::seconds(1)))
+        .transpose()
         .map_err(expand)?
+        .unwrap_or_default()
         .into_iter()
         .map(|(local, why)| DroppedTime {
             local: local.format("%Y-%m-%dT%H:%M:%S").to_string(),
@@ -188,6 +202,23 @@ mod tests {
         let first = preview(&weekly_new_york("{}"), from, 10).unwrap();
         assert_eq!(first.occurrences.len(), 3);
         assert_eq!(first.dropped.len(), 1);
+    }
+
+    #[test]
+    fn a_one_off_previews_the_instant_registration_stores() {
+        let from = "2026-10-01T00:00:00Z".parse().unwrap();
+        // 01:30 EST, the second 01:30 of 1 November in New York.
+        let input: ScheduleInput = serde_json::from_str(
+            r#"{"title":"x","starts_at":"2026-11-01T01:30:00-05:00","time_zone":"America/New_York",
+                "participants":["u1"],"reminders":[]}"#,
+        )
+        .unwrap();
+        let stored = input.validate(&"s".parse().unwrap()).unwrap().starts_at;
+        let p = preview(&input, from, 5).unwrap();
+        assert_eq!(p.occurrences.len(), 1);
+        assert_eq!(p.occurrences[0].utc, utc(stored));
+        assert_eq!(p.occurrences[0].utc, "2026-11-01T06:30:00Z");
+        assert!(p.dropped.is_empty(), "{:?}", p.dropped);
     }
 
     #[test]

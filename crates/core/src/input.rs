@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Channel, ChannelSet, ReminderRule, Schedule, ScheduleId, User, UserId};
 use crate::error::ValidationError;
-use crate::recurrence::{apply_policy, parse_local, DstPolicy, RecurrenceRule, Series};
+use crate::recurrence::{
+    apply_policy, parse_local, DstPolicy, OccurrenceAt, RecurrenceRule, Series,
+};
 
 // Input limits: every one is answered with a 422 naming the field and the
 // limit (README, "Input limits"); nothing past them reaches a store.
@@ -230,6 +232,32 @@ impl ScheduleInput {
         Ok(series)
     }
 
+    /// A one-off schedule's start: the instant given when `starts_at` has an
+    /// offset, else its local time under the DST policy (the first instant of
+    /// a repeated time, even under `both`: a one-off happens once).
+    pub fn one_off_at(&self, series: &Series) -> Result<OccurrenceAt, ValidationError> {
+        if let Ok(at) = DateTime::parse_from_rfc3339(&self.starts_at) {
+            return Ok(OccurrenceAt {
+                local: series.start,
+                at: at.to_utc(),
+                dst: None,
+            });
+        }
+        apply_policy(series.time_zone, series.start, series.dst)
+            .0
+            .first()
+            .copied()
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "starts_at",
+                    format!(
+                        "{} does not exist in {} (a DST gap) and dst.nonexistent is skip",
+                        self.starts_at, series.time_zone
+                    ),
+                )
+            })
+    }
+
     /// Validates into a schedule at version 0 (the store assigns the real version).
     pub fn validate(&self, id: &ScheduleId) -> Result<Schedule, ValidationError> {
         let id = id.clone();
@@ -258,27 +286,10 @@ impl ScheduleInput {
                 "recurring schedules are not registered yet; `toki preview` expands them",
             ));
         }
-        let starts_at = match DateTime::parse_from_rfc3339(&self.starts_at) {
-            Ok(at) => at.to_utc(),
-            Err(_) => match apply_policy(series.time_zone, series.start, series.dst)
-                .0
-                .first()
-            {
-                Some(o) => o.at,
-                None => {
-                    return Err(ValidationError::new(
-                        "starts_at",
-                        format!(
-                            "{} does not exist in {} (a DST gap) and dst.nonexistent is skip",
-                            self.starts_at, series.time_zone
-                        ),
-                    ))
-                }
-            },
-        };
+        let starts_at = self.one_off_at(&series)?.at;
         // Instants are kept to the millisecond everywhere (storage and wire).
         let starts_at = crate::domain::from_millis("starts_at", starts_at.timestamp_millis())?;
-        let time_zone = parse_tz("time_zone", &self.time_zone)?;
+        let time_zone = series.time_zone;
         if self.participants.len() > MAX_PARTICIPANTS {
             return Err(ValidationError::new(
                 "participants",

@@ -97,9 +97,6 @@ const SUPPORTED_PARTS: [&str; 8] = [
     "WKST",
 ];
 const SUPPORTED_FREQS: [&str; 4] = ["DAILY", "WEEKLY", "MONTHLY", "YEARLY"];
-/// Occurrences a rule may produce before the expander gives up looking
-/// (a rule like BYMONTH=2;BYMONTHDAY=30 matches nothing, ever).
-const MAX_RULE_STEPS: usize = 100_000;
 
 /// A validated recurrence rule: the RRULE without UNTIL (kept apart as an
 /// instant), and the excluded local start times.
@@ -194,12 +191,6 @@ impl RecurrenceRule {
 
     pub fn text(&self) -> &str {
         &self.text
-    }
-    pub fn exdates(&self) -> &[NaiveDateTime] {
-        &self.exdates
-    }
-    pub fn until(&self) -> Option<Instant> {
-        self.until
     }
 }
 
@@ -354,29 +345,35 @@ pub struct Series {
 pub struct ExpandError(pub String);
 
 impl Series {
-    /// The local start times the rule produces, in order, after COUNT and
-    /// EXDATE, up to (and including) `until_local`.
-    fn local_times(&self, until_local: NaiveDateTime) -> Result<Vec<NaiveDateTime>, ExpandError> {
+    /// The local start times the rule itself produces (COUNT applied, not
+    /// EXDATE), in order, up to and including `until_local`. A rule that
+    /// matches nothing (BYMONTH=2;BYMONTHDAY=30) ends at the `rrule` crate's
+    /// own search limit.
+    fn rule_times(&self, until_local: NaiveDateTime) -> Result<Vec<NaiveDateTime>, ExpandError> {
         let Some(rule) = &self.rule else {
             return Ok(vec![self.start]);
         };
+        // The wall clock, expanded as if it were UTC (no DST there).
         let start = rrule::Tz::UTC.from_utc_datetime(&self.start);
         let set = rule
             .expand
             .parse::<rrule::RRule<rrule::Unvalidated>>()
             .and_then(|r| r.build(start))
             .map_err(|e| ExpandError(e.to_string()))?;
-        let mut out = Vec::new();
-        for (i, t) in set.into_iter().enumerate() {
-            let local = t.naive_utc();
-            if local > until_local || i >= MAX_RULE_STEPS {
-                break;
-            }
-            if !rule.exdates.contains(&local) {
-                out.push(local);
-            }
+        Ok(set
+            .into_iter()
+            .map(|t| t.naive_utc())
+            .take_while(|local| *local <= until_local)
+            .collect())
+    }
+
+    /// [`Self::rule_times`] without the EXDATEs.
+    fn local_times(&self, until_local: NaiveDateTime) -> Result<Vec<NaiveDateTime>, ExpandError> {
+        let mut times = self.rule_times(until_local)?;
+        if let Some(rule) = &self.rule {
+            times.retain(|t| !rule.exdates.contains(t));
         }
-        Ok(out)
+        Ok(times)
     }
 
     /// Occurrences whose instant is in `[from, to)`, in order.
@@ -433,19 +430,9 @@ impl Series {
     /// the `rrule` crate do not when it does not match the rule. Refusing a
     /// start the rule does not produce keeps both readings the same.
     pub fn check_start(&self, field: &str) -> Result<(), ValidationError> {
-        if self.rule.is_none() {
-            return Ok(());
-        }
         // The rule alone: an EXDATE on the start does not make it wrong.
-        let bare = Series {
-            rule: self.rule.clone().map(|r| RecurrenceRule {
-                exdates: vec![],
-                ..r
-            }),
-            ..self.clone()
-        };
-        let first = bare
-            .local_times(self.start)
+        let first = self
+            .rule_times(self.start)
             .map_err(|e| ValidationError::new(field, e.0))?;
         if first.first() != Some(&self.start) {
             return Err(ValidationError::new(
