@@ -182,7 +182,9 @@ async fn a_message_received_twice_delivers_once() {
         .await
         .unwrap();
     // The queue is at-least-once: two more copies of the same message arrive too.
-    let reminder = reminders_for(&t, &r.schedule, Utc::now()).remove(0);
+    let reminder = reminders_for(&t, &r.schedule, Utc::now(), far_future())
+        .unwrap()
+        .remove(0);
     let copy = |id: &str| OutgoingMessage {
         id: id.into(),
         body: reminder.key.to_string(),
@@ -245,7 +247,13 @@ async fn a_tenant_whose_contract_is_off_gets_nothing() {
     assert!(h.outcomes(&off).await.is_empty());
     assert!(h.sinks().is_empty());
     let p = toki_core::plan::Partition::of(
-        &reminders_for(&off, &r.schedule, Utc::now() - ChronoDuration::hours(1))[0],
+        &reminders_for(
+            &off,
+            &r.schedule,
+            Utc::now() - ChronoDuration::hours(1),
+            far_future(),
+        )
+        .unwrap()[0],
         h.toki.config.pipeline.shards,
     );
     let rows = h
@@ -309,9 +317,9 @@ async fn a_failed_mirror_is_repaired() {
         .validate(&common::pipeline::sid("review"))
         .unwrap();
     store.put_schedule(&schedule, Utc::now()).await.unwrap();
-    assert_eq!(store.unmirrored().await.unwrap().len(), 1);
+    assert_eq!(store.unmirrored(Utc::now()).await.unwrap().len(), 1);
     assert_eq!(h.toki.registrar().repair(&t).await.unwrap(), 1);
-    assert!(store.unmirrored().await.unwrap().is_empty());
+    assert!(store.unmirrored(Utc::now()).await.unwrap().is_empty());
     let delivered = h.wait_delivered(&t, 4, Duration::from_secs(15)).await;
     assert_eq!(delivered.len(), 4);
     h.stop().await;
@@ -429,4 +437,8 @@ async fn dead_letters_are_listed_with_their_reason_and_moved_back() {
         "back in the queue"
     );
     assert!(toki_app::redrive::render(&moved).contains("moved 1 of 1"));
+}
+
+fn far_future() -> toki_core::Instant {
+    Utc::now() + ChronoDuration::days(365)
 }

@@ -698,6 +698,66 @@ pub mod index {
         assert_eq!(left, 0);
     }
 
+    /// A series' horizon extended (the repair pass): the same version again,
+    /// without the rows now behind it and with new ones ahead. The rows
+    /// already there stay as they are (an enqueued one is not claimable
+    /// again), the new ones are added.
+    pub async fn extending_at_the_same_version_adds_and_keeps(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let first = reminder(&tenant, "s", ChronoDuration::minutes(2), 4);
+        let mut second = reminder(&tenant, "s", ChronoDuration::minutes(6), 4);
+        second.key.occurrence = Occurrence(second.key.occurrence.0 + ChronoDuration::seconds(1));
+        second.due_at = Reminder::due_for(second.key.occurrence, 5);
+        let third = reminder(&tenant, "s", ChronoDuration::minutes(10), 4);
+        assert!(ix
+            .replace_schedule(
+                &first.key.tenant,
+                &first.key.schedule,
+                4,
+                &[first.clone(), second.clone()]
+            )
+            .await
+            .unwrap());
+        let now = Utc::now();
+        assert!(ix
+            .claim(&second, now, now + ChronoDuration::minutes(3))
+            .await
+            .unwrap());
+        ix.mark_enqueued(&second).await.unwrap();
+        // The extension: `first` is behind (not in the rows), `third` is new.
+        assert!(ix
+            .replace_schedule(
+                &first.key.tenant,
+                &first.key.schedule,
+                4,
+                &[second.clone(), third.clone()]
+            )
+            .await
+            .unwrap());
+        let mut mine: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|r| r.reminder.key.tenant.as_str() == tenant)
+            .collect();
+        mine.sort_by_key(|r| r.reminder.due_at);
+        let got: Vec<_> = mine
+            .iter()
+            .map(|r| (r.reminder.clone(), r.status))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (first, IndexStatus::Pending),
+                (second.clone(), IndexStatus::Enqueued),
+                (third, IndexStatus::Pending),
+            ]
+        );
+        assert!(
+            !ix.claim(&second, now, now).await.unwrap(),
+            "an enqueued row became claimable again"
+        );
+    }
+
     /// Writes of one schedule racing each other: whatever the interleaving,
     /// the index ends with the newest version's rows.
     pub async fn racing_replaces_leave_the_newest_version(ix: Arc<dyn ReminderIndex>) {
@@ -755,6 +815,13 @@ macro_rules! index_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn racing_replaces_leave_the_newest_version() {
                 common::conformance::index::racing_replaces_leave_the_newest_version(
+                    $factory(4).await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn extending_at_the_same_version_adds_and_keeps() {
+                common::conformance::index::extending_at_the_same_version_adds_and_keeps(
                     $factory(4).await,
                 )
                 .await
@@ -824,6 +891,12 @@ pub mod store {
     }
 
     pub fn schedule(id: &str, participants: &[&str]) -> Schedule {
+        schedule_input(id, participants)
+            .validate(&id.parse().unwrap())
+            .unwrap()
+    }
+
+    pub fn schedule_input(_id: &str, participants: &[&str]) -> ScheduleInput {
         ScheduleInput {
             title: "Weekly sync".into(),
             body: "Room 4".into(),
@@ -843,8 +916,6 @@ pub mod store {
             recurrence: None,
             dst: None,
         }
-        .validate(&id.parse().unwrap())
-        .unwrap()
     }
 
     pub async fn users_round_trip(s: Arc<dyn TenantStore>) {
@@ -904,7 +975,7 @@ pub mod store {
             other => panic!("expected a validation error, got {other:?}"),
         }
         assert_eq!(s.get_schedule(&sch.id).await.unwrap(), None);
-        assert!(s.unmirrored().await.unwrap().is_empty());
+        assert!(s.unmirrored(Utc::now()).await.unwrap().is_empty());
     }
 
     pub async fn mirror_journal(s: Arc<dyn TenantStore>) {
@@ -913,19 +984,21 @@ pub mod store {
             .put_schedule(&schedule("m", &["a"]), Utc::now())
             .await
             .unwrap();
-        let work = s.unmirrored().await.unwrap();
+        let work = s.unmirrored(Utc::now()).await.unwrap();
         assert_eq!(work.len(), 1);
         assert!(
             matches!(&work[0], toki_core::ports::MirrorWork::Upsert(x) if x.version == saved.version)
         );
-        s.mark_mirrored(&saved.id, saved.version).await.unwrap();
-        assert!(s.unmirrored().await.unwrap().is_empty());
+        s.mark_mirrored(&saved.id, saved.version, None)
+            .await
+            .unwrap();
+        assert!(s.unmirrored(Utc::now()).await.unwrap().is_empty());
         let v = s
             .delete_schedule(&saved.id, Utc::now())
             .await
             .unwrap()
             .unwrap();
-        let work = s.unmirrored().await.unwrap();
+        let work = s.unmirrored(Utc::now()).await.unwrap();
         assert_eq!(
             work,
             vec![toki_core::ports::MirrorWork::Delete {
@@ -934,8 +1007,92 @@ pub mod store {
             }]
         );
         // A stale mark (older version) does not hide newer work.
-        s.mark_mirrored(&saved.id, saved.version).await.unwrap();
-        assert_eq!(s.unmirrored().await.unwrap().len(), 1);
+        s.mark_mirrored(&saved.id, saved.version, None)
+            .await
+            .unwrap();
+        assert_eq!(s.unmirrored(Utc::now()).await.unwrap().len(), 1);
+    }
+
+    /// A series is stored as its rule (never expanded), with its exceptions;
+    /// its mirror is done up to a horizon, and it comes back as work to
+    /// extend once the horizon is short; a one-off never does.
+    pub async fn series_round_trip_and_horizon(s: Arc<dyn TenantStore>) {
+        s.put_user(&user("a"), Utc::now()).await.unwrap();
+        let mut input = schedule_input("weekly", &["a"]);
+        input.starts_at = "2026-11-23T09:00:00".into();
+        input.recurrence = Some(toki_core::input::RecurrenceInput {
+            rrule: "FREQ=WEEKLY;BYDAY=MO;COUNT=10".into(),
+            exdates: vec!["2026-11-30T09:00:00".into()],
+        });
+        let mut series = input.validate(&"weekly".parse().unwrap()).unwrap();
+        let moved = toki_core::OccurrenceException {
+            original: "2026-12-07T08:00:00Z".parse().unwrap(),
+            cancelled: false,
+            starts_at: Some("2026-12-07T10:00:00Z".parse().unwrap()),
+            title: Some("Moved sync".into()),
+            body: None,
+        };
+        series
+            .recurrence
+            .as_mut()
+            .unwrap()
+            .exceptions
+            .push(moved.clone());
+        let saved = s.put_schedule(&series, Utc::now()).await.unwrap();
+        let loaded = s.get_schedule(&saved.id).await.unwrap().unwrap();
+        assert_eq!(loaded.recurrence, series.recurrence);
+        assert_eq!(loaded.starts_at, series.starts_at);
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&saved.id))
+            .await
+            .unwrap();
+        assert_eq!(ctx.schedules[&saved.id].exceptions, vec![moved]);
+        assert_eq!(
+            ctx.schedules[&saved.id]
+                .texts_at("2026-12-07T10:00:00Z".parse().unwrap())
+                .0,
+            "Moved sync"
+        );
+        let one_off = s
+            .put_schedule(&schedule("once", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        let horizon: toki_core::Instant = "2026-12-01T00:00:00Z".parse().unwrap();
+        s.mark_mirrored(&saved.id, saved.version, Some(horizon))
+            .await
+            .unwrap();
+        s.mark_mirrored(&one_off.id, one_off.version, None)
+            .await
+            .unwrap();
+        // Horizon still long enough: nothing to do.
+        assert!(s.unmirrored(horizon).await.unwrap().is_empty());
+        // Short: the series (only) comes back, to be extended at its version.
+        let work = s
+            .unmirrored(horizon + ChronoDuration::seconds(1))
+            .await
+            .unwrap();
+        assert_eq!(work.len(), 1, "{work:?}");
+        assert!(
+            matches!(&work[0], toki_core::ports::MirrorWork::Extend(x) if x.id == saved.id && x.version == saved.version),
+            "{work:?}"
+        );
+        // A deleted series is not extended; its delete is mirrored.
+        let v = s
+            .delete_schedule(&saved.id, Utc::now())
+            .await
+            .unwrap()
+            .unwrap();
+        let work = s
+            .unmirrored(horizon + ChronoDuration::days(30))
+            .await
+            .unwrap();
+        assert_eq!(
+            work,
+            vec![toki_core::ports::MirrorWork::Delete {
+                schedule: saved.id.clone(),
+                version: v
+            }]
+        );
     }
 
     pub async fn delivery_context_in_one_call(s: Arc<dyn TenantStore>) {
@@ -1354,6 +1511,10 @@ macro_rules! store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mirror_journal() {
                 common::conformance::store::mirror_journal($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn series_round_trip_and_horizon() {
+                common::conformance::store::series_round_trip_and_horizon($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn delivery_context_in_one_call() {

@@ -1,18 +1,22 @@
 //! The registrar HTTP API: `PUT/GET/DELETE /v1/tenants/{tenant}/schedules/{id}`,
+//! a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
+//! .../occurrences/{original}`, `PUT .../occurrences/{original}/following`),
 //! `PUT/GET /v1/tenants/{tenant}/users/{id}`, JSON in and out, a bearer API
 //! key per tenant. Served by `toki serve` and by the registrar Lambda.
 
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::json;
-use toki_core::input::{ScheduleInput, ScheduleView, UserInput, UserView};
+use toki_core::input::{
+    instant_in, OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
+};
 use toki_core::registrar::{Registrar, RegistrarError};
 use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
 
@@ -35,6 +39,18 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
         .route(
             "/v1/tenants/{tenant}/schedules/{id}",
             put(put_schedule).get(get_schedule).delete(delete_schedule),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences",
+            get(list_occurrences),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}",
+            put(put_occurrence).delete(cancel_occurrence),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}/following",
+            put(split_series),
         )
         .route(
             "/v1/tenants/{tenant}/users/{id}",
@@ -217,14 +233,7 @@ async fn put_schedule(
     let id: ScheduleId = path_id(&id)?;
     let Json(input) = body.map_err(bad_json)?;
     let r = state.registrar.put_schedule(&tenant, &id, &input).await?;
-    Ok((
-        written(r.mirrored),
-        Json(ScheduleResponse {
-            schedule: ScheduleView::from(&r.schedule),
-            mirrored: r.mirrored,
-            enqueued_directly: r.enqueued_directly,
-        }),
-    ))
+    Ok(schedule_response(r))
 }
 
 async fn get_schedule(
@@ -255,6 +264,134 @@ async fn delete_schedule(
     } else {
         StatusCode::ACCEPTED
     })
+}
+
+fn schedule_response(r: toki_core::registrar::Registered) -> (StatusCode, Json<ScheduleResponse>) {
+    (
+        written(r.mirrored),
+        Json(ScheduleResponse {
+            schedule: ScheduleView::from(&r.schedule),
+            mirrored: r.mirrored,
+            enqueued_directly: r.enqueued_directly,
+        }),
+    )
+}
+
+/// Moves or edits one occurrence of a series.
+async fn put_occurrence(
+    State(state): State<ApiState>,
+    Path((tenant, id, original)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Result<Json<OccurrenceInput>, JsonRejection>,
+) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: ScheduleId = path_id(&id)?;
+    let Json(input) = body.map_err(bad_json)?;
+    let r = state
+        .registrar
+        .put_occurrence(&tenant, &id, &original, &input)
+        .await?;
+    Ok(schedule_response(r))
+}
+
+/// Cancels one occurrence of a series.
+async fn cancel_occurrence(
+    State(state): State<ApiState>,
+    Path((tenant, id, original)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: ScheduleId = path_id(&id)?;
+    let r = state
+        .registrar
+        .cancel_occurrence(&tenant, &id, &original)
+        .await?;
+    Ok(schedule_response(r))
+}
+
+/// "This and following": the series ends before `original`; `new_id` takes over from it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitInput {
+    new_id: String,
+    schedule: ScheduleInput,
+}
+
+#[derive(Serialize)]
+struct SplitResponse {
+    /// The series before the split; absent if nothing was left of it (deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended: Option<ScheduleView>,
+    following: ScheduleView,
+}
+
+async fn split_series(
+    State(state): State<ApiState>,
+    Path((tenant, id, original)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Result<Json<SplitInput>, JsonRejection>,
+) -> Result<(StatusCode, Json<SplitResponse>), ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: ScheduleId = path_id(&id)?;
+    let Json(input) = body.map_err(bad_json)?;
+    let new_id: ScheduleId = input
+        .new_id
+        .parse()
+        .map_err(|e: ValidationError| ApiError::from(ValidationError::new("new_id", e.problem)))?;
+    let (ended, following) = state
+        .registrar
+        .split_series(&tenant, &id, &original, &new_id, &input.schedule)
+        .await?;
+    let mirrored = following.mirrored && ended.as_ref().is_none_or(|e| e.mirrored);
+    Ok((
+        written(mirrored),
+        Json(SplitResponse {
+            ended: ended.map(|e| ScheduleView::from(&e.schedule)),
+            following: ScheduleView::from(&following.schedule),
+        }),
+    ))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Between {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+#[derive(Serialize)]
+struct OccurrencesResponse {
+    schedule: String,
+    time_zone: String,
+    occurrences: Vec<OccurrenceView>,
+}
+
+/// A schedule's occurrences in `[from, to)` (default: the next 90 days).
+async fn list_occurrences(
+    State(state): State<ApiState>,
+    Path((tenant, id)): Path<(String, String)>,
+    Query(between): Query<Between>,
+    headers: HeaderMap,
+) -> Result<Json<OccurrencesResponse>, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let id: ScheduleId = path_id(&id)?;
+    let zone = state.registrar.get_schedule(&tenant, &id).await?.time_zone;
+    let from = match &between.from {
+        Some(f) => instant_in("from", f, zone)?,
+        None => state.registrar.clock.now(),
+    };
+    let to = match &between.to {
+        Some(t) => instant_in("to", t, zone)?,
+        None => from + chrono::Duration::days(90),
+    };
+    let (schedule, list) = state.registrar.occurrences(&tenant, &id, from, to).await?;
+    Ok(Json(OccurrencesResponse {
+        schedule: schedule.id.to_string(),
+        time_zone: schedule.time_zone.name().to_owned(),
+        occurrences: list
+            .iter()
+            .map(|o| OccurrenceView::new(o, schedule.time_zone))
+            .collect(),
+    }))
 }
 
 /// 200 when the write is in the tenant database and the index; 202 when it is

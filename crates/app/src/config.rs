@@ -146,6 +146,8 @@ pub struct PipelineConfig {
     pub lead_ms: u64,
     /// How long a scanner's claim on an index row lasts: longer than a scanner run.
     pub claim_lease_s: u64,
+    /// How far ahead a recurring schedule's reminders are in the index.
+    pub horizon_s: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -242,6 +244,7 @@ impl Default for PipelineConfig {
             window_s: p.window.as_secs(),
             lead_ms: p.lead.as_millis() as u64,
             claim_lease_s: p.claim_lease.as_secs(),
+            horizon_s: p.horizon.as_secs(),
         }
     }
 }
@@ -386,6 +389,9 @@ impl Config {
         if let Some(v) = env_parse("TOKI_LEAD_MS")? {
             self.pipeline.lead_ms = v;
         }
+        if let Some(v) = env_parse("TOKI_HORIZON_S")? {
+            self.pipeline.horizon_s = v;
+        }
         if let Some(v) = env_parse("TOKI_SCAN_INTERVAL_S")? {
             self.pipeline.scan_interval_s = v;
         }
@@ -463,6 +469,14 @@ impl Config {
             bail!(
                 "pipeline.window_s: {} is out of range 1..=900 (the SQS delay limit)",
                 self.pipeline.window_s
+            );
+        }
+        // At least an hour: the repair pass (every minute) extends a series
+        // at half of it, well before its next reminders are due.
+        if !(3600..=366 * 86_400).contains(&self.pipeline.horizon_s) {
+            bail!(
+                "pipeline.horizon_s: {} is out of range 3600..=31622400 (an hour to a year)",
+                self.pipeline.horizon_s
             );
         }
         if self.pipeline.scan_interval_s == 0
@@ -564,6 +578,7 @@ impl Config {
             window: Duration::from_secs(self.pipeline.window_s),
             lead: Duration::from_millis(self.pipeline.lead_ms),
             claim_lease: Duration::from_secs(self.pipeline.claim_lease_s),
+            horizon: Duration::from_secs(self.pipeline.horizon_s),
             ..PipelineSettings::default()
         }
     }

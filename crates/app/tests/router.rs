@@ -200,8 +200,109 @@ async fn a_tenant_database_outage_is_503_and_an_index_outage_still_saves() {
     );
     assert_eq!(body["mirrored"], false);
     assert_eq!(
-        store.unmirrored().await.unwrap().len(),
+        store.unmirrored(chrono::Utc::now()).await.unwrap().len(),
         1,
         "left for repair"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_series_its_occurrences_and_their_exceptions_over_http() {
+    let kit = kit_with_tenant().await;
+    let k = Some(KEY);
+    let base = "/v1/tenants/acme/schedules/standup";
+    let mut series = schedule("2026-11-23T09:30:00");
+    series["recurrence"] = json!({"rrule": "FREQ=WEEKLY;BYDAY=MO,WE,FR"});
+    let (status, body) = call(&kit, "PUT", base, k, Some(series.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["recurrence"]["rrule"], "FREQ=WEEKLY;BYDAY=MO,WE,FR");
+    assert_eq!(body["starts_at"], "2026-11-23T09:30:00");
+    // Move Wednesday's (named by its local time), cancel Friday's (by its instant).
+    let (status, body) = call(
+        &kit,
+        "PUT",
+        &format!("{base}/occurrences/2026-11-25T09:30:00"),
+        k,
+        Some(json!({"starts_at": "2026-11-25T11:00:00", "title": "Stand-up (late)"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["version"], 2);
+    let (status, body) = call(
+        &kit,
+        "DELETE",
+        &format!("{base}/occurrences/2026-11-27T08:30:00Z"),
+        k,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["exceptions"].as_array().unwrap().len(), 2);
+    let (status, body) = call(
+        &kit,
+        "GET",
+        &format!("{base}/occurrences?from=2026-11-23T00:00:00Z&to=2026-12-01T00:00:00Z"),
+        k,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let list: Vec<(String, String, bool)> = body["occurrences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["local_start"].as_str().unwrap().to_owned(),
+                o["title"].as_str().unwrap().to_owned(),
+                o["exception"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        list,
+        vec![
+            ("2026-11-23T09:30:00+01:00".into(), "Kick-off".into(), false),
+            (
+                "2026-11-25T11:00:00+01:00".into(),
+                "Stand-up (late)".into(),
+                true
+            ),
+            ("2026-11-30T09:30:00+01:00".into(), "Kick-off".into(), false),
+        ]
+    );
+    // Not an occurrence of the rule: 404; a bad rule part: 422 naming it, nothing written.
+    let (status, _) = call(
+        &kit,
+        "DELETE",
+        &format!("{base}/occurrences/2026-11-24T09:30:00"),
+        k,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let mut bad = series.clone();
+    bad["recurrence"] = json!({"rrule": "FREQ=WEEKLY;BYSETPOS=1"});
+    let (status, body) = call(&kit, "PUT", base, k, Some(bad)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["field"], "recurrence.rrule.BYSETPOS");
+    let (_, body) = call(&kit, "GET", base, k, None).await;
+    assert_eq!(body["version"], 3);
+    // This and following: from 2 December on, afternoons, as another schedule.
+    let mut following = series.clone();
+    following["starts_at"] = json!("2026-12-02T14:00:00");
+    let (status, body) = call(
+        &kit,
+        "PUT",
+        &format!("{base}/occurrences/2026-12-02T09:30:00/following"),
+        k,
+        Some(json!({"new_id": "standup-pm", "schedule": following})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["ended"]["recurrence"]["rrule"],
+        "FREQ=WEEKLY;BYDAY=MO,WE,FR;UNTIL=20261202T082959Z"
+    );
+    assert_eq!(body["following"]["id"], "standup-pm");
 }

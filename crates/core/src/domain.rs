@@ -242,18 +242,151 @@ pub struct Schedule {
     pub id: ScheduleId,
     pub title: String,
     pub body: String,
+    /// The first occurrence's instant (a one-off's only one).
     pub starts_at: Instant,
     pub time_zone: Tz,
     pub participants: Vec<UserId>,
     pub rules: Vec<ReminderRule>,
+    /// How it repeats; `None` for a one-off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recurrence: Option<Recurrence>,
     /// Incremented by every write; a queued reminder with an older version is stale.
     pub version: i64,
 }
 
+/// How a schedule repeats, as validated and stored: the rule text and the
+/// local start, so the series is expanded again (never stored expanded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recurrence {
+    /// The RRULE, normalised (`FREQ=WEEKLY;BYDAY=MO`).
+    pub rrule: String,
+    /// Local start times left out (`2026-12-28T09:00:00`).
+    #[serde(default)]
+    pub exdates: Vec<String>,
+    /// The local start the rule repeats, in the schedule's zone.
+    pub local_start: chrono::NaiveDateTime,
+    #[serde(default)]
+    pub dst: crate::recurrence::DstPolicy,
+    /// Single occurrences moved, edited or cancelled, by their original instant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<OccurrenceException>,
+}
+
+/// One occurrence of a series changed on its own (RFC 5545's RECURRENCE-ID).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OccurrenceException {
+    /// The instant the rule gives this occurrence: its identity.
+    pub original: Instant,
+    /// Cancelled: no occurrence, no reminders.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// Moved to this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_at: Option<Instant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+/// One occurrence as it will happen: where the rule put it, when it starts
+/// (moved or not) and what it is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledOccurrence {
+    pub original: Instant,
+    pub starts_at: Instant,
+    pub title: String,
+    pub body: String,
+    pub exception: bool,
+}
+
+/// Why a stored series could not be expanded (it was valid when written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("schedule {schedule}: {reason}")]
+pub struct SeriesError {
+    pub schedule: ScheduleId,
+    pub reason: String,
+}
+
+impl Recurrence {
+    /// The series this describes in `time_zone`.
+    pub fn series(&self, time_zone: Tz) -> Result<crate::recurrence::Series, ValidationError> {
+        let rule =
+            crate::recurrence::RecurrenceRule::parse("recurrence", &self.rrule, &self.exdates)?;
+        Ok(crate::recurrence::Series {
+            start: self.local_start,
+            time_zone,
+            rule: Some(rule),
+            dst: self.dst,
+        })
+    }
+
+    pub fn exception(&self, original: Instant) -> Option<&OccurrenceException> {
+        self.exceptions.iter().find(|e| e.original == original)
+    }
+}
+
 impl Schedule {
-    /// The occurrences of this schedule. One-off schedules have one.
-    pub fn occurrences(&self) -> Vec<Occurrence> {
-        vec![Occurrence(self.starts_at)]
+    /// Occurrences starting in `[from, to)`, exceptions applied, in start
+    /// order: a moved occurrence counts where it now starts.
+    pub fn occurrences_between(
+        &self,
+        from: Instant,
+        to: Instant,
+    ) -> Result<Vec<ScheduledOccurrence>, SeriesError> {
+        let plain = |original: Instant, starts_at: Instant| ScheduledOccurrence {
+            original,
+            starts_at,
+            title: self.title.clone(),
+            body: self.body.clone(),
+            exception: false,
+        };
+        let Some(rec) = &self.recurrence else {
+            let one = plain(self.starts_at, self.starts_at);
+            return Ok(if one.starts_at >= from && one.starts_at < to {
+                vec![one]
+            } else {
+                vec![]
+            });
+        };
+        let fail = |reason: String| SeriesError {
+            schedule: self.id.clone(),
+            reason,
+        };
+        let series = rec
+            .series(self.time_zone)
+            .map_err(|e| fail(e.to_string()))?;
+        // A moved occurrence may come from outside the window: look a little
+        // wider, by the furthest any exception moved.
+        let reach = rec
+            .exceptions
+            .iter()
+            .filter_map(|e| e.starts_at.map(|s| (s - e.original).abs()))
+            .max()
+            .unwrap_or_else(Duration::zero);
+        let mut out = Vec::new();
+        let wide = |t: Instant, d: Duration| t.checked_add_signed(d).unwrap_or(t);
+        for o in series
+            .between(wide(from, -reach), wide(to, reach))
+            .map_err(|e| fail(e.0))?
+        {
+            let occurrence = match rec.exception(o.at) {
+                None => plain(o.at, o.at),
+                Some(e) if e.cancelled => continue,
+                Some(e) => ScheduledOccurrence {
+                    original: o.at,
+                    starts_at: e.starts_at.unwrap_or(o.at),
+                    title: e.title.clone().unwrap_or_else(|| self.title.clone()),
+                    body: e.body.clone().unwrap_or_else(|| self.body.clone()),
+                    exception: true,
+                },
+            };
+            if occurrence.starts_at >= from && occurrence.starts_at < to {
+                out.push(occurrence);
+            }
+        }
+        out.sort_by_key(|o| o.starts_at);
+        Ok(out)
     }
 }
 

@@ -3,11 +3,13 @@
 
 use std::collections::HashSet;
 
-use chrono::{DateTime, Offset};
+use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Channel, ChannelSet, ReminderRule, Schedule, ScheduleId, User, UserId};
+use crate::domain::{
+    Channel, ChannelSet, Instant, Recurrence, ReminderRule, Schedule, ScheduleId, User, UserId,
+};
 use crate::error::ValidationError;
 use crate::recurrence::{
     apply_policy, parse_local, DstPolicy, OccurrenceAt, RecurrenceRule, Series,
@@ -278,15 +280,31 @@ impl ScheduleInput {
             ));
         }
         let series = self.series()?;
-        if self.recurrence.is_some() {
-            // The expander, its oracle tests and `toki preview` are in; the
-            // registrar's bounded index for series is not yet (README).
-            return Err(ValidationError::new(
-                "recurrence",
-                "recurring schedules are not registered yet; `toki preview` expands them",
-            ));
-        }
-        let starts_at = self.one_off_at(&series)?.at;
+        let (starts_at, recurrence) = match &self.recurrence {
+            None => (self.one_off_at(&series)?.at, None),
+            Some(r) => {
+                // The first occurrence (the start may be an EXDATE or skipped).
+                let from = Utc.from_utc_datetime(&series.start) - chrono::Duration::days(2);
+                let first = series
+                    .next(from, 1)
+                    .map_err(|e| ValidationError::new("recurrence.rrule", e.0))?;
+                let Some(first) = first.first() else {
+                    return Err(ValidationError::new(
+                        "recurrence",
+                        "the rule leaves no occurrence (every one excluded or skipped)",
+                    ));
+                };
+                let rule = series.rule.as_ref().expect("a recurring series has a rule");
+                let recurrence = Recurrence {
+                    rrule: rule.text().to_owned(),
+                    exdates: r.exdates.iter().map(|e| e.trim().to_owned()).collect(),
+                    local_start: series.start,
+                    dst: series.dst,
+                    exceptions: Vec::new(),
+                };
+                (first.at, Some(recurrence))
+            }
+        };
         // Instants are kept to the millisecond everywhere (storage and wire).
         let starts_at = crate::domain::from_millis("starts_at", starts_at.timestamp_millis())?;
         let time_zone = series.time_zone;
@@ -350,8 +368,117 @@ impl ScheduleInput {
             time_zone,
             participants,
             rules,
+            recurrence,
             version: 0,
         })
+    }
+}
+
+/// A change to one occurrence of a series: moved (`starts_at`, an RFC 3339
+/// instant or a local date-time in the schedule's zone), retitled, or both.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OccurrenceInput {
+    #[serde(default)]
+    pub starts_at: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+}
+
+/// An instant given as RFC 3339, or as a local date-time read in `zone`
+/// (its first instant if the local time is repeated, shifted forward if it
+/// is skipped).
+pub fn instant_in(field: &str, s: &str, zone: Tz) -> Result<Instant, ValidationError> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(s) {
+        return crate::domain::from_millis(field, at.timestamp_millis());
+    }
+    let local = parse_local(field, s).map_err(|_| {
+        ValidationError::new(
+            field,
+            format!("{s:?} is neither an RFC 3339 instant nor a local date-time like 2026-11-23T09:00:00"),
+        )
+    })?;
+    let at = match crate::recurrence::resolve_local(zone, local) {
+        crate::recurrence::LocalTime::Single(t) => t,
+        crate::recurrence::LocalTime::Gap { shifted } => shifted,
+        crate::recurrence::LocalTime::Twice { first, .. } => first,
+    };
+    Ok(at)
+}
+
+impl OccurrenceInput {
+    /// The exception for the occurrence at `original` of a schedule in `zone`.
+    pub fn validate(
+        &self,
+        original: Instant,
+        zone: Tz,
+    ) -> Result<crate::domain::OccurrenceException, ValidationError> {
+        let title = self
+            .title
+            .as_deref()
+            .map(|t| non_empty("title", t, MAX_TITLE_CHARS))
+            .transpose()?;
+        if let Some(b) = &self.body {
+            if b.chars().count() > MAX_BODY_CHARS {
+                return Err(ValidationError::new(
+                    "body",
+                    format!("must be at most {MAX_BODY_CHARS} characters"),
+                ));
+            }
+        }
+        let starts_at = self
+            .starts_at
+            .as_deref()
+            .map(|s| instant_in("starts_at", s, zone))
+            .transpose()?;
+        if starts_at.is_none() && title.is_none() && self.body.is_none() {
+            return Err(ValidationError::new(
+                "starts_at",
+                "give starts_at, title or body (to cancel the occurrence, DELETE it)",
+            ));
+        }
+        Ok(crate::domain::OccurrenceException {
+            original,
+            cancelled: false,
+            starts_at: starts_at.filter(|s| *s != original),
+            title,
+            body: self.body.clone(),
+        })
+    }
+}
+
+/// One occurrence as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OccurrenceView {
+    /// Where the rule puts it: its identity in `/occurrences/{original}`.
+    pub original: String,
+    pub starts_at: String,
+    /// `starts_at` on the schedule's wall clock.
+    pub local_start: String,
+    pub title: String,
+    /// Moved or edited on its own.
+    pub exception: bool,
+}
+
+impl OccurrenceView {
+    pub fn new(o: &crate::domain::ScheduledOccurrence, zone: Tz) -> Self {
+        OccurrenceView {
+            original: o
+                .original
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            starts_at: o
+                .starts_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            local_start: o
+                .starts_at
+                .with_timezone(&zone)
+                .format("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string(),
+            title: o.title.clone(),
+            exception: o.exception,
+        }
     }
 }
 
@@ -365,6 +492,13 @@ pub struct ScheduleView {
     pub time_zone: String,
     pub participants: Vec<String>,
     pub reminders: Vec<RuleInput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recurrence: Option<RecurrenceInput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstInput>,
+    /// Occurrences moved, edited or cancelled on their own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<crate::domain::OccurrenceException>,
     pub version: i64,
 }
 
@@ -374,7 +508,11 @@ impl From<&Schedule> for ScheduleView {
             id: s.id.to_string(),
             title: s.title.clone(),
             body: s.body.clone(),
-            starts_at: s.starts_at.to_rfc3339(),
+            // A series repeats a local time: shown as given, so a GET can be PUT back.
+            starts_at: match &s.recurrence {
+                Some(r) => r.local_start.format("%Y-%m-%dT%H:%M:%S").to_string(),
+                None => s.starts_at.to_rfc3339(),
+            },
             time_zone: s.time_zone.name().to_owned(),
             participants: s.participants.iter().map(|p| p.to_string()).collect(),
             reminders: s
@@ -385,6 +523,19 @@ impl From<&Schedule> for ScheduleView {
                     channels: r.channels.iter().map(|c| c.to_string()).collect(),
                 })
                 .collect(),
+            recurrence: s.recurrence.as_ref().map(|r| RecurrenceInput {
+                rrule: r.rrule.clone(),
+                exdates: r.exdates.clone(),
+            }),
+            dst: s.recurrence.as_ref().map(|r| DstInput {
+                nonexistent: Some(r.dst.nonexistent.to_string()),
+                ambiguous: Some(r.dst.ambiguous.to_string()),
+            }),
+            exceptions: s
+                .recurrence
+                .as_ref()
+                .map(|r| r.exceptions.clone())
+                .unwrap_or_default(),
             version: s.version,
         }
     }
@@ -537,11 +688,19 @@ mod tests {
             .series()
             .is_ok());
         assert!(weekly("2026-11-23T09:00:00", "Asia/Tokyo").series().is_ok());
-        // Expanded and previewed, but not registered yet: refused by name.
-        assert_eq!(
-            field_of(weekly("2026-11-23T09:00:00", "Asia/Tokyo")),
-            "recurrence"
-        );
+        // Registered as a series: the rule kept as text, the first occurrence as starts_at.
+        let s = weekly("2026-11-23T09:00:00", "Asia/Tokyo")
+            .validate(&id("s1"))
+            .unwrap();
+        assert_eq!(s.recurrence.as_ref().unwrap().rrule, "FREQ=WEEKLY;BYDAY=MO");
+        assert_eq!(s.starts_at.to_rfc3339(), "2026-11-23T00:00:00+00:00");
+        // A rule whose only occurrence is excluded leaves nothing to remind of.
+        let mut none_left = weekly("2026-11-23T09:00:00", "Asia/Tokyo");
+        none_left.recurrence = Some(RecurrenceInput {
+            rrule: "FREQ=WEEKLY;COUNT=1".into(),
+            exdates: vec!["2026-11-23T09:00:00".into()],
+        });
+        assert_eq!(field_of(none_left), "recurrence");
         let mut policy = good();
         policy.dst = Some(DstInput {
             nonexistent: Some("later".into()),

@@ -5,29 +5,47 @@ use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 
-use crate::domain::{DueAt, Instant, Reminder, ReminderKey, Schedule, TenantId};
+use crate::domain::{
+    DueAt, Instant, Occurrence, Reminder, ReminderKey, Schedule, SeriesError, TenantId,
+};
 
 /// SQS caps DelaySeconds at 15 minutes.
 pub const MAX_DELAY: StdDuration = StdDuration::from_secs(900);
 
-/// The reminder instances a schedule implies, one per (occurrence, rule), for
-/// occurrences whose due instant is not before `not_before`.
-pub fn reminders_for(tenant: &TenantId, schedule: &Schedule, not_before: Instant) -> Vec<Reminder> {
+/// The reminder instances a schedule implies, one per (occurrence, rule),
+/// whose due instant is in `[not_before, until]`: a series is expanded only
+/// that far (the index's horizon), a one-off has at most one per rule.
+pub fn reminders_for(
+    tenant: &TenantId,
+    schedule: &Schedule,
+    not_before: Instant,
+    until: Instant,
+) -> Result<Vec<Reminder>, SeriesError> {
     let mut out = Vec::new();
-    if schedule.participants.is_empty() {
-        return out;
+    if schedule.participants.is_empty() || not_before > until {
+        return Ok(out);
     }
-    for occurrence in schedule.occurrences() {
+    let longest = schedule
+        .rules
+        .iter()
+        .map(|r| r.minutes_before)
+        .max()
+        .unwrap_or(0);
+    // Occurrences whose earliest reminder can be due by `until`.
+    let to = until
+        .checked_add_signed(Duration::minutes(i64::from(longest)) + Duration::milliseconds(1))
+        .unwrap_or(until);
+    for occurrence in schedule.occurrences_between(not_before, to)? {
         for rule in &schedule.rules {
-            let due_at = Reminder::due_for(occurrence, rule.minutes_before);
-            if due_at.0 < not_before {
+            let due_at = Reminder::due_for(Occurrence(occurrence.starts_at), rule.minutes_before);
+            if due_at.0 < not_before || due_at.0 > until {
                 continue;
             }
             out.push(Reminder {
                 key: ReminderKey {
                     tenant: tenant.clone(),
                     schedule: schedule.id.clone(),
-                    occurrence,
+                    occurrence: Occurrence(occurrence.starts_at),
                     minutes_before: rule.minutes_before,
                 },
                 due_at,
@@ -36,7 +54,7 @@ pub fn reminders_for(tenant: &TenantId, schedule: &Schedule, not_before: Instant
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// FNV-1a: stable across processes, versions and platforms (unlike `DefaultHasher`).
@@ -172,6 +190,10 @@ mod tests {
         chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()
     }
 
+    fn far() -> Instant {
+        at("2100-01-01T00:00:00Z")
+    }
+
     fn schedule(starts: &str, rules: &[(u32, &[Channel])], participants: &[&str]) -> Schedule {
         Schedule {
             id: "s1".parse().unwrap(),
@@ -187,6 +209,7 @@ mod tests {
                     channels: ChannelSet::new("c", c).unwrap(),
                 })
                 .collect(),
+            recurrence: None,
             version: 3,
         }
     }
@@ -202,7 +225,7 @@ mod tests {
             &["a", "b"],
         );
         let tenant: TenantId = "acme".parse().unwrap();
-        let rs = reminders_for(&tenant, &s, at("2026-11-01T00:00:00Z"));
+        let rs = reminders_for(&tenant, &s, at("2026-11-01T00:00:00Z"), far()).unwrap();
         assert_eq!(rs.len(), 2);
         assert_eq!(rs[0].due_at.0, at("2026-11-23T08:55:00+09:00"));
         assert_eq!(rs[1].due_at.0, at("2026-11-23T08:00:00+09:00"));
@@ -220,11 +243,15 @@ mod tests {
             &["a"],
         );
         // 07:30 is after the 120-minute reminder (07:00) but before the 5-minute one.
-        let rs = reminders_for(&tenant, &s, at("2026-11-23T07:30:00Z"));
+        let rs = reminders_for(&tenant, &s, at("2026-11-23T07:30:00Z"), far()).unwrap();
         assert_eq!(rs.len(), 1);
         assert_eq!(rs[0].key.minutes_before, 5);
         let empty = schedule("2026-11-23T09:00:00Z", &[(5, &[Channel::Mail])], &[]);
-        assert!(reminders_for(&tenant, &empty, at("2026-11-01T00:00:00Z")).is_empty());
+        assert!(
+            reminders_for(&tenant, &empty, at("2026-11-01T00:00:00Z"), far())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -324,12 +351,16 @@ mod tests {
             &tenant,
             &schedule("2026-11-23T09:00:00Z", &[(5, &[Channel::Mail])], &["a"]),
             at("2026-01-01T00:00:00Z"),
-        );
+            far(),
+        )
+        .unwrap();
         let b = reminders_for(
             &tenant,
             &schedule("2026-11-23T10:00:00Z", &[(5, &[Channel::Mail])], &["a"]),
             at("2026-01-01T00:00:00Z"),
-        );
+            far(),
+        )
+        .unwrap();
         assert!(sort_key(&a[0]) < sort_key(&b[0]));
     }
 

@@ -299,7 +299,12 @@ pub trait TenantDirectory: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub enum MirrorWork {
     Upsert(Schedule),
-    Delete { schedule: ScheduleId, version: i64 },
+    /// A series already mirrored whose horizon runs short: more of it goes in.
+    Extend(Schedule),
+    Delete {
+        schedule: ScheduleId,
+        version: i64,
+    },
 }
 
 /// The current state of a schedule as the daemon needs it.
@@ -312,6 +317,26 @@ pub struct ScheduleSnapshot {
     pub version: i64,
     /// The participants at this version, in order.
     pub participants: Vec<UserId>,
+    /// A series' occurrences moved or edited on their own.
+    pub exceptions: Vec<crate::domain::OccurrenceException>,
+}
+
+impl ScheduleSnapshot {
+    /// Title and body of the occurrence starting at `occurrence`: an edited
+    /// occurrence's own, else the schedule's.
+    pub fn texts_at(&self, occurrence: Instant) -> (&str, &str) {
+        let edited = self
+            .exceptions
+            .iter()
+            .find(|e| !e.cancelled && e.starts_at.unwrap_or(e.original) == occurrence);
+        match edited {
+            Some(e) => (
+                e.title.as_deref().unwrap_or(&self.title),
+                e.body.as_deref().unwrap_or(&self.body),
+            ),
+            None => (&self.title, &self.body),
+        }
+    }
 }
 
 /// What one round trip to a tenant database gives the daemon for a batch:
@@ -347,10 +372,17 @@ pub trait TenantStore: Send + Sync {
     /// the version the deletion has, or None if there was no such schedule.
     async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>>;
 
-    /// Writes not yet mirrored into the index.
-    async fn unmirrored(&self) -> StoreResult<Vec<MirrorWork>>;
-    /// Records that the mirror of `schedule` at `version` is done.
-    async fn mark_mirrored(&self, schedule: &ScheduleId, version: i64) -> StoreResult<()>;
+    /// Writes not yet mirrored into the index, and series mirrored only up
+    /// to before `extend_before` (their horizon runs short).
+    async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>>;
+    /// Records that the mirror of `schedule` at `version` is done; a series'
+    /// reminders are in the index up to `until`.
+    async fn mark_mirrored(
+        &self,
+        schedule: &ScheduleId,
+        version: i64,
+        until: Option<Instant>,
+    ) -> StoreResult<()>;
 
     /// One round trip: the schedules a batch of deliveries needs, with their
     /// participants, and those participants as users.

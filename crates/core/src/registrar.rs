@@ -7,10 +7,13 @@ use std::sync::Arc;
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::domain::{Schedule, ScheduleId, TenantId, TenantRecord, User, UserId};
+use crate::domain::{
+    Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
+    TenantRecord, User, UserId,
+};
 use crate::enqueue::{enqueue, EnqueueSummary};
 use crate::error::{chain, StoreError, ValidationError};
-use crate::input::{ScheduleInput, UserInput};
+use crate::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
 use crate::plan::{reminders_for, Window};
 use crate::ports::{Clock, DelayQueue, MirrorWork, ReminderIndex, TenantDirectory, TenantStores};
 use crate::settings::PipelineSettings;
@@ -101,7 +104,32 @@ impl Registrar {
         id: &ScheduleId,
         input: &ScheduleInput,
     ) -> Result<Registered, RegistrarError> {
-        let schedule = input.validate(id)?;
+        let mut schedule = input.validate(id)?;
+        // A series written again keeps the exceptions of occurrences it still has.
+        if let Some(rec) = schedule.recurrence.as_mut() {
+            let store = self.stores.open(tenant).await?;
+            if let Some(Some(old)) = store.get_schedule(id).await?.map(|s| s.recurrence) {
+                let series = rec.series(schedule.time_zone)?;
+                rec.exceptions = old
+                    .exceptions
+                    .into_iter()
+                    .filter(|e| {
+                        series
+                            .between(e.original, e.original + chrono::Duration::milliseconds(1))
+                            .is_ok_and(|o| !o.is_empty())
+                    })
+                    .collect();
+            }
+        }
+        self.write_schedule(tenant, schedule).await
+    }
+
+    /// Stores a validated schedule (a new version) and mirrors it.
+    async fn write_schedule(
+        &self,
+        tenant: &TenantId,
+        schedule: Schedule,
+    ) -> Result<Registered, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let saved = store.put_schedule(&schedule, self.clock.now()).await?;
@@ -133,6 +161,183 @@ impl Registrar {
             .get_schedule(id)
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))
+    }
+
+    /// A series (404 if the schedule is not one) and the instant of its
+    /// occurrence named `original` (422 if the rule has none there).
+    async fn series_occurrence(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        original: &str,
+    ) -> Result<(Schedule, Instant), RegistrarError> {
+        let schedule = self.get_schedule(tenant, id).await?;
+        let Some(rec) = &schedule.recurrence else {
+            return Err(ValidationError::new(
+                "original",
+                format!("schedule {id} does not repeat: change it with PUT on the schedule"),
+            )
+            .into());
+        };
+        let at = instant_in("original", original, schedule.time_zone)?;
+        let series = rec.series(schedule.time_zone)?;
+        let found = series
+            .between(at, at + chrono::Duration::milliseconds(1))
+            .map_err(|e| ValidationError::new("original", e.0))?;
+        if found.is_empty() {
+            return Err(RegistrarError::NotFound(format!(
+                "occurrence {original} of schedule {id} (the rule has none at {at})"
+            )));
+        }
+        Ok((schedule, at))
+    }
+
+    /// Writes a series back with `exception` in place of any earlier one for
+    /// the same occurrence: a new version, mirrored like any write.
+    async fn put_exception(
+        &self,
+        tenant: &TenantId,
+        mut schedule: Schedule,
+        exception: OccurrenceException,
+    ) -> Result<Registered, RegistrarError> {
+        if let Some(moved_to) = exception.starts_at {
+            // Two occurrences at one instant would be one reminder.
+            let clash = schedule
+                .occurrences_between(moved_to, moved_to + chrono::Duration::milliseconds(1))
+                .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?
+                .into_iter()
+                .any(|o| o.original != exception.original);
+            if clash {
+                return Err(ValidationError::new(
+                    "starts_at",
+                    format!("another occurrence of the series starts at {moved_to}"),
+                )
+                .into());
+            }
+        }
+        let rec = schedule
+            .recurrence
+            .as_mut()
+            .expect("checked by series_occurrence");
+        rec.exceptions.retain(|e| e.original != exception.original);
+        rec.exceptions.push(exception);
+        rec.exceptions.sort_by_key(|e| e.original);
+        self.write_schedule(tenant, schedule).await
+    }
+
+    /// Moves or edits one occurrence of a series; its reminders go at its
+    /// new time (and the old time's, not yet sent, become stale).
+    pub async fn put_occurrence(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        original: &str,
+        input: &OccurrenceInput,
+    ) -> Result<Registered, RegistrarError> {
+        let (schedule, at) = self.series_occurrence(tenant, id, original).await?;
+        let exception = input.validate(at, schedule.time_zone)?;
+        self.put_exception(tenant, schedule, exception).await
+    }
+
+    /// Cancels one occurrence of a series: no reminders for it.
+    pub async fn cancel_occurrence(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        original: &str,
+    ) -> Result<Registered, RegistrarError> {
+        let (schedule, at) = self.series_occurrence(tenant, id, original).await?;
+        let exception = OccurrenceException {
+            original: at,
+            cancelled: true,
+            starts_at: None,
+            title: None,
+            body: None,
+        };
+        self.put_exception(tenant, schedule, exception).await
+    }
+
+    /// "This and following": the series `id` ends before its occurrence
+    /// `original` (or is deleted if none is left before it), and `new_id`
+    /// holds the series from there on as `input` describes it. Returns the
+    /// old series (None if deleted) and the new one.
+    pub async fn split_series(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        original: &str,
+        new_id: &ScheduleId,
+        input: &ScheduleInput,
+    ) -> Result<(Option<Registered>, Registered), RegistrarError> {
+        if new_id == id {
+            return Err(
+                ValidationError::new("new_id", "must differ from the schedule split").into(),
+            );
+        }
+        let (mut old, at) = self.series_occurrence(tenant, id, original).await?;
+        // Validated before anything is written: nothing half-done on a 422.
+        let new = input.validate(new_id)?;
+        let store = self.stores.open(tenant).await?;
+        if store.get_schedule(new_id).await?.is_some() {
+            return Err(ValidationError::new(
+                "new_id",
+                format!("schedule {new_id} exists already"),
+            )
+            .into());
+        }
+        let rec = old
+            .recurrence
+            .as_mut()
+            .expect("checked by series_occurrence");
+        let until = at - chrono::Duration::seconds(1);
+        let kept: Vec<&str> = rec
+            .rrule
+            .split(';')
+            .filter(|p| !p.starts_with("UNTIL=") && !p.starts_with("COUNT="))
+            .collect();
+        let truncated = format!(
+            "{};UNTIL={}",
+            kept.join(";"),
+            until.format("%Y%m%dT%H%M%SZ")
+        );
+        let mut ended = old.clone();
+        if let Some(r) = ended.recurrence.as_mut() {
+            r.rrule = truncated;
+            r.exceptions.retain(|e| e.original < at);
+        }
+        let remaining = ended
+            .occurrences_between(ended.starts_at - chrono::Duration::days(1), at)
+            .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+        let new = self.write_schedule(tenant, new).await?;
+        let old = if remaining.is_empty() {
+            self.delete_schedule(tenant, id).await?;
+            None
+        } else {
+            Some(self.write_schedule(tenant, ended).await?)
+        };
+        Ok((old, new))
+    }
+
+    /// A series' occurrences starting in `[from, to)` (at most 400 days), exceptions applied.
+    pub async fn occurrences(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        from: Instant,
+        to: Instant,
+    ) -> Result<(Schedule, Vec<ScheduledOccurrence>), RegistrarError> {
+        if to <= from || to - from > chrono::Duration::days(400) {
+            return Err(ValidationError::new(
+                "to",
+                "must be after from, and at most 400 days after it",
+            )
+            .into());
+        }
+        let schedule = self.get_schedule(tenant, id).await?;
+        let list = schedule
+            .occurrences_between(from, to)
+            .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+        Ok((schedule, list))
     }
 
     /// Deletes a schedule; its queued reminders become stale and deliver
@@ -173,18 +378,26 @@ impl Registrar {
         let tenant = &record.id;
         let now = self.clock.now();
         let store = self.stores.open(tenant).await?;
-        let (schedule_id, version, rows) = match &work {
-            MirrorWork::Upsert(s) => (
-                s.id.clone(),
-                s.version,
-                // Reminders already past the scanner's look-back are not mirrored.
-                reminders_for(
+        let (schedule_id, version, rows, until) = match &work {
+            MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
+                // Reminders already past the scanner's look-back are not
+                // mirrored; a series only as far as the horizon.
+                let until = s
+                    .recurrence
+                    .as_ref()
+                    .map(|_| now + crate::plan::to_chrono(self.settings.horizon));
+                let rows = reminders_for(
                     tenant,
                     s,
                     now - crate::plan::to_chrono(self.settings.look_back),
-                ),
-            ),
-            MirrorWork::Delete { schedule, version } => (schedule.clone(), *version, Vec::new()),
+                    until.unwrap_or(Instant::MAX_UTC),
+                )
+                .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+                (s.id.clone(), s.version, rows, until)
+            }
+            MirrorWork::Delete { schedule, version } => {
+                (schedule.clone(), *version, Vec::new(), None)
+            }
         };
         if !self
             .index
@@ -192,7 +405,7 @@ impl Registrar {
             .await?
         {
             // A newer write of this schedule is mirrored already: it wins.
-            store.mark_mirrored(&schedule_id, version).await?;
+            store.mark_mirrored(&schedule_id, version, until).await?;
             return Ok(EnqueueSummary::default());
         }
         // What the scanner has already covered (or will not reach in time) goes straight in.
@@ -223,7 +436,7 @@ impl Registrar {
             // They stay pending in the index; the next scan enqueues them.
             warn!(%tenant, schedule = %schedule_id, failed = summary.failed, "direct enqueue failed; left to the scanner");
         }
-        store.mark_mirrored(&schedule_id, version).await?;
+        store.mark_mirrored(&schedule_id, version, until).await?;
         Ok(summary)
     }
 
@@ -273,7 +486,9 @@ impl Registrar {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let mut repaired = 0;
-        for work in store.unmirrored().await? {
+        // Series with less than half the horizon left are extended.
+        let extend_before = self.clock.now() + crate::plan::to_chrono(self.settings.horizon / 2);
+        for work in store.unmirrored(extend_before).await? {
             self.mirror(&record, work).await?;
             repaired += 1;
         }

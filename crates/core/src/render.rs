@@ -2,15 +2,21 @@
 
 use chrono::Duration;
 
-use crate::domain::{DueAt, User};
+use crate::domain::{DueAt, Occurrence, User};
 use crate::ports::ScheduleSnapshot;
 
-/// (subject, text) for a reminder of `schedule` due at `due_at`.
-pub fn reminder_text(schedule: &ScheduleSnapshot, due_at: DueAt, user: &User) -> (String, String) {
-    let local = schedule.starts_at.with_timezone(&user.time_zone);
-    let minutes = (schedule.starts_at - due_at.0)
-        .max(Duration::zero())
-        .num_minutes();
+/// (subject, text) for a reminder of the occurrence of `schedule` starting
+/// at `occurrence`, due at `due_at`.
+pub fn reminder_text(
+    schedule: &ScheduleSnapshot,
+    occurrence: Occurrence,
+    due_at: DueAt,
+    user: &User,
+) -> (String, String) {
+    let starts_at = occurrence.0;
+    let (title, body) = schedule.texts_at(starts_at);
+    let local = starts_at.with_timezone(&user.time_zone);
+    let minutes = (starts_at - due_at.0).max(Duration::zero()).num_minutes();
     let when = local.format("%Y-%m-%d %H:%M");
     let tz = user.time_zone.name();
     if user.locale.starts_with("ja") {
@@ -20,10 +26,10 @@ pub fn reminder_text(schedule: &ScheduleSnapshot, due_at: DueAt, user: &User) ->
             format!("{minutes}分後に開始します")
         };
         (
-            format!("[リマインダー] {}", schedule.title),
+            format!("[リマインダー] {}", title),
             format!(
                 "{}さん、「{}」が{}（{} {}）。\n{}",
-                user.name, schedule.title, lead, when, tz, schedule.body
+                user.name, title, lead, when, tz, body
             ),
         )
     } else {
@@ -35,10 +41,10 @@ pub fn reminder_text(schedule: &ScheduleSnapshot, due_at: DueAt, user: &User) ->
             format!("starts in {minutes} minutes")
         };
         (
-            format!("Reminder: {}", schedule.title),
+            format!("Reminder: {}", title),
             format!(
                 "Hi {}, \"{}\" {} ({} {}).\n{}",
-                user.name, schedule.title, lead, when, tz, schedule.body
+                user.name, title, lead, when, tz, body
             ),
         )
     }

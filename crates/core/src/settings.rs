@@ -17,6 +17,9 @@ pub struct PipelineSettings {
     pub claim_lease: Duration,
     /// Index rows are kept this long after their due instant (TTL).
     pub retention: Duration,
+    /// How far ahead a recurring schedule's reminders are put in the index;
+    /// a repair pass extends a series once less than half of it is left.
+    pub horizon: Duration,
 }
 
 impl Default for PipelineSettings {
@@ -29,6 +32,7 @@ impl Default for PipelineSettings {
             // Longer than a scanner run can last (the Lambda's 60 s timeout).
             claim_lease: Duration::from_secs(180),
             retention: Duration::from_secs(24 * 3600),
+            horizon: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }

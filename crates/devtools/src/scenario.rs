@@ -152,11 +152,13 @@ pub async fn register(
     while let Some((tenant, r)) = results.next().await {
         let registered = r.with_context(|| format!("registering a meeting of {tenant}"))?;
         let now = toki.clock.now();
-        for reminder in toki_core::plan::reminders_for(
+        let reminders = toki_core::plan::reminders_for(
             &tenant,
             &registered.schedule,
             now - ChronoDuration::from_std(settings.look_back).unwrap_or_default(),
-        ) {
+            now + ChronoDuration::from_std(settings.horizon).unwrap_or_default(),
+        )?;
+        for reminder in reminders {
             expected
                 .entry(tenant.clone())
                 .or_default()

@@ -186,7 +186,12 @@ pub fn plan_batch(
                     user,
                 ) {
                     (None, Some(schedule), Some(user)) => {
-                        let (subject, text) = reminder_text(schedule, w.reminder.due_at, user);
+                        let (subject, text) = reminder_text(
+                            schedule,
+                            w.reminder.key.occurrence,
+                            w.reminder.due_at,
+                            user,
+                        );
                         to_send.push(ToSend {
                             message: m,
                             delivery: d,

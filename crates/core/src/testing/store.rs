@@ -49,6 +49,8 @@ struct MirrorRow {
     version: i64,
     deleted: bool,
     mirrored: bool,
+    /// A series' horizon in the index.
+    mirrored_until: Option<Instant>,
     changed_at: Instant,
 }
 
@@ -90,6 +92,7 @@ fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, now: Instant)
         version: 0,
         deleted,
         mirrored: false,
+        mirrored_until: None,
         changed_at: now,
     });
     row.version += 1;
@@ -145,9 +148,15 @@ impl TenantStore for MemoryTenantStore {
         Ok(Some(next_version(&mut state, id, true, now)))
     }
 
-    async fn unmirrored(&self) -> StoreResult<Vec<MirrorWork>> {
+    async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>> {
         let state = self.lock()?;
-        let mut rows: Vec<_> = state.mirror.iter().filter(|(_, m)| !m.mirrored).collect();
+        let short =
+            |m: &MirrorRow| !m.deleted && m.mirrored_until.is_some_and(|u| u < extend_before);
+        let mut rows: Vec<_> = state
+            .mirror
+            .iter()
+            .filter(|(_, m)| !m.mirrored || short(m))
+            .collect();
         rows.sort_by_key(|(_, m)| m.changed_at);
         Ok(rows
             .into_iter()
@@ -157,6 +166,8 @@ impl TenantStore for MemoryTenantStore {
                         schedule: id.clone(),
                         version: m.version,
                     })
+                } else if m.mirrored {
+                    state.schedules.get(id).cloned().map(MirrorWork::Extend)
                 } else {
                     state.schedules.get(id).cloned().map(MirrorWork::Upsert)
                 }
@@ -164,11 +175,17 @@ impl TenantStore for MemoryTenantStore {
             .collect())
     }
 
-    async fn mark_mirrored(&self, schedule: &ScheduleId, version: i64) -> StoreResult<()> {
+    async fn mark_mirrored(
+        &self,
+        schedule: &ScheduleId,
+        version: i64,
+        until: Option<Instant>,
+    ) -> StoreResult<()> {
         if let Some(m) = self.lock()?.mirror.get_mut(schedule) {
             // Only if no newer write came in meanwhile.
             if m.version == version {
                 m.mirrored = true;
+                m.mirrored_until = until;
             }
         }
         Ok(())
@@ -196,6 +213,11 @@ impl TenantStore for MemoryTenantStore {
                     starts_at: s.starts_at,
                     version: s.version,
                     participants,
+                    exceptions: s
+                        .recurrence
+                        .as_ref()
+                        .map(|r| r.exceptions.clone())
+                        .unwrap_or_default(),
                 },
             );
         }

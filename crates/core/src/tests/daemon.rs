@@ -169,7 +169,14 @@ async fn copies_of_a_message_deliver_once() {
         ),
     )
     .await;
-    let reminder = crate::plan::reminders_for(&t, &r.schedule, kit.now()).remove(0);
+    let reminder = crate::plan::reminders_for(
+        &t,
+        &r.schedule,
+        kit.now(),
+        kit.now() + chrono::Duration::days(365),
+    )
+    .unwrap()
+    .remove(0);
     let copy = |id: &str| OutgoingMessage {
         id: id.into(),
         body: reminder.key.to_string(),

@@ -3,3 +3,4 @@
 mod daemon;
 mod registrar;
 mod scanner;
+mod series;

@@ -37,7 +37,7 @@ async fn outside_the_window_the_rows_wait_for_the_scanner() {
     assert_eq!(kit.queue.depth().await.unwrap().messages, 0);
     let store = kit.stores.get(&t).unwrap();
     assert!(
-        store.unmirrored().await.unwrap().is_empty(),
+        store.unmirrored(kit.now()).await.unwrap().is_empty(),
         "the mirror is recorded done"
     );
 }
@@ -158,7 +158,7 @@ async fn a_failed_mirror_is_recorded_and_repaired() {
         kit.stores
             .get(&t)
             .unwrap()
-            .unmirrored()
+            .unmirrored(kit.now())
             .await
             .unwrap()
             .len(),
@@ -171,7 +171,7 @@ async fn a_failed_mirror_is_recorded_and_repaired() {
         .stores
         .get(&t)
         .unwrap()
-        .unmirrored()
+        .unmirrored(kit.now())
         .await
         .unwrap()
         .is_empty());

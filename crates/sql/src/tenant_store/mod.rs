@@ -18,8 +18,8 @@ use toki_core::{
 
 use crate::db_err;
 use rows::{
-    participant, ChatRow, ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow,
-    KeyColumns, MirrorRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
+    participant, recurrence, recurrence_json, ChatRow, ContextItem, ContextRow, CountRow,
+    DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
 };
 use statement::Statement;
 
@@ -179,7 +179,7 @@ where
             .await
             .map_err(db_err)?;
         let mut s = Statement::new(
-            "INSERT INTO schedules (id, title, body, starts_at, time_zone, version, updated_at)",
+            "INSERT INTO schedules (id, title, body, starts_at, time_zone, recurrence, version, updated_at)",
         );
         s.values([schedule], |r, sch| {
             r.bind(sch.id.as_str())
@@ -187,12 +187,14 @@ where
                 .bind(sch.body.clone())
                 .bind(sch.starts_at.timestamp_millis())
                 .bind(sch.time_zone.name())
+                .bind(recurrence_json(sch.recurrence.as_ref()))
                 .bind(version)
                 .bind(now_ms);
         });
         s.push(
             " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
                starts_at = excluded.starts_at, time_zone = excluded.time_zone,
+               recurrence = excluded.recurrence,
                version = excluded.version, updated_at = excluded.updated_at",
         );
         s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
@@ -259,15 +261,19 @@ where
         Ok(Some(version))
     }
 
-    async fn unmirrored(&self) -> StoreResult<Vec<MirrorWork>> {
+    async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>> {
         let mut conn = self.pool.acquire().await.map_err(db_err)?;
-        let rows: Vec<MirrorRow> = sqlx::query_as(
-            "SELECT schedule_id, version, deleted FROM schedule_mirror
-             WHERE mirrored = FALSE ORDER BY changed_at",
-        )
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_err)?;
+        let mut s = Statement::new(
+            "SELECT schedule_id, version, deleted, mirrored FROM schedule_mirror
+             WHERE mirrored = FALSE OR (deleted = FALSE AND mirrored_until < ",
+        );
+        s.bind(extend_before.timestamp_millis());
+        s.push(") ORDER BY changed_at");
+        let rows: Vec<MirrorRow> = s
+            .query_as::<DB, MirrorRow>()
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db_err)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let id = row.schedule()?;
@@ -277,17 +283,32 @@ where
                     version: row.version,
                 });
             } else if let Some(s) = load_schedule::<DB>(&mut conn, &id).await? {
-                out.push(MirrorWork::Upsert(s));
+                out.push(if row.mirrored {
+                    MirrorWork::Extend(s)
+                } else {
+                    MirrorWork::Upsert(s)
+                });
             }
         }
         Ok(out)
     }
 
-    async fn mark_mirrored(&self, id: &ScheduleId, version: i64) -> StoreResult<()> {
+    async fn mark_mirrored(
+        &self,
+        id: &ScheduleId,
+        version: i64,
+        until: Option<Instant>,
+    ) -> StoreResult<()> {
         // Only if no newer write came in meanwhile.
-        let mut s =
-            Statement::new("UPDATE schedule_mirror SET mirrored = TRUE WHERE schedule_id = ");
-        s.bind(id.as_str()).push(" AND version = ").bind(version);
+        let mut s = Statement::new("UPDATE schedule_mirror SET mirrored = TRUE, mirrored_until = ");
+        match until {
+            Some(u) => s.bind(u.timestamp_millis()),
+            None => s.push("NULL"),
+        };
+        s.push(" WHERE schedule_id = ")
+            .bind(id.as_str())
+            .push(" AND version = ")
+            .bind(version);
         s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
         Ok(())
     }
@@ -301,7 +322,7 @@ where
         // their users, a row each; participants in order.
         let ids = || schedules.iter().map(ScheduleId::as_str);
         let mut s = Statement::new(
-            "SELECT 'schedule' AS kind, id AS schedule_id, title, body, starts_at, version,
+            "SELECT 'schedule' AS kind, id AS schedule_id, title, body, starts_at, recurrence, version,
                     CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
                     CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
                     CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
@@ -313,6 +334,7 @@ where
             " UNION ALL
              SELECT 'participant' AS kind, p.schedule_id, CAST(NULL AS TEXT) AS title,
                     CAST(NULL AS TEXT) AS body, CAST(NULL AS BIGINT) AS starts_at,
+                    CAST(NULL AS TEXT) AS recurrence,
                     CAST(NULL AS BIGINT) AS version, u.id AS user_id, u.name, u.email,
                     u.slack_user_id, u.time_zone, u.locale, p.position
              FROM participants p JOIN users u ON u.id = p.user_id
@@ -602,7 +624,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
     let mut s = Statement::new(
-        "SELECT title, body, starts_at, time_zone, version FROM schedules WHERE id = ",
+        "SELECT title, body, starts_at, time_zone, recurrence, version FROM schedules WHERE id = ",
     );
     s.bind(id.as_str());
     let Some(row) = s
@@ -632,6 +654,7 @@ where
         id: id.clone(),
         starts_at: row.starts_at()?,
         time_zone: row.time_zone()?,
+        recurrence: recurrence(row.recurrence.as_deref())?,
         title: row.title,
         body: row.body,
         version: row.version,

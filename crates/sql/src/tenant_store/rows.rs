@@ -5,7 +5,8 @@ use chrono_tz::Tz;
 use toki_core::ports::{ChatMessage, OwnedDelivery, ScheduleSnapshot};
 use toki_core::{
     from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus,
-    DueAt, Instant, Occurrence, ReminderRule, ScheduleId, StoreError, StoreResult, User, UserId,
+    DueAt, Instant, Occurrence, Recurrence, ReminderRule, ScheduleId, StoreError, StoreResult,
+    User, UserId,
 };
 
 fn corrupt(column: &str, problem: impl std::fmt::Display) -> StoreError {
@@ -135,7 +136,18 @@ pub(crate) struct ScheduleRow {
     pub body: String,
     pub starts_at: i64,
     pub time_zone: String,
+    pub recurrence: Option<String>,
     pub version: i64,
+}
+
+/// The `recurrence` column: the series as JSON, NULL for a one-off.
+pub(crate) fn recurrence(json: Option<&str>) -> StoreResult<Option<Recurrence>> {
+    json.map(|j| serde_json::from_str(j).map_err(|e| corrupt("recurrence", e)))
+        .transpose()
+}
+
+pub(crate) fn recurrence_json(r: Option<&Recurrence>) -> Option<String> {
+    r.map(|r| serde_json::to_string(r).expect("a recurrence serialises"))
 }
 
 impl ScheduleRow {
@@ -174,6 +186,7 @@ pub(crate) struct MirrorRow {
     pub schedule_id: String,
     pub version: i64,
     pub deleted: bool,
+    pub mirrored: bool,
 }
 
 impl MirrorRow {
@@ -192,6 +205,7 @@ pub(crate) struct ContextRow {
     pub title: Option<String>,
     pub body: Option<String>,
     pub starts_at: Option<i64>,
+    pub recurrence: Option<String>,
     pub version: Option<i64>,
     // A participant's columns.
     pub user_id: Option<String>,
@@ -224,6 +238,9 @@ impl TryFrom<ContextRow> for ContextItem {
                 )?,
                 version: r.version.ok_or_else(|| corrupt("version", "is null"))?,
                 participants: Vec::new(),
+                exceptions: recurrence(r.recurrence.as_deref())?
+                    .map(|r| r.exceptions)
+                    .unwrap_or_default(),
             }),
             "participant" => ContextItem::Participant(
                 schedule,

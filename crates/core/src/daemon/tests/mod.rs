@@ -74,6 +74,7 @@ pub(super) fn context(schedules: &[(&str, i64, &[&str])], users: &[User]) -> Del
                         starts_at: at("2026-11-23T09:00:00Z"),
                         version: *v,
                         participants: participants.iter().map(|p| p.parse().unwrap()).collect(),
+                        exceptions: Vec::new(),
                     },
                 )
             })
