@@ -40,6 +40,12 @@ impl From<StoreError> for RegistrarError {
     }
 }
 
+/// A stored series that no longer expands: it was valid when written, so
+/// the data is corrupt, not the caller's input.
+fn stored_series(e: crate::domain::SeriesError) -> StoreError {
+    StoreError::corrupt("schedule recurrence", e.to_string())
+}
+
 /// One repair pass over every tenant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RepairSummary {
@@ -204,7 +210,7 @@ impl Registrar {
             // Two occurrences at one instant would be one reminder.
             let clash = schedule
                 .occurrences_between(moved_to, moved_to + chrono::Duration::milliseconds(1))
-                .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?
+                .map_err(stored_series)?
                 .into_iter()
                 .any(|o| o.original != exception.original);
             if clash {
@@ -307,7 +313,7 @@ impl Registrar {
         }
         let remaining = ended
             .occurrences_between(ended.starts_at - chrono::Duration::days(1), at)
-            .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+            .map_err(stored_series)?;
         let new = self.write_schedule(tenant, new).await?;
         let old = if remaining.is_empty() {
             self.delete_schedule(tenant, id).await?;
@@ -336,7 +342,7 @@ impl Registrar {
         let schedule = self.get_schedule(tenant, id).await?;
         let list = schedule
             .occurrences_between(from, to)
-            .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+            .map_err(stored_series)?;
         Ok((schedule, list))
     }
 
@@ -392,7 +398,7 @@ impl Registrar {
                     now - crate::plan::to_chrono(self.settings.look_back),
                     until.unwrap_or(Instant::MAX_UTC),
                 )
-                .map_err(|e| StoreError::corrupt("schedule recurrence", e.to_string()))?;
+                .map_err(stored_series)?;
                 (s.id.clone(), s.version, rows, until)
             }
             MirrorWork::Delete { schedule, version } => {

@@ -50,9 +50,8 @@ async fn put(kit: &TestKit, t: &TenantId, id: &str, input: &ScheduleInput) {
         .unwrap();
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_endless_weekly_series_holds_a_horizon_and_repair_extends_it() {
-    // Monday 2026-11-23 08:00 UTC.
+/// A kit at Monday 2026-11-23 08:00 UTC with `standup` every Monday at 10:00 UTC.
+async fn weekly_standup() -> (TestKit, TenantId) {
     let kit = TestKit::new();
     let t = kit.tenant("acme").await;
     put(
@@ -62,6 +61,12 @@ async fn an_endless_weekly_series_holds_a_horizon_and_repair_extends_it() {
         &series("2026-11-23T10:00:00", "UTC", "FREQ=WEEKLY;BYDAY=MO"),
     )
     .await;
+    (kit, t)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endless_weekly_series_holds_a_horizon_and_repair_extends_it() {
+    let (kit, t) = weekly_standup().await;
     // 7 days ahead: today's 10:00 only (next Monday 09:55 is past the horizon).
     assert_eq!(indexed(&kit, "standup"), vec![at("2026-11-23T09:55:00Z")]);
     // Half the horizon later nothing is due for extension yet...
@@ -201,15 +206,7 @@ async fn a_moved_occurrence_is_reminded_at_its_new_time_and_a_cancelled_one_not_
 
 #[tokio::test(start_paused = true)]
 async fn an_occurrence_the_rule_does_not_have_is_refused_and_nothing_changes() {
-    let kit = TestKit::new();
-    let t = kit.tenant("acme").await;
-    put(
-        &kit,
-        &t,
-        "standup",
-        &series("2026-11-23T10:00:00", "UTC", "FREQ=WEEKLY;BYDAY=MO"),
-    )
-    .await;
+    let (kit, t) = weekly_standup().await;
     let id = "standup".parse().unwrap();
     let registrar = kit.registrar();
     let tuesday = registrar
