@@ -15,7 +15,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::json;
 use toki_core::input::{
-    instant_in, OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
+    OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
 };
 use toki_core::registrar::{Registrar, RegistrarError};
 use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
@@ -374,16 +374,10 @@ async fn list_occurrences(
 ) -> Result<Json<OccurrencesResponse>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
     let id: ScheduleId = path_id(&id)?;
-    let zone = state.registrar.get_schedule(&tenant, &id).await?.time_zone;
-    let from = match &between.from {
-        Some(f) => instant_in("from", f, zone)?,
-        None => state.registrar.clock.now(),
-    };
-    let to = match &between.to {
-        Some(t) => instant_in("to", t, zone)?,
-        None => from + chrono::Duration::days(90),
-    };
-    let (schedule, list) = state.registrar.occurrences(&tenant, &id, from, to).await?;
+    let (schedule, list) = state
+        .registrar
+        .occurrences(&tenant, &id, between.from.as_deref(), between.to.as_deref())
+        .await?;
     Ok(Json(OccurrencesResponse {
         schedule: schedule.id.to_string(),
         time_zone: schedule.time_zone.name().to_owned(),

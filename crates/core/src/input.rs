@@ -238,26 +238,7 @@ impl ScheduleInput {
     /// offset, else its local time under the DST policy (the first instant of
     /// a repeated time, even under `both`: a one-off happens once).
     pub fn one_off_at(&self, series: &Series) -> Result<OccurrenceAt, ValidationError> {
-        if let Ok(at) = DateTime::parse_from_rfc3339(&self.starts_at) {
-            return Ok(OccurrenceAt {
-                local: series.start,
-                at: at.to_utc(),
-                dst: None,
-            });
-        }
-        apply_policy(series.time_zone, series.start, series.dst)
-            .0
-            .first()
-            .copied()
-            .ok_or_else(|| {
-                ValidationError::new(
-                    "starts_at",
-                    format!(
-                        "{} does not exist in {} (a DST gap) and dst.nonexistent is skip",
-                        self.starts_at, series.time_zone
-                    ),
-                )
-            })
+        time_in("starts_at", &self.starts_at, series.time_zone, series.dst)
     }
 
     /// Validates into a schedule at version 0 (the store assigns the real version).
@@ -387,12 +368,21 @@ pub struct OccurrenceInput {
     pub body: Option<String>,
 }
 
-/// An instant given as RFC 3339, or as a local date-time read in `zone`
-/// (its first instant if the local time is repeated, shifted forward if it
-/// is skipped).
-pub fn instant_in(field: &str, s: &str, zone: Tz) -> Result<Instant, ValidationError> {
+/// A time given as an RFC 3339 instant (kept as it is), or as a local
+/// date-time read in `zone` under `dst` (the first instant of a repeated
+/// time; a skipped one as the policy says).
+fn time_in(
+    field: &str,
+    s: &str,
+    zone: Tz,
+    dst: DstPolicy,
+) -> Result<OccurrenceAt, ValidationError> {
     if let Ok(at) = DateTime::parse_from_rfc3339(s) {
-        return crate::domain::from_millis(field, at.timestamp_millis());
+        return Ok(OccurrenceAt {
+            local: at.with_timezone(&zone).naive_local(),
+            at: at.to_utc(),
+            dst: None,
+        });
     }
     let local = parse_local(field, s).map_err(|_| {
         ValidationError::new(
@@ -400,20 +390,37 @@ pub fn instant_in(field: &str, s: &str, zone: Tz) -> Result<Instant, ValidationE
             format!("{s:?} is neither an RFC 3339 instant nor a local date-time like 2026-11-23T09:00:00"),
         )
     })?;
-    let at = match crate::recurrence::resolve_local(zone, local) {
-        crate::recurrence::LocalTime::Single(t) => t,
-        crate::recurrence::LocalTime::Gap { shifted } => shifted,
-        crate::recurrence::LocalTime::Twice { first, .. } => first,
-    };
-    Ok(at)
+    apply_policy(zone, local, dst)
+        .0
+        .first()
+        .copied()
+        .ok_or_else(|| {
+            ValidationError::new(
+                field,
+                format!("{s} does not exist in {zone} (a DST gap) and dst.nonexistent is skip"),
+            )
+        })
+}
+
+/// [`time_in`]'s instant, to the millisecond (as instants are kept everywhere).
+pub fn instant_in(
+    field: &str,
+    s: &str,
+    zone: Tz,
+    dst: DstPolicy,
+) -> Result<Instant, ValidationError> {
+    let at = time_in(field, s, zone, dst)?.at;
+    crate::domain::from_millis(field, at.timestamp_millis())
 }
 
 impl OccurrenceInput {
-    /// The exception for the occurrence at `original` of a schedule in `zone`.
+    /// The exception for the occurrence at `original` of a series in `zone`
+    /// (a local `starts_at` is read under the series' DST policy).
     pub fn validate(
         &self,
         original: Instant,
         zone: Tz,
+        dst: DstPolicy,
     ) -> Result<crate::domain::OccurrenceException, ValidationError> {
         let title = self
             .title
@@ -431,7 +438,7 @@ impl OccurrenceInput {
         let starts_at = self
             .starts_at
             .as_deref()
-            .map(|s| instant_in("starts_at", s, zone))
+            .map(|s| instant_in("starts_at", s, zone, dst))
             .transpose()?;
         if starts_at.is_none() && title.is_none() && self.body.is_none() {
             return Err(ValidationError::new(

@@ -313,7 +313,6 @@ pub struct ScheduleSnapshot {
     pub id: ScheduleId,
     pub title: String,
     pub body: String,
-    pub starts_at: Instant,
     pub version: i64,
     /// The participants at this version, in order.
     pub participants: Vec<UserId>,

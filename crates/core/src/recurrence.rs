@@ -393,6 +393,11 @@ impl Series {
         Ok(out)
     }
 
+    /// Whether the rule (EXDATEs and the DST policy applied) has an occurrence at `at`.
+    pub fn has_occurrence_at(&self, at: Instant) -> Result<bool, ExpandError> {
+        Ok(!self.between(at, at + Duration::milliseconds(1))?.is_empty())
+    }
+
     /// The first `n` occurrences at or after `from` (a bounded look: at most
     /// ten years ahead).
     pub fn next(&self, from: Instant, n: usize) -> Result<Vec<OccurrenceAt>, ExpandError> {

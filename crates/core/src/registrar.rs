@@ -113,17 +113,17 @@ impl Registrar {
         let mut schedule = input.validate(id)?;
         // A series written again keeps the exceptions of occurrences it still has.
         if let Some(rec) = schedule.recurrence.as_mut() {
-            let store = self.stores.open(tenant).await?;
-            if let Some(Some(old)) = store.get_schedule(id).await?.map(|s| s.recurrence) {
+            let old = match self.get_schedule(tenant, id).await {
+                Ok(old) => old.recurrence,
+                Err(RegistrarError::NotFound(_)) => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(old) = old {
                 let series = rec.series(schedule.time_zone)?;
                 rec.exceptions = old
                     .exceptions
                     .into_iter()
-                    .filter(|e| {
-                        series
-                            .between(e.original, e.original + chrono::Duration::milliseconds(1))
-                            .is_ok_and(|o| !o.is_empty())
-                    })
+                    .filter(|e| series.has_occurrence_at(e.original).unwrap_or(false))
                     .collect();
             }
         }
@@ -185,12 +185,12 @@ impl Registrar {
             )
             .into());
         };
-        let at = instant_in("original", original, schedule.time_zone)?;
-        let series = rec.series(schedule.time_zone)?;
-        let found = series
-            .between(at, at + chrono::Duration::milliseconds(1))
+        let at = instant_in("original", original, schedule.time_zone, rec.dst)?;
+        let found = rec
+            .series(schedule.time_zone)?
+            .has_occurrence_at(at)
             .map_err(|e| ValidationError::new("original", e.0))?;
-        if found.is_empty() {
+        if !found {
             return Err(RegistrarError::NotFound(format!(
                 "occurrence {original} of schedule {id} (the rule has none at {at})"
             )));
@@ -241,7 +241,12 @@ impl Registrar {
         input: &OccurrenceInput,
     ) -> Result<Registered, RegistrarError> {
         let (schedule, at) = self.series_occurrence(tenant, id, original).await?;
-        let exception = input.validate(at, schedule.time_zone)?;
+        let dst = schedule
+            .recurrence
+            .as_ref()
+            .expect("checked by series_occurrence")
+            .dst;
+        let exception = input.validate(at, schedule.time_zone, dst)?;
         self.put_exception(tenant, schedule, exception).await
     }
 
@@ -291,6 +296,9 @@ impl Registrar {
             )
             .into());
         }
+        // The old series ends one second before the split: its COUNT or
+        // UNTIL becomes that UNTIL (every occurrence before `at` is within
+        // the COUNT, since `at` is one of the rule's).
         let rec = old
             .recurrence
             .as_mut()
@@ -301,37 +309,52 @@ impl Registrar {
             .split(';')
             .filter(|p| !p.starts_with("UNTIL=") && !p.starts_with("COUNT="))
             .collect();
-        let truncated = format!(
+        rec.rrule = format!(
             "{};UNTIL={}",
             kept.join(";"),
             until.format("%Y%m%dT%H%M%SZ")
         );
-        let mut ended = old.clone();
-        if let Some(r) = ended.recurrence.as_mut() {
-            r.rrule = truncated;
-            r.exceptions.retain(|e| e.original < at);
-        }
-        let remaining = ended
-            .occurrences_between(ended.starts_at - chrono::Duration::days(1), at)
+        rec.exceptions.retain(|e| e.original < at);
+        let remaining = old
+            .occurrences_between(old.starts_at - chrono::Duration::days(1), at)
             .map_err(stored_series)?;
         let new = self.write_schedule(tenant, new).await?;
         let old = if remaining.is_empty() {
             self.delete_schedule(tenant, id).await?;
             None
         } else {
-            Some(self.write_schedule(tenant, ended).await?)
+            Some(self.write_schedule(tenant, old).await?)
         };
         Ok((old, new))
     }
 
-    /// A series' occurrences starting in `[from, to)` (at most 400 days), exceptions applied.
+    /// A schedule's occurrences starting in `[from, to)`, exceptions applied.
+    /// `from` and `to` are RFC 3339 instants or local times in the schedule's
+    /// zone; by default from now for 90 days, and at most 400 days.
     pub async fn occurrences(
         &self,
         tenant: &TenantId,
         id: &ScheduleId,
-        from: Instant,
-        to: Instant,
+        from: Option<&str>,
+        to: Option<&str>,
     ) -> Result<(Schedule, Vec<ScheduledOccurrence>), RegistrarError> {
+        let schedule = self.get_schedule(tenant, id).await?;
+        let (zone, dst) = (
+            schedule.time_zone,
+            schedule
+                .recurrence
+                .as_ref()
+                .map(|r| r.dst)
+                .unwrap_or_default(),
+        );
+        let from = match from {
+            Some(f) => instant_in("from", f, zone, dst)?,
+            None => self.clock.now(),
+        };
+        let to = match to {
+            Some(t) => instant_in("to", t, zone, dst)?,
+            None => from + chrono::Duration::days(90),
+        };
         if to <= from || to - from > chrono::Duration::days(400) {
             return Err(ValidationError::new(
                 "to",
@@ -339,7 +362,6 @@ impl Registrar {
             )
             .into());
         }
-        let schedule = self.get_schedule(tenant, id).await?;
         let list = schedule
             .occurrences_between(from, to)
             .map_err(stored_series)?;

@@ -210,7 +210,6 @@ impl TenantStore for MemoryTenantStore {
                     id: s.id.clone(),
                     title: s.title.clone(),
                     body: s.body.clone(),
-                    starts_at: s.starts_at,
                     version: s.version,
                     participants,
                     exceptions: s

@@ -189,8 +189,8 @@ async fn a_moved_occurrence_is_reminded_at_its_new_time_and_a_cancelled_one_not_
         .occurrences(
             &t,
             &id,
-            at("2026-11-23T00:00:00Z"),
-            at("2026-11-26T00:00:00Z"),
+            Some("2026-11-23T00:00:00Z"),
+            Some("2026-11-26T00:00:00"),
         )
         .await
         .unwrap();

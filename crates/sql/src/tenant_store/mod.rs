@@ -322,7 +322,7 @@ where
         // their users, a row each; participants in order.
         let ids = || schedules.iter().map(ScheduleId::as_str);
         let mut s = Statement::new(
-            "SELECT 'schedule' AS kind, id AS schedule_id, title, body, starts_at, recurrence, version,
+            "SELECT 'schedule' AS kind, id AS schedule_id, title, body, recurrence, version,
                     CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
                     CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
                     CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
@@ -333,8 +333,7 @@ where
         s.push(
             " UNION ALL
              SELECT 'participant' AS kind, p.schedule_id, CAST(NULL AS TEXT) AS title,
-                    CAST(NULL AS TEXT) AS body, CAST(NULL AS BIGINT) AS starts_at,
-                    CAST(NULL AS TEXT) AS recurrence,
+                    CAST(NULL AS TEXT) AS body, CAST(NULL AS TEXT) AS recurrence,
                     CAST(NULL AS BIGINT) AS version, u.id AS user_id, u.name, u.email,
                     u.slack_user_id, u.time_zone, u.locale, p.position
              FROM participants p JOIN users u ON u.id = p.user_id

@@ -204,7 +204,6 @@ pub(crate) struct ContextRow {
     // A schedule's columns.
     pub title: Option<String>,
     pub body: Option<String>,
-    pub starts_at: Option<i64>,
     pub recurrence: Option<String>,
     pub version: Option<i64>,
     // A participant's columns.
@@ -232,10 +231,6 @@ impl TryFrom<ContextRow> for ContextItem {
                 id: schedule,
                 title: need("title", r.title)?,
                 body: r.body.unwrap_or_default(),
-                starts_at: instant(
-                    "starts_at",
-                    r.starts_at.ok_or_else(|| corrupt("starts_at", "is null"))?,
-                )?,
                 version: r.version.ok_or_else(|| corrupt("version", "is null"))?,
                 participants: Vec::new(),
                 exceptions: recurrence(r.recurrence.as_deref())?

@@ -71,7 +71,6 @@ pub(super) fn context(schedules: &[(&str, i64, &[&str])], users: &[User]) -> Del
                         id,
                         title: "Review".into(),
                         body: String::new(),
-                        starts_at: at("2026-11-23T09:00:00Z"),
                         version: *v,
                         participants: participants.iter().map(|p| p.parse().unwrap()).collect(),
                         exceptions: Vec::new(),

@@ -89,14 +89,19 @@ fn settle_rows_and_fates() {
     assert_eq!(s.fates[1].1, MessageFate::Done);
 }
 
-#[test]
-fn a_throttle_is_recorded_and_comes_back_without_failing() {
+/// One Slack reminder to u1 and u2, both ours to send.
+fn slack_to_two() -> BatchPlan {
     let r = reminder("a", 1, &[Channel::Slack]);
     let ctx = context(
         &[("a", 1, &["u1", "u2"])],
         &[user("u1", true, true), user("u2", true, true)],
     );
-    let plan = planned(&[&r], &ctx);
+    planned(&[&r], &ctx)
+}
+
+#[test]
+fn a_throttle_is_recorded_and_comes_back_without_failing() {
+    let plan = slack_to_two();
     let results = vec![
         sent(
             0,
@@ -131,12 +136,7 @@ fn a_throttle_is_recorded_and_comes_back_without_failing() {
 fn a_failure_beside_a_throttle_still_waits_out_the_retry_after() {
     // u1's Slack asked for 30 s; u2's failed. The failure decides the fate
     // (it counts), but the retry must not come back before Slack said.
-    let r = reminder("a", 1, &[Channel::Slack]);
-    let ctx = context(
-        &[("a", 1, &["u1", "u2"])],
-        &[user("u1", true, true), user("u2", true, true)],
-    );
-    let plan = planned(&[&r], &ctx);
+    let plan = slack_to_two();
     let results = vec![
         sent(
             0,

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+# Interleaved toki bench runs of several binaries or settings, with medians:
+#   scripts/bench_ab.py N ROUNDS label=BINARY[:ENV=V,ENV=V] ...
+# Each run: BINARY bench --deliveries N --workers 8 --json --data-dir (a fresh temp dir).
+import json, os, subprocess, sys, statistics, tempfile, shutil
+n, rounds = int(sys.argv[1]), int(sys.argv[2])
+variants = []
+for spec in sys.argv[3:]:
+    label, rest = spec.split("=", 1)
+    parts = rest.split(":")
+    env = dict(kv.split("=", 1) for kv in parts[1].split(",")) if len(parts) > 1 and parts[1] else {}
+    variants.append((label, parts[0], env))
+res = {v[0]: [] for v in variants}
+for r in range(rounds):
+    for label, binary, env in variants:
+        d = tempfile.mkdtemp(prefix="ab")
+        e = dict(os.environ); e.update(env)
+        out = subprocess.run([binary, "bench", "--deliveries", str(n), "--workers", "8", "--json", "--data-dir", d],
+                             env=e, capture_output=True, text=True)
+        shutil.rmtree(d, ignore_errors=True)
+        try:
+            j = json.loads(out.stdout.strip().splitlines()[-1])
+            j = j[0] if isinstance(j, list) else j
+        except Exception:
+            print("FAILED", label, out.stdout[-500:], out.stderr[-2000:]); continue
+        l = j["lateness_ms"]
+        row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"])
+        res[label].append(row)
+        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]}", flush=True)
+print("| variant | runs | p50 ms | p99 ms | max ms | CPU s | RSS MB |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for label, rows in res.items():
+    if not rows: continue
+    med = lambda i: statistics.median(r[i] for r in rows)
+    print(f"| {label} | {len(rows)} | {med(0):g} | {med(1):g} | {med(2):g} | {med(3):.2f} | {med(4):.1f} |")
