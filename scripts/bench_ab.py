@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # Interleaved toki bench runs of several binaries or settings, with medians:
 #   scripts/bench_ab.py N ROUNDS label=BINARY[:ENV=V,ENV=V] ...
-# Each run: BINARY bench --deliveries N --workers 8 --json --data-dir (a fresh temp dir).
+# Each run: BINARY bench --deliveries N --workers 8 --json --data-dir (a fresh temp dir)
+# plus $BENCH_ARGS (e.g. BENCH_ARGS="--channel mail").
 import json, os, subprocess, sys, statistics, tempfile, shutil
 n, rounds = int(sys.argv[1]), int(sys.argv[2])
 variants = []
@@ -15,7 +16,8 @@ for r in range(rounds):
     for label, binary, env in variants:
         d = tempfile.mkdtemp(prefix="ab")
         e = dict(os.environ); e.update(env)
-        out = subprocess.run([binary, "bench", "--deliveries", str(n), "--workers", "8", "--json", "--data-dir", d],
+        extra = os.environ.get("BENCH_ARGS", "").split()
+        out = subprocess.run([binary, "bench", "--deliveries", str(n), "--workers", "8", "--json", "--data-dir", d] + extra,
                              env=e, capture_output=True, text=True)
         shutil.rmtree(d, ignore_errors=True)
         try:
@@ -24,12 +26,14 @@ for r in range(rounds):
         except Exception:
             print("FAILED", label, out.stdout[-500:], out.stderr[-2000:]); continue
         l = j["lateness_ms"]
-        row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"])
+        sessions = j.get("smtp_sessions")
+        row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"], sessions if sessions is not None else -1)
         res[label].append(row)
-        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]}", flush=True)
-print("| variant | runs | p50 ms | p99 ms | max ms | CPU s | RSS MB |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]} sessions {sessions}", flush=True)
+print("| variant | runs | p50 ms | p99 ms | worst p99 ms | max ms | CPU s | RSS MB | missing | dup | SMTP sessions |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for label, rows in res.items():
     if not rows: continue
     med = lambda i: statistics.median(r[i] for r in rows)
-    print(f"| {label} | {len(rows)} | {med(0):g} | {med(1):g} | {med(2):g} | {med(3):.2f} | {med(4):.1f} |")
+    sess = "-" if med(7) < 0 else f"{med(7):g}"
+    print(f"| {label} | {len(rows)} | {med(0):g} | {med(1):g} | {max(r[1] for r in rows)} | {med(2):g} | {med(3):.2f} | {med(4):.1f} | {sum(r[5] for r in rows)} | {sum(r[6] for r in rows)} | {sess} |")

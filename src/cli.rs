@@ -74,7 +74,7 @@ pub enum Command {
         lead: Option<u64>,
         #[arg(long, value_parser = clap::value_parser!(BackendKind), default_value_t = BackendKind::Embedded)]
         backend: BackendKind,
-        /// slack (to the stand-in process), chat (tenant database rows) or mail (needs --smtp-url and --maildir).
+        /// slack (to the Slack stand-in process), chat (tenant database rows) or mail (to the SMTP stand-in process, or --smtp-url).
         #[arg(long, default_value = "slack", value_parser = clap::value_parser!(Channel))]
         channel: Channel,
         /// Runs per point; the median run is reported.
@@ -83,10 +83,11 @@ pub enum Command {
         /// Where runs keep their data (each run replaces its own subfolder).
         #[arg(long, default_value = "toki-bench")]
         data_dir: PathBuf,
-        /// SMTP server for --channel mail, e.g. smtp://127.0.0.1:2525.
+        /// SMTP server for --channel mail, e.g. smtp://127.0.0.1:2525 (default: the SMTP
+        /// stand-in, which measures lateness on arrival); counted from the delivery rows.
         #[arg(long)]
         smtp_url: Option<String>,
-        /// The Maildir the SMTP capture server writes, to count duplicates.
+        /// The Maildir an --smtp-url capture server writes, to count duplicates (optional).
         #[arg(long)]
         maildir: Option<PathBuf>,
         /// One JSON object per run per line.

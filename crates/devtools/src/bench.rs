@@ -16,6 +16,7 @@ use toki_core::{Channel, DeliveryStatus};
 use crate::progress::Progress;
 use crate::scenario;
 use crate::slack_standin::{Arrival, StandinStats};
+use crate::smtp_standin::{MailArrival, SmtpStats};
 use toki_app::{BackendKind, Config, Toki};
 
 #[derive(Debug, Clone)]
@@ -31,7 +32,8 @@ pub struct BenchOptions {
     pub repeat: usize,
     pub data_dir: PathBuf,
     pub json: bool,
-    /// For `--channel mail`: the SMTP server and the Maildir its capture writes.
+    /// For `--channel mail`: an SMTP server (default: the SMTP stand-in, its
+    /// own process) and, optionally, the Maildir its capture writes.
     pub smtp_url: Option<String>,
     pub maildir: Option<PathBuf>,
 }
@@ -51,6 +53,8 @@ pub struct BenchRun {
     pub cpu_s: f64,
     /// Registration of every meeting, until the last reminder was enqueued.
     pub enqueue_s: f64,
+    /// SMTP sessions the stand-in accepted (mail through it only).
+    pub smtp_sessions: Option<u64>,
     /// Where lateness was measured: "sink" (the stand-in's arrival clock) or "rows" (delivery rows).
     pub measured_at: &'static str,
 }
@@ -78,21 +82,47 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Starts the Slack stand-in process; returns it and its API base URL.
-fn start_standin() -> anyhow::Result<(Guard, String)> {
-    let mut child = Command::new(sibling_binary("toki-slack-standin")?)
+/// Starts a stand-in process; returns it and the first line it printed.
+fn start_process(name: &str) -> anyhow::Result<(Guard, String)> {
+    let mut child = Command::new(sibling_binary(name)?)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .context("starting toki-slack-standin")?;
+        .with_context(|| format!("starting {name}"))?;
     let stdout = child.stdout.take().context("stand-in stdout")?;
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    let base = line.trim().to_owned();
+    Ok((Guard(child), line.trim().to_owned()))
+}
+
+/// Starts the Slack stand-in process; returns it and its API base URL.
+fn start_standin() -> anyhow::Result<(Guard, String)> {
+    let (guard, base) = start_process("toki-slack-standin")?;
     if !base.starts_with("http://") {
-        bail!("the Slack stand-in did not print its address (got {line:?})");
+        bail!("the Slack stand-in did not print its address (got {base:?})");
     }
-    Ok((Guard(child), base))
+    Ok((guard, base))
+}
+
+/// Starts the SMTP stand-in process; returns it, its SMTP URL and its HTTP base URL.
+fn start_smtp_standin() -> anyhow::Result<(Guard, String, String)> {
+    let (guard, line) = start_process("toki-smtp-standin")?;
+    match line.split_once(' ') {
+        Some((smtp, http)) if smtp.starts_with("smtp://") && http.starts_with("http://") => {
+            Ok((guard, smtp.to_owned(), http.to_owned()))
+        }
+        _ => bail!("the SMTP stand-in did not print its addresses (got {line:?})"),
+    }
+}
+
+/// Where arrivals are counted and lateness measured.
+enum Sink {
+    /// The Slack stand-in (its HTTP base).
+    Slack(String),
+    /// The SMTP stand-in (its HTTP base).
+    Smtp(String),
+    /// The delivery rows (and a Maildir's files for duplicates, if given).
+    Rows,
 }
 
 /// Peak resident memory (MB) and CPU seconds of a process, from /proc.
@@ -163,22 +193,28 @@ pub async fn run_once(
     config.data_dir = dir.to_path_buf();
     config.daemon.workers = workers;
     config.aws.create_resources = true;
-    let (standin, slack_url) = if opts.channel == Channel::Slack {
-        let (g, url) = start_standin()?;
-        (Some(g), Some(url))
-    } else {
-        (None, None)
+    let (standin, sink) = match (opts.channel, &opts.smtp_url) {
+        (Channel::Slack, _) => {
+            let (g, url) = start_standin()?;
+            config.slack.token = Some("xoxb-toki-bench".into());
+            config.slack.api_url = format!("{url}/api");
+            (Some(g), Sink::Slack(url))
+        }
+        (Channel::Mail, None) => {
+            let (g, smtp, http) = start_smtp_standin()?;
+            config.mail.smtp_url = Some(smtp.into());
+            (Some(g), Sink::Smtp(http))
+        }
+        (Channel::Mail, Some(url)) => {
+            config.mail.smtp_url = Some(url.clone().into());
+            (None, Sink::Rows)
+        }
+        _ => (None, Sink::Rows),
     };
-    if let Some(url) = &slack_url {
-        config.slack.token = Some("xoxb-toki-bench".into());
-        config.slack.api_url = format!("{url}/api");
-    }
-    if opts.channel == Channel::Mail {
-        config.mail.smtp_url =
-            Some(opts.smtp_url.clone().map(Into::into).context(
-                "--channel mail needs --smtp-url (an SMTP capture server) and --maildir",
-            )?);
-    }
+    let slack_url = match &sink {
+        Sink::Slack(url) => Some(url.clone()),
+        _ => None,
+    };
     config.validate()?;
     let toki = Toki::open(config.clone()).await?;
     let mut tenants = scenario::tenant_ids(opts.tenants);
@@ -239,14 +275,19 @@ pub async fn run_once(
     let deadline = due + chrono::Duration::seconds(60 + (n / 1000) as i64);
     loop {
         let now = toki.clock.now();
-        let done = match &slack_url {
-            Some(url) => {
+        let done = match &sink {
+            Sink::Slack(url) => {
                 get_json::<StandinStats>(&http, &format!("{url}/stats"))
                     .await?
                     .unique
             }
-            None if now >= due => delivered_rows(&toki, &tenants, opts.channel).await?,
-            None => 0,
+            Sink::Smtp(url) => {
+                get_json::<SmtpStats>(&http, &format!("{url}/stats"))
+                    .await?
+                    .unique
+            }
+            Sink::Rows if now >= due => delivered_rows(&toki, &tenants, opts.channel).await?,
+            Sink::Rows => 0,
         };
         if done >= n as u64 || now > deadline {
             break;
@@ -269,8 +310,9 @@ pub async fn run_once(
     let (peak_rss_mb, cpu_s) = process_usage(pid);
     progress.finish(&format!("n={n} w={workers}: done"));
 
-    let (mut lateness, missing, duplicates, measured_at, last_ms) = match &slack_url {
-        Some(url) => {
+    let mut smtp_sessions = None;
+    let (mut lateness, missing, duplicates, measured_at, last_ms) = match &sink {
+        Sink::Slack(url) => {
             let arrivals: Vec<Arrival> = get_json(&http, &format!("{url}/arrivals")).await?;
             let stats: StandinStats = get_json(&http, &format!("{url}/stats")).await?;
             let lat: Vec<i64> = arrivals
@@ -287,14 +329,32 @@ pub async fn run_once(
                 last,
             )
         }
-        None => {
+        Sink::Smtp(url) => {
+            let arrivals: Vec<MailArrival> = get_json(&http, &format!("{url}/arrivals")).await?;
+            let stats: SmtpStats = get_json(&http, &format!("{url}/stats")).await?;
+            smtp_sessions = Some(stats.connections);
+            // Every bench delivery is due at `due`.
+            let lat: Vec<i64> = arrivals
+                .iter()
+                .map(|a| a.arrived_ms - due.timestamp_millis())
+                .collect();
+            let last = lat.iter().copied().max().unwrap_or(0);
+            (
+                Lateness::from_millis(lat),
+                (n as u64).saturating_sub(stats.unique),
+                stats.duplicates,
+                "sink",
+                last,
+            )
+        }
+        Sink::Rows => {
             let sinks = match (&opts.maildir, opts.channel) {
                 (Some(md), Channel::Mail) => {
-                    scenario::count_mail(&[md.join("new"), md.join("cur")])?
+                    Some(scenario::count_mail(&[md.join("new"), md.join("cur")])?)
                 }
-                _ => scenario::SinkCounts::new(),
+                _ => None,
             };
-            let v = scenario::verify(&toki, &expected, due, &sinks).await?;
+            let v = scenario::verify(&toki, &expected, due, sinks.as_ref()).await?;
             (
                 v.lateness_ms,
                 v.missing,
@@ -324,6 +384,7 @@ pub async fn run_once(
         peak_rss_mb,
         cpu_s,
         enqueue_s: (enqueue_s * 100.0).round() / 100.0,
+        smtp_sessions,
         measured_at,
     })
 }
@@ -344,6 +405,7 @@ pub fn header() -> Vec<&'static str> {
         "dup",
         "RSS MB",
         "CPU s",
+        "sessions",
     ]
 }
 
@@ -363,6 +425,8 @@ pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
         r.duplicates.to_string(),
         format!("{:.1}", r.peak_rss_mb),
         format!("{:.2}", r.cpu_s),
+        r.smtp_sessions
+            .map_or_else(|| "-".to_owned(), |s| s.to_string()),
     ]
 }
 
@@ -406,7 +470,7 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
     }
     if !opts.json {
         println!("{}", toki_app::table::table(&header(), &rows));
-        println!("lateness = arrival at the sink - due (Slack stand-in clock), or delivered_at - due from the delivery rows for chat/mail; max = due to last delivery");
+        println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; sessions = SMTP connections the stand-in accepted");
     }
     Ok(clean)
 }

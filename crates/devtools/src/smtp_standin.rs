@@ -1,13 +1,16 @@
 //! An SMTP server for tests and benches: speaks enough ESMTP for lettre
-//! (EHLO, MAIL, RCPT, DATA, RSET, NOOP, QUIT), keeps every mail it accepts
-//! with its arrival instant, and can be told while it runs to answer with a
-//! 4xx or 5xx reply, or to accept a connection and then say nothing (hang).
+//! (EHLO, MAIL, RCPT, DATA, RSET, NOOP, QUIT; offers PIPELINING and
+//! 8BITMIME: replies go out in command order, so a pipelining client works),
+//! keeps every mail it accepts with its arrival instant, counts sessions, and
+//! can be told while it runs to answer with a 4xx or 5xx reply, or to accept
+//! a connection and then say nothing (hang). `toki-smtp-standin` runs it as
+//! its own process with an HTTP side (`/stats`, `/arrivals`, `/control/mode`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use toki_core::ports::Clock;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -15,8 +18,9 @@ use tokio::net::{TcpListener, TcpStream};
 /// The delivery header every Toki mail carries (`tenant/key`).
 const DELIVERY_HEADER: &str = "x-toki-delivery:";
 
-/// How the server answers, changeable while it runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How the server answers, changeable while it runs (over HTTP as JSON:
+/// `"Accept"`, `{"Reply": "451 4.3.0 try later"}`, `"Hang"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SmtpBehaviour {
     #[default]
     Accept,
@@ -25,6 +29,8 @@ pub enum SmtpBehaviour {
     Reply(String),
     /// Greet, then never answer anything again.
     Hang,
+    /// Take this many milliseconds before accepting each mail (a slow server).
+    Slow(u64),
 }
 
 /// One accepted mail.
@@ -36,21 +42,48 @@ pub struct AcceptedMail {
     pub data: String,
 }
 
+/// Every mail, and per delivery its first arrival and copies (kept as mails
+/// arrive: the bench polls the counts while thousands arrive).
+#[derive(Default)]
+struct Recorded {
+    mails: Vec<AcceptedMail>,
+    arrivals: HashMap<String, (i64, u64)>,
+}
+
+/// A delivery's first arrival and its number of copies.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MailArrival {
+    pub delivery: String,
+    pub arrived_ms: i64,
+    pub copies: u64,
+}
+
 #[derive(Clone, Default)]
 pub struct SmtpStandin {
     behaviour: Arc<Mutex<SmtpBehaviour>>,
-    mails: Arc<Mutex<Vec<AcceptedMail>>>,
+    recorded: Arc<Mutex<Recorded>>,
     connections: Arc<AtomicU64>,
+    open: Arc<AtomicU64>,
+    peak_open: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
+    pipelined: Arc<AtomicU64>,
+    /// Sessions started before this generation close on their next command.
+    generation: Arc<AtomicU64>,
     arrived: Arc<tokio::sync::Notify>,
 }
 
 /// What the server saw.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SmtpStats {
+    /// Sessions (connections) accepted in all.
     pub connections: u64,
+    /// The most sessions open at one time.
+    pub peak_open: u64,
     /// Transactions answered with a failure on purpose.
     pub refused: u64,
+    /// RCPT and DATA commands that came before the reply to the previous
+    /// command had gone out (the client pipelines).
+    pub pipelined: u64,
     pub mails: u64,
     /// Distinct deliveries (by the delivery header).
     pub unique: u64,
@@ -71,31 +104,43 @@ impl SmtpStandin {
         self.behaviour.lock().expect("smtp lock").clone()
     }
 
+    /// Every open session closes when its client next speaks, as a server
+    /// does that closed idle connections.
+    pub fn close_sessions(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn mails(&self) -> Vec<AcceptedMail> {
-        self.mails.lock().expect("smtp lock").clone()
+        self.recorded.lock().expect("smtp lock").mails.clone()
+    }
+
+    /// Each delivery's first arrival, as the bench reads it.
+    pub fn arrival_list(&self) -> Vec<MailArrival> {
+        self.arrivals()
+            .into_iter()
+            .map(|(delivery, (arrived_ms, copies))| MailArrival {
+                delivery,
+                arrived_ms,
+                copies,
+            })
+            .collect()
     }
 
     /// Each delivery's first arrival (ms) and its number of copies.
     pub fn arrivals(&self) -> HashMap<String, (i64, u64)> {
-        let mut out: HashMap<String, (i64, u64)> = HashMap::new();
-        for m in self.mails.lock().expect("smtp lock").iter() {
-            if let Some(d) = &m.delivery {
-                let e = out.entry(d.clone()).or_insert((m.arrived_ms, 0));
-                e.0 = e.0.min(m.arrived_ms);
-                e.1 += 1;
-            }
-        }
-        out
+        self.recorded.lock().expect("smtp lock").arrivals.clone()
     }
 
     pub fn stats(&self) -> SmtpStats {
-        let arrivals = self.arrivals();
+        let rec = self.recorded.lock().expect("smtp lock");
         SmtpStats {
             connections: self.connections.load(Ordering::Relaxed),
+            peak_open: self.peak_open.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
-            mails: self.mails.lock().expect("smtp lock").len() as u64,
-            unique: arrivals.len() as u64,
-            duplicates: arrivals.values().map(|(_, n)| n - 1).sum(),
+            pipelined: self.pipelined.load(Ordering::Relaxed),
+            mails: rec.mails.len() as u64,
+            unique: rec.arrivals.len() as u64,
+            duplicates: rec.arrivals.values().map(|(_, n)| n - 1).sum(),
         }
     }
 
@@ -118,27 +163,49 @@ impl SmtpStandin {
         loop {
             let (stream, _) = listener.accept().await?;
             self.connections.fetch_add(1, Ordering::Relaxed);
+            let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+            self.peak_open.fetch_max(open, Ordering::Relaxed);
             let me = self.clone();
             tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
                 let _ = me.session(stream).await;
+                me.open.fetch_sub(1, Ordering::Relaxed);
             });
         }
     }
 
     async fn session(&self, stream: TcpStream) -> std::io::Result<()> {
-        let (read, mut write) = stream.into_split();
-        let mut lines = BufReader::new(read).lines();
+        let (read, write) = stream.into_split();
+        let mut reader = BufReader::new(read);
+        // Replies wait in the buffer while more input is at hand, and go out
+        // in one write when the client waits: what a server does for a
+        // pipelining client (and what keeps the stand-in cheap to measure against).
+        let mut write = tokio::io::BufWriter::new(write);
         write.write_all(b"220 toki-smtp-standin ESMTP\r\n").await?;
         let mut in_data = false;
         let mut data = String::new();
-        while let Some(line) = lines.next_line().await? {
-            if self.behaviour() == SmtpBehaviour::Hang {
+        let mut buf = String::new();
+        // The transaction so far: MAIL accepted, recipients accepted.
+        let (mut mail_from, mut recipients) = (false, 0u32);
+        let generation = self.generation.load(Ordering::Relaxed);
+        while let Some((line, buffered)) = next_line(&mut reader, &mut write, &mut buf).await? {
+            let behaviour = self.behaviour();
+            if behaviour == SmtpBehaviour::Hang {
                 // Accepts and then says nothing: the client must time out.
                 std::future::pending::<()>().await;
+            }
+            if !in_data && self.generation.load(Ordering::Relaxed) != generation {
+                // Closed while idle: the client finds out when it next speaks.
+                return Ok(());
             }
             if in_data {
                 if line == "." {
                     in_data = false;
+                    (mail_from, recipients) = (false, 0);
+                    if let SmtpBehaviour::Slow(ms) = behaviour {
+                        write.flush().await?;
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
                     self.accept(std::mem::take(&mut data));
                     write.write_all(b"250 2.0.0 queued\r\n").await?;
                 } else {
@@ -152,6 +219,9 @@ impl SmtpStandin {
                 .next()
                 .unwrap_or_default()
                 .to_ascii_uppercase();
+            if buffered && matches!(verb.as_str(), "RCPT" | "DATA") {
+                self.pipelined.fetch_add(1, Ordering::Relaxed);
+            }
             let reply: &[u8] = match verb.as_str() {
                 "EHLO" => b"250-toki-smtp-standin\r\n250-PIPELINING\r\n250-AUTH PLAIN LOGIN\r\n250 8BITMIME\r\n",
                 // Any credentials will do: the stand-in checks what is sent, not who.
@@ -159,32 +229,45 @@ impl SmtpStandin {
                 "AUTH" if line.to_ascii_uppercase().contains("LOGIN") => {
                     // LOGIN: username, then password, each after a 334 prompt.
                     write.write_all(b"334 VXNlcm5hbWU6\r\n").await?;
-                    lines.next_line().await?;
+                    next_line(&mut reader, &mut write, &mut buf).await?;
                     write.write_all(b"334 UGFzc3dvcmQ6\r\n").await?;
-                    lines.next_line().await?;
+                    next_line(&mut reader, &mut write, &mut buf).await?;
                     b"235 2.7.0 authenticated\r\n"
                 }
                 "AUTH" => {
                     write.write_all(b"334 \r\n").await?;
-                    lines.next_line().await?;
+                    next_line(&mut reader, &mut write, &mut buf).await?;
                     b"235 2.7.0 authenticated\r\n"
                 }
                 "HELO" => b"250 toki-smtp-standin\r\n",
-                "MAIL" | "NOOP" => match self.behaviour() {
+                "MAIL" | "NOOP" => match behaviour {
                     SmtpBehaviour::Reply(r) => {
                         self.refused.fetch_add(1, Ordering::Relaxed);
                         write.write_all(format!("{r}\r\n").as_bytes()).await?;
                         continue;
                     }
-                    _ => b"250 2.0.0 ok\r\n",
+                    _ => {
+                        mail_from |= verb == "MAIL";
+                        b"250 2.0.0 ok\r\n"
+                    }
                 },
-                "RCPT" | "RSET" => b"250 2.0.0 ok\r\n",
+                "RCPT" if !mail_from => b"503 5.5.1 need MAIL first\r\n",
+                "RCPT" => {
+                    recipients += 1;
+                    b"250 2.0.0 ok\r\n"
+                }
+                "RSET" => {
+                    (mail_from, recipients) = (false, 0);
+                    b"250 2.0.0 ok\r\n"
+                }
+                "DATA" if recipients == 0 => b"554 5.5.1 no valid recipients\r\n",
                 "DATA" => {
                     in_data = true;
                     b"354 end with <CRLF>.<CRLF>\r\n"
                 }
                 "QUIT" => {
                     write.write_all(b"221 2.0.0 bye\r\n").await?;
+                    write.flush().await?;
                     return Ok(());
                 }
                 _ => b"502 5.5.2 command not recognised\r\n",
@@ -207,9 +290,41 @@ impl SmtpStandin {
             arrived_ms: toki_core::ports::SystemClock.now().timestamp_millis(),
             data,
         };
-        self.mails.lock().expect("smtp lock").push(mail);
+        let mut rec = self.recorded.lock().expect("smtp lock");
+        if let Some(d) = &mail.delivery {
+            let e = rec
+                .arrivals
+                .entry(d.clone())
+                .or_insert((mail.arrived_ms, 0));
+            e.0 = e.0.min(mail.arrived_ms);
+            e.1 += 1;
+        }
+        rec.mails.push(mail);
+        drop(rec);
         self.arrived.notify_waiters();
     }
+}
+
+/// The next input line (without its line end) and whether it was at hand
+/// already; the replies are flushed first when no whole line is buffered
+/// (the client is waiting for them).
+async fn next_line(
+    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    write: &mut tokio::io::BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    buf: &mut String,
+) -> std::io::Result<Option<(String, bool)>> {
+    let buffered = reader.buffer().contains(&b'\n');
+    if !buffered {
+        write.flush().await?;
+    }
+    buf.clear();
+    if reader.read_line(buf).await? == 0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        buf.trim_end_matches(['\r', '\n']).to_owned(),
+        buffered,
+    )))
 }
 
 /// Starts a stand-in on 127.0.0.1 (any port) in this runtime; returns it and its `host:port`.
@@ -219,4 +334,43 @@ pub async fn start() -> std::io::Result<(SmtpStandin, String)> {
     let standin = SmtpStandin::new();
     tokio::spawn(standin.clone().serve(listener));
     Ok((standin, addr))
+}
+
+/// The HTTP side: `GET /stats`, `GET /arrivals`, `POST /control/mode` with an [`SmtpBehaviour`].
+pub fn control_router(standin: SmtpStandin) -> axum::Router {
+    use axum::extract::State;
+    use axum::routing::{get, post};
+    use axum::Json;
+    axum::Router::new()
+        .route(
+            "/stats",
+            get(|State(s): State<SmtpStandin>| async move { Json(s.stats()) }),
+        )
+        .route(
+            "/arrivals",
+            get(|State(s): State<SmtpStandin>| async move { Json(s.arrival_list()) }),
+        )
+        .route(
+            "/control/mode",
+            post(
+                |State(s): State<SmtpStandin>, Json(b): Json<SmtpBehaviour>| async move {
+                    s.set_behaviour(b);
+                    axum::http::StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .with_state(standin)
+}
+
+/// Serves SMTP on `smtp` and the HTTP side on `http` until either fails.
+pub async fn serve_both(
+    standin: SmtpStandin,
+    smtp: TcpListener,
+    http: TcpListener,
+) -> std::io::Result<()> {
+    let control = control_router(standin.clone());
+    tokio::select! {
+        r = standin.serve(smtp) => r,
+        r = axum::serve(http, control) => r,
+    }
 }
