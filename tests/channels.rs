@@ -1,4 +1,4 @@
-//! Channels against real receivers: SMTP through lettre to a capture server,
+//! Channels against real receivers: SMTP to a capture server and to the SMTP stand-in,
 //! Slack's Web API through a local stand-in (including 429 + Retry-After).
 
 mod common;
@@ -337,4 +337,162 @@ async fn slack_history_tells_whether_a_delivery_was_posted() {
         "same user, another delivery"
     );
     assert_eq!(standin.stats().unique, 1);
+}
+
+fn mail_notification(i: usize) -> Notification {
+    let mut n = notification(i, "U1");
+    n.key.channel = Channel::Mail;
+    n
+}
+
+fn pooled_mail(addr: &str, sessions: u32, timeout: Duration) -> MailChannel {
+    MailChannel::smtp(
+        &format!("smtp://{addr}"),
+        "Toki <toki@example.com>",
+        sessions,
+        timeout,
+        clock(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_mail_uses_the_pool_s_sessions_and_no_more() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = std::sync::Arc::new(pooled_mail(&addr, 4, Duration::from_secs(5)));
+    mail.warm_up().await;
+    assert_eq!(smtp.stats().connections, 4, "warmed: every session open");
+    // Five batches at once, as five workers would send them.
+    let batches: Vec<Vec<Notification>> = (0..5)
+        .map(|b| (0..60).map(|i| mail_notification(b * 100 + i)).collect())
+        .collect();
+    let sends = batches.iter().map(|batch| {
+        let mail = mail.clone();
+        async move { mail.send(batch).await }
+    });
+    let results: Vec<_> = futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(results.len(), 300);
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let stats = smtp.stats();
+    assert_eq!(stats.unique, 300);
+    assert_eq!(stats.duplicates, 0);
+    assert_eq!(
+        stats.connections, 4,
+        "no session beyond the pool: {stats:?}"
+    );
+    assert!(stats.peak_open <= 4, "{stats:?}");
+    assert!(
+        stats.pipelined >= 300,
+        "RCPT and DATA went out with MAIL: {stats:?}"
+    );
+    assert_eq!(mail.sessions_opened(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_server_closed_is_replaced_without_failing_the_mail() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = pooled_mail(&addr, 2, Duration::from_secs(5));
+    let first: Vec<_> = (0..2).map(mail_notification).collect();
+    assert!(mail.send(&first).await.iter().all(|r| r.is_ok()));
+    // The server drops its idle sessions (an idle timeout, a restart).
+    smtp.close_sessions();
+    let next: Vec<_> = (10..14).map(mail_notification).collect();
+    let r = mail.send(&next).await;
+    assert!(
+        r.iter().all(|r| r.is_ok()),
+        "no failure reaches the delivery: {r:?}"
+    );
+    let stats = smtp.stats();
+    assert_eq!(stats.unique, 6);
+    assert!(
+        (3..=4).contains(&stats.connections),
+        "the closed sessions were replaced: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_mail_leaves_its_session_usable() {
+    use toki_devtools::smtp_standin::SmtpBehaviour;
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = pooled_mail(&addr, 1, Duration::from_secs(5));
+    smtp.set_behaviour(SmtpBehaviour::Reply("550 5.1.1 no such user".into()));
+    let r = mail.send(&[mail_notification(1)]).await;
+    assert!(
+        matches!(&r[0], Err(SendError::Permanent(m)) if m.contains("550")),
+        "{r:?}"
+    );
+    smtp.set_behaviour(SmtpBehaviour::Accept);
+    let r = mail
+        .send(&[mail_notification(2), mail_notification(3)])
+        .await;
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    let stats = smtp.stats();
+    assert_eq!(stats.unique, 2);
+    assert_eq!(
+        stats.mails, 2,
+        "nothing half-sent after the refusal: {stats:?}"
+    );
+    assert_eq!(
+        stats.connections, 1,
+        "reset (RSET), not reconnected: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeout_is_per_mail_not_for_the_wait_for_a_session() {
+    use toki_devtools::smtp_standin::SmtpBehaviour;
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    // One session, 0.5 s per mail; 8 mails take 1.6 s in all, each 0.2 s.
+    smtp.set_behaviour(SmtpBehaviour::Slow(200));
+    let mail = pooled_mail(&addr, 1, Duration::from_millis(500));
+    let batch: Vec<_> = (0..8).map(mail_notification).collect();
+    let r = mail.send(&batch).await;
+    assert!(
+        r.iter().all(|r| r.is_ok()),
+        "queued mails did not time out: {r:?}"
+    );
+    assert_eq!(smtp.stats().unique, 8);
+    // A mail slower than the timeout fails alone, as transient.
+    smtp.set_behaviour(SmtpBehaviour::Slow(1_000));
+    let r = mail.send(&[mail_notification(20)]).await;
+    assert!(
+        matches!(&r[0], Err(SendError::Transient(m)) if m.contains("no answer")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_given_an_instant_goes_out_at_it_not_before() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = pooled_mail(&addr, 2, Duration::from_secs(5));
+    mail.warm_up().await;
+    let due_ms = Utc::now().timestamp_millis() + 300;
+    let at = tokio::time::Instant::now() + Duration::from_millis(300);
+    let batch: Vec<_> = (0..3).map(mail_notification).collect();
+    let r = mail.send_at(&batch, at).await;
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    let arrived = smtp.arrivals();
+    assert_eq!(arrived.len(), 3);
+    // One millisecond of slack: the two clocks were read a moment apart.
+    assert!(
+        arrived.values().all(|(ms, _)| *ms >= due_ms - 1),
+        "{arrived:?} before {due_ms}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_that_start_with_a_dot_arrive_intact() {
+    let (smtp, addr) = toki_devtools::smtp_standin::start().await.unwrap();
+    let mail = pooled_mail(&addr, 1, Duration::from_secs(5));
+    let mut n = mail_notification(1);
+    n.text = "agenda:\n.\n..two dots\n.one dot\nend".into();
+    assert!(mail.send(std::slice::from_ref(&n)).await[0].is_ok());
+    let data = &smtp.mails()[0].data;
+    // A lone "." would have ended the mail early; the stand-in undoes the stuffing.
+    assert!(data.contains("\n.\n..two dots\n.one dot\nend"), "{data}");
+    assert_eq!(smtp.stats().unique, 1);
 }

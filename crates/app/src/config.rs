@@ -425,6 +425,9 @@ impl Config {
         if let Some(v) = env("TOKI_SMTP_URL") {
             self.mail.smtp_url = Some(v.into());
         }
+        if let Some(v) = env_parse("TOKI_SMTP_CONNECTIONS")? {
+            self.mail.connections = v;
+        }
         if let Some(v) = env_parse("TOKI_SMTP_TIMEOUT_S")? {
             self.mail.timeout_s = v;
         }
@@ -501,6 +504,12 @@ impl Config {
                 "pipeline.lead_ms: {} ms must be shorter than daemon.visibility_timeout_s ({} s)",
                 self.pipeline.lead_ms,
                 self.daemon.visibility_timeout_s
+            );
+        }
+        if !(1..=1000).contains(&self.mail.connections) {
+            bail!(
+                "mail.connections: {} is out of range 1..=1000 (SMTP sessions per daemon)",
+                self.mail.connections
             );
         }
         if self.daemon.max_failures == 0 {

@@ -60,6 +60,13 @@ pub trait ChannelSender: Send + Sync {
 
     async fn send(&self, batch: &[Notification]) -> Vec<SendResult>;
 
+    /// Sends `batch` at `at`: a channel that has work to do per notification
+    /// before the wire (mail: rendering MIME) does it first, then waits.
+    async fn send_at(&self, batch: &[Notification], at: tokio::time::Instant) -> Vec<SendResult> {
+        tokio::time::sleep_until(at).await;
+        self.send(batch).await
+    }
+
     /// Whether the service answers now (a cheap request that sends nothing):
     /// how an open circuit breaker finds out that it came back.
     async fn probe(&self) -> Result<(), SendError> {

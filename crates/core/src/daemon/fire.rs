@@ -79,8 +79,7 @@ impl Daemon {
                 group.retain(|t| !revoked.iter().any(|(m, _)| *m == t.message));
                 fired.revoked.extend(revoked);
             }
-            tokio::time::sleep_until(fire_at).await;
-            fired.sent.extend(self.send_group(group).await);
+            fired.sent.extend(self.send_group(group, fire_at).await);
         }
         fired
     }
@@ -135,9 +134,10 @@ impl Daemon {
             .collect()
     }
 
-    /// Sends one due group: each channel's share as one batch, all at once.
-    /// A channel whose circuit is open sends nothing (its deliveries wait).
-    async fn send_group(&self, group: Vec<ToSend>) -> Vec<Sent> {
+    /// Sends one due group at `fire_at`: each channel's share as one batch,
+    /// all at once. A channel whose circuit is open sends nothing (its
+    /// deliveries wait).
+    async fn send_group(&self, group: Vec<ToSend>, fire_at: tokio::time::Instant) -> Vec<Sent> {
         // Notifications move into per-channel batches: no copies on the hot path.
         let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
         for t in group {
@@ -150,7 +150,7 @@ impl Daemon {
             let sender = self.channels.get(&channel).cloned();
             let results: Vec<Option<SendResult>> = match sender {
                 _ if self.breakers.is_open(channel) => vec![None; batch.notifications.len()],
-                Some(sender) => self.send_batch(channel, &sender, &batch).await,
+                Some(sender) => self.send_batch(channel, &sender, &batch, fire_at).await,
                 // The plan only sends on configured channels; never panic for it.
                 None => vec![
                     Some(Err(SendError::Permanent(format!(
@@ -176,13 +176,14 @@ impl Daemon {
     }
 
     /// One channel's batch: deliveries taken over from a holder that stopped
-    /// are looked up first (it may have sent them); the rest are sent. The
-    /// answers feed the channel's circuit breaker.
+    /// are looked up first (it may have sent them); the rest are sent at
+    /// `fire_at`. The answers feed the channel's circuit breaker.
     async fn send_batch(
         &self,
         channel: Channel,
         sender: &Arc<dyn ChannelSender>,
         batch: &ChannelBatch,
+        fire_at: tokio::time::Instant,
     ) -> Vec<Option<SendResult>> {
         let n = batch.notifications.len();
         let mut results: Vec<Option<SendResult>> = vec![None; n];
@@ -199,7 +200,7 @@ impl Daemon {
         if found.is_empty() {
             for (slot, r) in results
                 .iter_mut()
-                .zip(sender.send(&batch.notifications).await)
+                .zip(sender.send_at(&batch.notifications, fire_at).await)
             {
                 *slot = Some(r);
             }
@@ -210,7 +211,7 @@ impl Daemon {
                 .iter()
                 .map(|i| batch.notifications[*i].clone())
                 .collect();
-            for (i, r) in rest.into_iter().zip(sender.send(&to_go).await) {
+            for (i, r) in rest.into_iter().zip(sender.send_at(&to_go, fire_at).await) {
                 results[i] = Some(r);
             }
         }
@@ -238,7 +239,7 @@ impl Daemon {
 
     /// Warms the channels a batch will use, at most once per WARM_EVERY each,
     /// while there is still time before the due instant.
-    pub(super) async fn warm_channels(&self, prepared: &[Prepared]) {
+    pub(super) fn warm_channels(&self, prepared: &[Prepared]) {
         let used: BTreeSet<Channel> = prepared
             .iter()
             .flat_map(|p| &p.plan.to_send)
@@ -256,9 +257,12 @@ impl Daemon {
                     }
                 }
             };
+            // In the background: a channel slow to warm (a server that
+            // accepts and then hangs) must not hold up the batch or the
+            // other channels.
             if due_for_warming {
-                if let Some(sender) = self.channels.get(&channel) {
-                    sender.warm_up().await;
+                if let Some(sender) = self.channels.get(&channel).cloned() {
+                    tokio::spawn(async move { sender.warm_up().await });
                 }
             }
         }

@@ -233,7 +233,7 @@ impl Daemon {
                 // The claims' lease runs from about the receive, not from now.
                 renewed: Some(hidden_until - self.settings.visibility),
             });
-            self.warm_channels(&prepared).await;
+            self.warm_channels(&prepared);
             let me = self.clone();
             let mut set = deliveries.lock().await;
             while set.try_join_next().is_some() {} // reap finished batches
