@@ -496,3 +496,46 @@ async fn lines_that_start_with_a_dot_arrive_intact() {
     assert!(data.contains("\n.\n..two dots\n.one dot\nend"), "{data}");
     assert_eq!(smtp.stats().unique, 1);
 }
+
+#[test]
+fn a_bad_smtp_url_is_refused_naming_the_field_and_the_part() {
+    let cases = [
+        ("ftp://mail.example.com", "scheme"),
+        ("smtp://mail.example.com?tls=maybe", "tls"),
+        ("smtps://mail.example.com?tls=required", "tls"),
+        ("smtp://mail.example.com?pool=9", "pool"),
+        ("not a url", "not a URL"),
+    ];
+    for (url, part) in cases {
+        let err = match MailChannel::smtp(
+            url,
+            "Toki <t@example.com>",
+            1,
+            Duration::from_secs(1),
+            clock(),
+        ) {
+            Ok(_) => panic!("{url} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.starts_with("mail.smtp_url:"), "{url}: {err}");
+        assert!(err.contains(part), "{url}: {err}");
+    }
+    for url in [
+        "smtp://127.0.0.1:2525",
+        "smtp://user:p%40ss+w@mail.example.com:587?tls=required",
+        "smtps://user:pw@mail.example.com",
+        "smtp://mail.example.com?tls=opportunistic",
+    ] {
+        assert!(
+            MailChannel::smtp(
+                url,
+                "Toki <t@example.com>",
+                1,
+                Duration::from_secs(1),
+                clock()
+            )
+            .is_ok(),
+            "{url}"
+        );
+    }
+}

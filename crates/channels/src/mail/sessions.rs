@@ -67,11 +67,11 @@ impl Endpoint {
             Security::StartTls => 587,
             _ => 25,
         });
+        // Percent-decoding only ('+' stays '+': passwords hold it).
         let decode = |s: &str| {
-            url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default()
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
         };
         let credentials = (!url.username().is_empty())
             .then(|| (decode(url.username()), decode(url.password().unwrap_or(""))));
