@@ -109,3 +109,47 @@ fn demo_against_the_aws_emulator() {
     let report = check(out, 300);
     assert_eq!(report["backend"], "aws");
 }
+
+/// `toki bench --channel mail` as a user runs it: the daemon and the SMTP
+/// stand-in each in their own process, lateness measured at the stand-in.
+#[test]
+fn bench_mail_through_the_smtp_standin() {
+    // The stand-in is a sibling binary of `toki` (cargo builds both for the tests).
+    assert!(std::path::Path::new(TOKI)
+        .with_file_name("toki-smtp-standin")
+        .exists());
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(TOKI)
+        .args([
+            "bench",
+            "--channel",
+            "mail",
+            "--deliveries",
+            "120",
+            "--workers",
+            "2",
+            "--lead",
+            "4",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("bench"))
+        .env("TOKI_SMTP_CONNECTIONS", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(run["measured_at"], "sink", "{run}");
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    let sessions = run["smtp_sessions"].as_u64().unwrap();
+    assert!(
+        (1..=3).contains(&sessions),
+        "at most the pool's sessions: {run}"
+    );
+}
