@@ -315,37 +315,18 @@ pub async fn run_once(
         Sink::Slack(url) => {
             let arrivals: Vec<Arrival> = get_json(&http, &format!("{url}/arrivals")).await?;
             let stats: StandinStats = get_json(&http, &format!("{url}/stats")).await?;
-            let lat: Vec<i64> = arrivals
-                .iter()
-                .map(|a| a.arrived_ms - a.due_at_ms)
-                .collect();
-            let last =
-                arrivals.iter().map(|a| a.arrived_ms).max().unwrap_or(0) - due.timestamp_millis();
-            (
-                Lateness::from_millis(lat),
-                (n as u64).saturating_sub(stats.unique),
-                stats.duplicates,
-                "sink",
-                last,
-            )
+            let at_sink = arrivals.iter().map(|a| (a.arrived_ms, a.due_at_ms));
+            measured_at_sink(at_sink, due, n, stats.unique, stats.duplicates)
         }
         Sink::Smtp(url) => {
             let arrivals: Vec<MailArrival> = get_json(&http, &format!("{url}/arrivals")).await?;
             let stats: SmtpStats = get_json(&http, &format!("{url}/stats")).await?;
             smtp_sessions = Some(stats.connections);
-            // Every bench delivery is due at `due`.
-            let lat: Vec<i64> = arrivals
+            // Mails carry no due instant; every bench delivery is due at `due`.
+            let at_sink = arrivals
                 .iter()
-                .map(|a| a.arrived_ms - due.timestamp_millis())
-                .collect();
-            let last = lat.iter().copied().max().unwrap_or(0);
-            (
-                Lateness::from_millis(lat),
-                (n as u64).saturating_sub(stats.unique),
-                stats.duplicates,
-                "sink",
-                last,
-            )
+                .map(|a| (a.arrived_ms, due.timestamp_millis()));
+            measured_at_sink(at_sink, due, n, stats.unique, stats.duplicates)
         }
         Sink::Rows => {
             let sinks = match (&opts.maildir, opts.channel) {
@@ -387,6 +368,26 @@ pub async fn run_once(
         smtp_sessions,
         measured_at,
     })
+}
+
+/// Lateness from (arrival, due) pairs at a stand-in, the missing, the
+/// duplicates, where, and the last arrival after `due` (ms).
+fn measured_at_sink(
+    at_sink: impl Iterator<Item = (i64, i64)>,
+    due: chrono::DateTime<chrono::Utc>,
+    n: usize,
+    unique: u64,
+    duplicates: u64,
+) -> (Lateness, u64, u64, &'static str, i64) {
+    let (lat, arrived): (Vec<i64>, Vec<i64>) = at_sink.map(|(a, d)| (a - d, a)).unzip();
+    let last = arrived.into_iter().max().unwrap_or(0) - due.timestamp_millis();
+    (
+        Lateness::from_millis(lat),
+        (n as u64).saturating_sub(unique),
+        duplicates,
+        "sink",
+        last,
+    )
 }
 
 pub fn header() -> Vec<&'static str> {

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 const DELIVERY_HEADER: &str = "x-toki-delivery:";
 
 /// How the server answers, changeable while it runs (over HTTP as JSON:
-/// `"Accept"`, `{"Reply": "451 4.3.0 try later"}`, `"Hang"`).
+/// `"Accept"`, `{"Reply": "451 4.3.0 try later"}`, `"Hang"`, `{"Slow": 200}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SmtpBehaviour {
     #[default]

@@ -142,37 +142,37 @@ impl MailChannel {
         }
     }
 
-    /// Renders a mail for the SMTP pool: envelope and formatted bytes.
-    fn render(&self, n: &Notification) -> Result<Outgoing, SendError> {
+    /// Renders a mail before its instant: for SMTP, the envelope and the
+    /// dot-stuffed bytes; for the outbox, the message.
+    fn render(&self, n: &Notification) -> Result<Rendered<'_>, SendError> {
         let message = self.build(n)?;
-        let envelope = message.envelope();
-        Ok(Outgoing::new(
-            envelope.from().map(|a| a.to_string()).unwrap_or_default(),
-            envelope.to().iter().map(|a| a.to_string()).collect(),
-            &message.formatted(),
-        ))
+        Ok(match &self.transport {
+            Transport::Smtp(pool) => {
+                let envelope = message.envelope();
+                let mail = Outgoing::new(
+                    envelope.from().map(|a| a.to_string()).unwrap_or_default(),
+                    envelope.to().iter().map(|a| a.to_string()).collect(),
+                    &message.formatted(),
+                );
+                Rendered::Smtp(pool, mail)
+            }
+            Transport::File(outbox) => Rendered::File(outbox, message),
+        })
     }
 
     async fn send_rendered(
         &self,
         n: &Notification,
-        mail: Result<Option<Outgoing>, SendError>,
+        mail: Result<Rendered<'_>, SendError>,
     ) -> Result<Instant, SendError> {
-        let sent = match (&self.transport, mail) {
-            (_, Err(e)) => Err(e),
-            (Transport::Smtp(pool), Ok(Some(mail))) => {
-                pool.send(&mail).await.map_err(|f| self.failure(f))
-            }
-            (Transport::Smtp(_), Ok(None)) => Err(SendError::Permanent("mail not rendered".into())),
-            // The outbox renders as it writes.
-            (Transport::File(t), Ok(_)) => match self.build(n) {
-                Ok(message) => t
-                    .send(message)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| SendError::transient(format!("mail outbox: {e}"))),
-                Err(e) => Err(e),
-            },
+        let sent = match mail {
+            Err(e) => Err(e),
+            Ok(Rendered::Smtp(pool, mail)) => pool.send(&mail).await.map_err(|f| self.failure(f)),
+            Ok(Rendered::File(outbox, message)) => outbox
+                .send(message)
+                .await
+                .map(|_| ())
+                .map_err(|e| SendError::transient(format!("mail outbox: {e}"))),
         };
         if let Err(e) = &sent {
             // The daemon logs the attempt (WARN, with its reason and budget).
@@ -181,45 +181,40 @@ impl MailChannel {
         sent.map(|()| self.clock.now())
     }
 
-    /// SMTP: the mails rendered; the outbox renders as it writes.
-    fn render_all(&self, batch: &[Notification]) -> Vec<Result<Option<Outgoing>, SendError>> {
-        batch
-            .iter()
-            .map(|n| match &self.transport {
-                Transport::Smtp(_) => self.render(n).map(Some),
-                Transport::File(_) => Ok(None),
-            })
-            .collect()
-    }
-
     async fn send_all(
         &self,
         batch: &[Notification],
-        rendered: Vec<Result<Option<Outgoing>, SendError>>,
+        rendered: Vec<Result<Rendered<'_>, SendError>>,
     ) -> Vec<SendResult> {
-        // `concurrency` lanes (the pool's size) each take the next mail:
-        // one send future per lane, not per mail. 3,000 send futures at once
-        // cost more in fresh pages than the sends (a profile: 14 % of the
-        // burst's CPU zeroing huge pages).
-        let n = batch.len();
+        // `concurrency` lanes (the pool's size) each take the next mail: one
+        // send future per lane, not per mail. 3,000 send futures at once made
+        // the kernel zero fresh huge pages, the largest item in the burst's
+        // profile (BENCHMARKS.md).
         let queue = std::sync::Mutex::new(rendered.into_iter().enumerate());
-        let results = std::sync::Mutex::new(vec![None; n]);
         let lane = || async {
+            let mut done = Vec::new();
             loop {
                 let next = queue.lock().expect("mail queue lock").next();
                 let Some((i, mail)) = next else { break };
-                let r = self.send_rendered(&batch[i], mail).await;
-                results.lock().expect("mail results lock")[i] = Some(r);
+                done.push((i, self.send_rendered(&batch[i], mail).await));
             }
+            done
         };
-        futures::future::join_all((0..self.concurrency.min(n)).map(|_| lane())).await;
-        results
-            .into_inner()
-            .expect("mail results lock")
+        let lanes = (0..self.concurrency.min(batch.len())).map(|_| lane());
+        let mut results: Vec<(usize, SendResult)> = futures::future::join_all(lanes)
+            .await
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(SendError::transient("mail not sent"))))
-            .collect()
+            .flatten()
+            .collect();
+        results.sort_unstable_by_key(|(i, _)| *i);
+        results.into_iter().map(|(_, r)| r).collect()
     }
+}
+
+/// A mail rendered for the transport that will carry it.
+enum Rendered<'a> {
+    Smtp(&'a SessionPool, Outgoing),
+    File(&'a AsyncFileTransport<Tokio1Executor>, Message),
 }
 
 /// The same for every copy of one delivery: `<key@toki>`, with the key's
@@ -274,13 +269,13 @@ impl ChannelSender for MailChannel {
     }
 
     async fn send(&self, batch: &[Notification]) -> Vec<SendResult> {
-        let rendered = self.render_all(batch);
+        let rendered = batch.iter().map(|n| self.render(n)).collect();
         self.send_all(batch, rendered).await
     }
 
     /// Renders every mail first, then waits for the instant and sends.
     async fn send_at(&self, batch: &[Notification], at: tokio::time::Instant) -> Vec<SendResult> {
-        let rendered = self.render_all(batch);
+        let rendered = batch.iter().map(|n| self.render(n)).collect();
         tokio::time::sleep_until(at).await;
         self.send_all(batch, rendered).await
     }

@@ -150,7 +150,7 @@ impl SessionPool {
     }
 
     async fn open(&self) -> Result<Session, Failure> {
-        match tokio::time::timeout(self.timeout, Wire::open(&self.endpoint.0, self.timeout)).await {
+        match tokio::time::timeout(self.timeout, Wire::open(&self.endpoint.0)).await {
             Ok(Ok(conn)) => {
                 let n = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
                 debug!(endpoint = ?self.endpoint, opened = n, "smtp session opened");

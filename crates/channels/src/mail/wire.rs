@@ -6,7 +6,6 @@
 //! closing dot in a write of its own.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufStream};
@@ -177,13 +176,11 @@ async fn tls<S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static>(
 }
 
 impl Session {
-    /// Connects (Nagle off), greets, secures and authenticates.
-    pub async fn open(o: &Opening, timeout: Duration) -> Result<Session, WireError> {
-        let tcp = tokio::time::timeout(timeout, TcpStream::connect((o.host.as_str(), o.port)))
+    /// Connects (Nagle off), greets, secures and authenticates. The caller
+    /// bounds the whole of it in time.
+    pub async fn open(o: &Opening) -> Result<Session, WireError> {
+        let tcp = TcpStream::connect((o.host.as_str(), o.port))
             .await
-            .map_err(|_| {
-                WireError::Broken(format!("connecting to {}:{}: timed out", o.host, o.port))
-            })?
             .map_err(|e| WireError::Broken(format!("connecting to {}:{}: {e}", o.host, o.port)))?;
         // Replies and small writes must not wait for delayed ACKs.
         tcp.set_nodelay(true).map_err(WireError::io)?;
@@ -327,45 +324,49 @@ impl Session {
             head.push_str(&format!("RCPT TO:<{to}>\r\n"));
         }
         head.push_str("DATA\r\n");
-        let outcome = if self.ext.pipelining {
+        let expected = std::iter::once(250)
+            .chain(mail.to.iter().map(|_| 250))
+            .chain(std::iter::once(354));
+        let accepted = |r: &Reply, want: u16| r.code == want || (want == 250 && r.code == 251);
+        // The first refusal, and whether DATA was answered 354 anyway.
+        let (refusal, data_open) = if self.ext.pipelining {
             // One write, then every reply in order (RFC 2920).
             self.stream
                 .write_all(head.as_bytes())
                 .await
                 .map_err(WireError::io)?;
             self.stream.flush().await.map_err(WireError::io)?;
-            let mut first_failure = None;
-            for expected in std::iter::once(250)
-                .chain(mail.to.iter().map(|_| 250))
-                .chain(std::iter::once(354))
-            {
+            let mut refusal = None;
+            let mut data_open = false;
+            for want in expected {
                 let r = self.read_reply().await?;
-                let ok = r.code == expected || (expected == 250 && r.code == 251);
-                if !ok && first_failure.is_none() {
-                    first_failure = Some(r);
+                data_open = want == 354 && r.code == 354;
+                if !accepted(&r, want) && refusal.is_none() {
+                    refusal = Some(r);
                 }
             }
-            first_failure
+            (refusal, data_open)
         } else {
-            let mut failure = None;
-            for (line, expected) in head.split_terminator("\r\n").zip(
-                std::iter::once(250)
-                    .chain(mail.to.iter().map(|_| 250))
-                    .chain(std::iter::once(354)),
-            ) {
+            let mut refusal = None;
+            for (line, want) in head.split_terminator("\r\n").zip(expected) {
                 self.command(line).await?;
                 let r = self.read_reply().await?;
-                if !(r.code == expected || (expected == 250 && r.code == 251)) {
-                    failure = Some(r);
+                if !accepted(&r, want) {
+                    refusal = Some(r);
                     break;
                 }
             }
-            failure
+            (refusal, false)
         };
-        if let Some(refused) = outcome {
-            if refused.code == 354 {
-                // DATA was accepted although a recipient was not: end it empty.
-                self.command(".").await?;
+        if let Some(refused) = refusal {
+            if data_open {
+                // DATA was accepted although MAIL or a recipient was not
+                // (a lax server): end it empty before resetting.
+                self.stream
+                    .write_all(b".\r\n")
+                    .await
+                    .map_err(WireError::io)?;
+                self.stream.flush().await.map_err(WireError::io)?;
                 self.read_reply().await?;
             }
             return Err(self.reset_after(refused).await);
