@@ -182,11 +182,40 @@ pub struct DaemonConfig {
     pub reconcile_takeovers: bool,
 }
 
+/// How mail leaves Toki.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MailTransport {
+    /// An SMTP server (`mail.smtp_url`), through a pool of long-lived sessions.
+    Smtp,
+    /// Amazon SES's v2 API, with the standard AWS environment's credentials and region.
+    Ses,
+    /// .eml files in `<data_dir>/outbox/mail`.
+    Outbox,
+}
+
+impl std::str::FromStr for MailTransport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "smtp" => Ok(MailTransport::Smtp),
+            "ses" => Ok(MailTransport::Ses),
+            "outbox" => Ok(MailTransport::Outbox),
+            other => Err(format!("{other:?} is not smtp, ses or outbox")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MailConfig {
-    /// `smtp://host:port`, `smtps://user:pass@host:465`; unset: .eml files in `<data_dir>/outbox/mail`.
+    /// TOKI_MAIL_TRANSPORT: smtp, ses or outbox. Unset: smtp when
+    /// `smtp_url` is set, else outbox.
+    pub transport: Option<MailTransport>,
+    /// `smtp://host:port`, `smtps://user:pass@host:465`.
     pub smtp_url: Option<Secret>,
+    /// TOKI_SES_CONFIGURATION_SET: the SES configuration set every mail names (optional).
+    pub ses_configuration_set: Option<String>,
     pub from: String,
     pub connections: u32,
     /// An SMTP exchange taking longer than this fails (a server that accepts
@@ -269,10 +298,23 @@ impl Default for DaemonConfig {
     }
 }
 
+impl MailConfig {
+    /// The transport in effect: the one named, else SMTP when a server is set, else the outbox.
+    pub fn effective_transport(&self) -> MailTransport {
+        self.transport.unwrap_or(if self.smtp_url.is_some() {
+            MailTransport::Smtp
+        } else {
+            MailTransport::Outbox
+        })
+    }
+}
+
 impl Default for MailConfig {
     fn default() -> Self {
         MailConfig {
+            transport: None,
             smtp_url: None,
+            ses_configuration_set: None,
             from: "Toki <reminders@toki.invalid>".into(),
             connections: 8,
             timeout_s: 10,
@@ -425,6 +467,12 @@ impl Config {
         if let Some(v) = env("TOKI_SMTP_URL") {
             self.mail.smtp_url = Some(v.into());
         }
+        if let Some(v) = env_parse("TOKI_MAIL_TRANSPORT")? {
+            self.mail.transport = Some(v);
+        }
+        if let Some(v) = env("TOKI_SES_CONFIGURATION_SET") {
+            self.mail.ses_configuration_set = Some(v);
+        }
         if let Some(v) = env_parse("TOKI_SMTP_CONNECTIONS")? {
             self.mail.connections = v;
         }
@@ -511,6 +559,20 @@ impl Config {
                 "mail.connections: {} is out of range 1..=1000 (SMTP sessions per daemon)",
                 self.mail.connections
             );
+        }
+        match (self.mail.transport, &self.mail.smtp_url) {
+            (Some(MailTransport::Smtp), None) => {
+                bail!("mail.smtp_url: required when mail.transport is smtp")
+            }
+            (Some(t @ (MailTransport::Ses | MailTransport::Outbox)), Some(_)) => bail!(
+                "mail.smtp_url: set, but mail.transport is {}; unset one of them",
+                if t == MailTransport::Ses {
+                    "ses"
+                } else {
+                    "outbox"
+                }
+            ),
+            _ => {}
         }
         if self.daemon.max_failures == 0 {
             bail!("daemon.max_failures: must be at least 1");

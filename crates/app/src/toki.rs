@@ -159,23 +159,33 @@ mod delivery {
     use toki_core::daemon::Daemon;
 
     use super::Toki;
+    use crate::config::MailTransport;
 
     impl Toki {
         /// The three channels as configured: real transports when configured, outboxes otherwise.
         pub async fn channels(&self) -> anyhow::Result<Vec<Arc<dyn ChannelSender>>> {
             let outbox = self.config.data_dir.join("outbox");
             let clock = self.clock.clone();
-            let mail = match &self.config.mail.smtp_url {
-                Some(url) => MailChannel::smtp(
-                    url.expose(),
-                    &self.config.mail.from,
-                    self.config.mail.connections,
-                    std::time::Duration::from_secs(self.config.mail.timeout_s.max(1)),
-                    clock.clone(),
-                )?,
-                None => {
-                    MailChannel::outbox(outbox.join("mail"), &self.config.mail.from, clock.clone())?
+            let m = &self.config.mail;
+            let timeout = std::time::Duration::from_secs(m.timeout_s.max(1));
+            let mail = match (m.effective_transport(), &m.smtp_url) {
+                (MailTransport::Smtp, Some(url)) => {
+                    MailChannel::smtp(url.expose(), &m.from, m.connections, timeout, clock.clone())?
                 }
+                (MailTransport::Ses, _) => {
+                    let a = &self.config.aws;
+                    let sdk =
+                        toki_aws::sdk_config(a.endpoint_url.as_deref(), a.region.as_deref()).await;
+                    MailChannel::ses(
+                        aws_sdk_sesv2::Client::new(&sdk),
+                        m.ses_configuration_set.clone(),
+                        &m.from,
+                        m.connections,
+                        timeout,
+                        clock.clone(),
+                    )?
+                }
+                _ => MailChannel::outbox(outbox.join("mail"), &m.from, clock.clone())?,
             };
             let slack = match &self.config.slack.token {
                 Some(token) => {

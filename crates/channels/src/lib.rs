@@ -6,7 +6,7 @@ pub mod mail;
 pub mod slack;
 
 pub use chat::ChatChannel;
-pub use mail::MailChannel;
+pub use mail::{ses_error_verdict, MailChannel};
 pub use slack::SlackChannel;
 
 /// The header (mail) and metadata field (Slack) that carry the delivery key,

@@ -1,12 +1,16 @@
-//! Mail through lettre: SMTP when a server is configured (a fixed pool of
-//! long-lived sessions, see `sessions`), otherwise lettre's file transport
-//! into an outbox folder (one .eml per mail). Every mail has a Message-ID made
+//! Mail built with lettre and sent through SMTP when a server is configured
+//! (a fixed pool of long-lived sessions, see `sessions`), through Amazon
+//! SES's v2 API when that is configured (`ses`), otherwise through lettre's
+//! file transport into an outbox folder (one .eml per mail). Every mail has a Message-ID made
 //! of its delivery key, so a copy sent again after a crash is recognisable as
 //! the same mail (mail clients and archives collapse it). Mails are rendered
 //! before their due instant (`send_at`), so the instant itself only sends.
 
+mod ses;
 mod sessions;
 mod wire;
+
+pub use ses::error_verdict as ses_error_verdict;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +25,7 @@ use toki_core::ports::Clock;
 use toki_core::{Channel, Instant};
 use tracing::debug;
 
+use ses::{SesMail, SesTransport};
 use sessions::{Endpoint, Failure, Outgoing, SessionPool};
 
 use crate::DELIVERY_HEADER;
@@ -37,6 +42,7 @@ pub enum MailConfigError {
 
 enum Transport {
     Smtp(SessionPool),
+    Ses(SesTransport),
     File(AsyncFileTransport<Tokio1Executor>),
 }
 
@@ -72,6 +78,26 @@ impl MailChannel {
         })
     }
 
+    /// Amazon SES (v2 API) through `client`: at most `concurrency` requests
+    /// in flight, each bounded by `timeout`; mails tagged with the
+    /// configuration set when one is named (for SES's event publishing).
+    pub fn ses(
+        client: aws_sdk_sesv2::Client,
+        configuration_set: Option<String>,
+        from: &str,
+        concurrency: u32,
+        timeout: std::time::Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, MailConfigError> {
+        Ok(Self {
+            timeout,
+            transport: Transport::Ses(SesTransport::new(client, configuration_set)),
+            from: parse_from(from)?,
+            concurrency: concurrency.max(1) as usize,
+            clock,
+        })
+    }
+
     /// A folder of .eml files.
     pub fn outbox(
         dir: PathBuf,
@@ -92,7 +118,7 @@ impl MailChannel {
     pub fn sessions_opened(&self) -> u64 {
         match &self.transport {
             Transport::Smtp(pool) => pool.opened(),
-            Transport::File(_) => 0,
+            Transport::Ses(_) | Transport::File(_) => 0,
         }
     }
 
@@ -127,9 +153,9 @@ impl MailChannel {
 }
 
 impl MailChannel {
-    fn no_answer(&self) -> SendError {
+    fn no_answer(&self, transport: &str) -> SendError {
         SendError::transient(format!(
-            "smtp: no answer within {} s",
+            "{transport}: no answer within {} s",
             self.timeout.as_secs_f64()
         ))
     }
@@ -138,7 +164,7 @@ impl MailChannel {
         match f {
             Failure::Refused(r) => refused(r),
             Failure::Connection(e) => SendError::transient(format!("smtp: {e}")),
-            Failure::NoAnswer => self.no_answer(),
+            Failure::NoAnswer => self.no_answer("smtp"),
         }
     }
 
@@ -156,6 +182,15 @@ impl MailChannel {
                 );
                 Rendered::Smtp(pool, mail)
             }
+            Transport::Ses(ses) => {
+                let envelope = message.envelope();
+                let mail = SesMail::new(
+                    envelope.from().map(|a| a.to_string()).unwrap_or_default(),
+                    envelope.to().iter().map(|a| a.to_string()).collect(),
+                    message.formatted(),
+                );
+                Rendered::Ses(ses, mail)
+            }
             Transport::File(outbox) => Rendered::File(outbox, message),
         })
     }
@@ -168,6 +203,12 @@ impl MailChannel {
         let sent = match mail {
             Err(e) => Err(e),
             Ok(Rendered::Smtp(pool, mail)) => pool.send(&mail).await.map_err(|f| self.failure(f)),
+            Ok(Rendered::Ses(ses, mail)) => {
+                match tokio::time::timeout(self.timeout, ses.send(&mail)).await {
+                    Ok(sent) => sent.map(drop),
+                    Err(_) => Err(self.no_answer("ses")),
+                }
+            }
             Ok(Rendered::File(outbox, message)) => outbox
                 .send(message)
                 .await
@@ -214,6 +255,7 @@ impl MailChannel {
 /// A mail rendered for the transport that will carry it.
 enum Rendered<'a> {
     Smtp(&'a SessionPool, Outgoing),
+    Ses(&'a SesTransport, SesMail),
     File(&'a AsyncFileTransport<Tokio1Executor>, Message),
 }
 
@@ -264,6 +306,7 @@ impl ChannelSender for MailChannel {
     async fn probe(&self) -> Result<(), SendError> {
         match &self.transport {
             Transport::Smtp(pool) => pool.probe().await.map_err(|f| self.failure(f)),
+            Transport::Ses(ses) => ses.probe(self.from.email.as_ref()).await,
             Transport::File(_) => Ok(()),
         }
     }
