@@ -67,6 +67,9 @@ pub enum Command {
         /// Daemon workers, or a sweep: 1,4,16.
         #[arg(long, default_value = "8")]
         workers: String,
+        /// Daemon processes sharing the queue (a fleet on one machine), or a sweep: 1,2,4.
+        #[arg(long, default_value = "1")]
+        daemons: String,
         #[arg(long, default_value_t = 3)]
         tenants: usize,
         /// Seconds from registration to the due instant (default: 10 + 1 per 1,000 deliveries).
@@ -253,6 +256,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench {
             deliveries,
             workers,
+            daemons,
             tenants,
             lead,
             backend,
@@ -266,6 +270,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let opts = toki_devtools::bench::BenchOptions {
                 deliveries: toki_devtools::bench::parse_list("--deliveries", &deliveries)?,
                 workers: toki_devtools::bench::parse_list("--workers", &workers)?,
+                daemons: toki_devtools::bench::parse_list("--daemons", &daemons)?,
                 tenants,
                 lead,
                 backend,

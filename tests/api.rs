@@ -428,3 +428,128 @@ async fn concurrent_puts_of_one_schedule_leave_the_newest_version() {
     assert_eq!(arrivals[0].due_at_ms, due.timestamp_millis());
     drop(server);
 }
+
+/// `POST .../schedules:batch`: a result per item in order, each what the
+/// item's own PUT would answer; invalid items (bad JSON shape, a bad field,
+/// an unknown participant, an id twice) are refused by name and not written,
+/// the others are; the whole call is refused only for the batch itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_schedules_answers_per_item() {
+    let (server, key) = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
+    for u in ["ana", "ben"] {
+        let r = http
+            .put(url(&format!("users/{u}")))
+            .bearer_auth(&key)
+            .json(&json!({"name": u}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let starts = (Utc::now() + ChronoDuration::days(1)).to_rfc3339();
+    let item = |id: &str, participants: &[&str]| {
+        json!({"id": id, "title": "Sync", "starts_at": starts, "participants": participants,
+               "reminders": [{"minutes_before": 5, "channels": ["chat", "mail"]}]})
+    };
+    let mut bad_time = item("bad-time", &["ana"]);
+    bad_time["starts_at"] = json!("tomorrow-ish");
+    let mut unknown_field = item("odd", &["ana"]);
+    unknown_field["colour"] = json!("blue");
+    let batch = json!({"schedules": [
+        item("one", &["ana", "ben"]),
+        bad_time,
+        item("ghost", &["ana", "nobody"]),
+        unknown_field,
+        json!({"title": "no id"}),
+        item("one", &["ben"]),
+        item("two", &["ben"]),
+    ]});
+    let r = http
+        .post(url("schedules:batch"))
+        .bearer_auth(&key)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["written"], 2, "{body}");
+    assert_eq!(body["failed"], 5, "{body}");
+    let results = body["results"].as_array().unwrap();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, vec![200, 422, 422, 422, 422, 422, 200], "{body}");
+    let field = |i: usize| {
+        results[i]["error"]["field"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(field(1), "schedules[1].starts_at");
+    assert_eq!(field(2), "schedules[2].participants[1]");
+    assert_eq!(field(3), "schedules[3].colour");
+    assert_eq!(field(4), "schedules[4].id");
+    assert_eq!(field(5), "schedules[5].id");
+    assert_eq!(results[0]["id"], "one");
+    assert_eq!(results[0]["version"], 1, "{body}");
+    assert_eq!(results[6]["participants"], json!(["ben"]));
+    // What was written reads back; what was refused does not exist.
+    let one: Value = http
+        .get(url("schedules/one"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        one["participants"],
+        json!(["ana", "ben"]),
+        "the first 'one' wins"
+    );
+    for id in ["bad-time", "ghost", "odd"] {
+        let r = http
+            .get(url(&format!("schedules/{id}")))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{id}");
+    }
+    // The batch itself: too many items, or not a batch at all.
+    let too_many: Vec<Value> = (0..=toki_core::registrar::MAX_BATCH)
+        .map(|i| item(&format!("m{i}"), &["ana"]))
+        .collect();
+    let r = http
+        .post(url("schedules:batch"))
+        .bearer_auth(&key)
+        .json(&json!({ "schedules": too_many }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["field"],
+        "schedules"
+    );
+    let r = http
+        .get(url("schedules/m0"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "nothing of a refused batch is written");
+    let r = http
+        .post(url("schedules:batch"))
+        .bearer_auth("toki_wrong")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant as StdInstant};
 use chrono::{Duration as ChronoDuration, Utc};
 use toki_core::message;
 use toki_core::plan::{Partition, Window};
-use toki_core::ports::{DelayQueue, OutgoingMessage, ReminderIndex, TenantDirectory, TenantStore};
+use toki_core::ports::{
+    DelayQueue, IndexWrite, OutgoingMessage, ReminderIndex, TenantDirectory, TenantStore,
+};
 use toki_core::*;
 
 pub fn unique(prefix: &str) -> String {
@@ -788,6 +790,93 @@ pub mod index {
         assert_eq!(mine.len(), 1, "{mine:?}");
         assert_eq!(mine[0].reminder.version, 12);
     }
+
+    /// The batch forms: several schedules in one call (a newer version
+    /// already there wins, each result says so), claims a result per row,
+    /// marks for many rows.
+    pub async fn batches_write_claim_and_mark_per_row(ix: Arc<dyn ReminderIndex>) {
+        let tenant = unique("t");
+        let a = reminder(&tenant, "a", ChronoDuration::minutes(2), 1);
+        let b_new = reminder(&tenant, "b", ChronoDuration::minutes(3), 5);
+        let b_old = reminder(&tenant, "b", ChronoDuration::minutes(4), 4);
+        let t = a.key.tenant.clone();
+        assert!(ix
+            .replace_schedule(&t, &b_new.key.schedule, 5, std::slice::from_ref(&b_new))
+            .await
+            .unwrap());
+        let c = reminder(&tenant, "c", ChronoDuration::minutes(2), 1);
+        let writes = [
+            IndexWrite {
+                schedule: &a.key.schedule,
+                version: 1,
+                rows: std::slice::from_ref(&a),
+            },
+            IndexWrite {
+                schedule: &b_old.key.schedule,
+                version: 4,
+                rows: std::slice::from_ref(&b_old),
+            },
+            IndexWrite {
+                schedule: &c.key.schedule,
+                version: 1,
+                rows: std::slice::from_ref(&c),
+            },
+        ];
+        assert_eq!(
+            ix.replace_schedules(&t, &writes).await.unwrap(),
+            vec![true, false, true],
+            "the older write of b must lose to the newer one already there"
+        );
+        let found: Vec<_> = all_in_window(ix.as_ref(), 4)
+            .await
+            .into_iter()
+            .filter(|x| x.reminder.key.tenant == t)
+            .map(|x| (x.reminder.key.schedule.to_string(), x.reminder.version))
+            .collect();
+        let mut found = found;
+        found.sort();
+        assert_eq!(
+            found,
+            vec![("a".into(), 1), ("b".into(), 5), ("c".into(), 1)],
+            "b's older rows must not be written"
+        );
+
+        let now = Utc::now();
+        let lease = now + ChronoDuration::seconds(60);
+        assert!(ix.claim(&c, now, lease).await.unwrap());
+        let claims: Vec<bool> = ix
+            .claim_all(
+                &[a.clone(), b_new.clone(), c.clone(), b_old.clone()],
+                now,
+                lease,
+            )
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(
+            claims,
+            vec![true, true, false, false],
+            "c is claimed already; b's old version is not in the index"
+        );
+        ix.mark_all_enqueued(&[&a, &b_new]).await.unwrap();
+        let much_later = now + ChronoDuration::seconds(600);
+        let again: Vec<bool> = ix
+            .claim_all(
+                &[a.clone(), b_new.clone(), c.clone()],
+                much_later,
+                much_later,
+            )
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(
+            again,
+            vec![false, false, true],
+            "enqueued rows stay enqueued; c's lease ran out"
+        );
+    }
 }
 
 #[macro_export]
@@ -825,6 +914,11 @@ macro_rules! index_conformance {
                     $factory(4).await,
                 )
                 .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn batches_write_claim_and_mark_per_row() {
+                common::conformance::index::batches_write_claim_and_mark_per_row($factory(4).await)
+                    .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn replace_removes_old_rows_and_versions() {
@@ -976,6 +1070,84 @@ pub mod store {
         }
         assert_eq!(s.get_schedule(&sch.id).await.unwrap(), None);
         assert!(s.unmirrored(Utc::now()).await.unwrap().is_empty());
+    }
+
+    /// A batch writes what it can: an item with an unknown participant or
+    /// an id seen earlier in the batch gets its error, the rest is written
+    /// (a schedule written before gets its next version).
+    pub async fn a_batch_writes_each_valid_schedule(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        s.put_user(&user("a"), now).await.unwrap();
+        s.put_user(&user("b"), now).await.unwrap();
+        let first = s.put_schedule(&schedule("old", &["a"]), now).await.unwrap();
+        assert_eq!(first.version, 1);
+        let batch = [
+            schedule("new", &["a", "b"]),
+            schedule("ghostly", &["a", "ghost"]),
+            schedule("old", &["b"]),
+            schedule("new", &["b"]),
+        ];
+        let results = s.put_schedules(&batch, now).await.unwrap();
+        assert_eq!(results.len(), 4);
+        let new = results[0].as_ref().expect("new is written");
+        assert_eq!((new.version, new.participants.len()), (1, 2));
+        let ghostly = results[1].as_ref().expect_err("a participant is unknown");
+        assert_eq!(ghostly.field, "participants[1]");
+        assert_eq!(results[2].as_ref().unwrap().version, 2);
+        let twice = results[3].as_ref().expect_err("new appears twice");
+        assert_eq!(twice.field, "id");
+        assert_eq!(
+            s.get_schedule(&"ghostly".parse().unwrap()).await.unwrap(),
+            None
+        );
+        let stored_new = s
+            .get_schedule(&"new".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stored_new.participants, batch[0].participants,
+            "the first item wins"
+        );
+        let stored_old = s
+            .get_schedule(&"old".parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((stored_old.version, stored_old.participants.len()), (2, 1));
+        let mut unmirrored: Vec<String> = s
+            .unmirrored(now)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| match w {
+                toki_core::ports::MirrorWork::Upsert(s) => format!("{}@{}", s.id, s.version),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        unmirrored.sort();
+        assert_eq!(unmirrored, vec!["new@1", "old@2"]);
+        s.mark_all_mirrored(&[
+            ("new".parse().unwrap(), 1, None),
+            ("old".parse().unwrap(), 1, None),
+        ])
+        .await
+        .unwrap();
+        let left: Vec<String> = s
+            .unmirrored(now)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| match w {
+                toki_core::ports::MirrorWork::Upsert(s) => s.id.to_string(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            left,
+            vec!["old"],
+            "a mark for an older version leaves the newer write unmirrored"
+        );
     }
 
     pub async fn mirror_journal(s: Arc<dyn TenantStore>) {
@@ -1500,6 +1672,11 @@ macro_rules! store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn schedule_versions_never_repeat() {
                 common::conformance::store::schedule_versions_never_repeat($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_batch_writes_each_valid_schedule() {
+                common::conformance::store::a_batch_writes_each_valid_schedule($factory().await)
+                    .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn unknown_participant_is_rejected_and_nothing_written() {

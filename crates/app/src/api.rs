@@ -1,5 +1,5 @@
 //! The registrar HTTP API: `PUT/GET/DELETE /v1/tenants/{tenant}/schedules/{id}`,
-//! a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
+//! `POST /v1/tenants/{tenant}/schedules:batch` (many at once), a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
 //! .../occurrences/{original}`, `PUT .../occurrences/{original}/following`),
 //! `PUT/GET /v1/tenants/{tenant}/users/{id}`, JSON in and out, a bearer API
 //! key per tenant. Served by `toki serve` and by the registrar Lambda.
@@ -10,14 +10,14 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::json;
 use toki_core::input::{
     OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
 };
-use toki_core::registrar::{Registrar, RegistrarError};
+use toki_core::registrar::{Registrar, RegistrarError, MAX_BATCH};
 use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
 
 use crate::toki::api_key_hash;
@@ -34,11 +34,18 @@ pub struct ApiState {
 /// limit fits well inside.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
+/// The largest batch body: [`MAX_BATCH`] ordinary schedules fit many times over.
+pub const MAX_BATCH_BODY_BYTES: usize = 8 * 1024 * 1024;
+
 pub fn router(registrar: Arc<Registrar>) -> Router {
     Router::new()
         .route(
             "/v1/tenants/{tenant}/schedules/{id}",
             put(put_schedule).get(get_schedule).delete(delete_schedule),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules:batch",
+            post(put_schedules).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)),
         )
         .route(
             "/v1/tenants/{tenant}/schedules/{id}/occurrences",
@@ -81,13 +88,20 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The `error` object of the response body.
+    fn body(&self) -> serde_json::Value {
         let mut error = json!({ "code": self.code, "message": self.message });
-        if let Some(f) = self.field {
+        if let Some(f) = &self.field {
             error["field"] = json!(f);
         }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        error
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.body() }))).into_response()
     }
 }
 
@@ -234,6 +248,141 @@ async fn put_schedule(
     let Json(input) = body.map_err(bad_json)?;
     let r = state.registrar.put_schedule(&tenant, &id, &input).await?;
     Ok(schedule_response(r))
+}
+
+/// `POST .../schedules:batch`: `{"schedules": [{"id": ..., <schedule>}, ...]}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchInput {
+    schedules: Vec<serde_json::Value>,
+}
+
+/// The answer to a batch: for each item, `index`, `status` (what the
+/// item's own PUT would have answered) and that answer's body (the schedule,
+/// or `error`), with the item's `id` when it had one.
+#[derive(Serialize)]
+struct BatchResponse {
+    written: usize,
+    failed: usize,
+    results: Vec<serde_json::Value>,
+}
+
+/// An item of a batch as a schedule input, or the error naming its field
+/// (`schedules[i].<field>`).
+fn batch_item(
+    i: usize,
+    item: serde_json::Value,
+) -> Result<(ScheduleId, ScheduleInput), ValidationError> {
+    let field = |f: &str| format!("schedules[{i}].{f}");
+    let serde_json::Value::Object(mut item) = item else {
+        return Err(ValidationError::new(
+            format!("schedules[{i}]"),
+            "must be an object",
+        ));
+    };
+    let id = match item.remove("id") {
+        Some(serde_json::Value::String(id)) => id
+            .parse::<ScheduleId>()
+            .map_err(|e| ValidationError::new(field("id"), e.problem))?,
+        Some(_) => return Err(ValidationError::new(field("id"), "must be a string")),
+        None => return Err(ValidationError::new(field("id"), "is required")),
+    };
+    let input =
+        serde_json::from_value::<ScheduleInput>(serde_json::Value::Object(item)).map_err(|e| {
+            let text = e.to_string();
+            let name = text.split('`').nth(1).filter(|_| text.contains("field"));
+            ValidationError::new(
+                field(name.unwrap_or("")).trim_end_matches('.'),
+                text.clone(),
+            )
+        })?;
+    Ok((id, input))
+}
+
+/// Registers up to [`MAX_BATCH`] schedules in one call: 200 with a result
+/// per item (its own status, its schedule or its error), in order; items
+/// that are invalid do not stop the others.
+async fn put_schedules(
+    State(state): State<ApiState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<BatchInput>, JsonRejection>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let Json(batch) = body.map_err(bad_json)?;
+    if batch.schedules.len() > MAX_BATCH {
+        return Err(ValidationError::new(
+            "schedules",
+            format!(
+                "at most {MAX_BATCH} per batch, got {}",
+                batch.schedules.len()
+            ),
+        )
+        .into());
+    }
+    let parsed: Vec<_> = batch
+        .schedules
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| batch_item(i, item))
+        .collect();
+    let items: Vec<(ScheduleId, ScheduleInput)> = parsed
+        .iter()
+        .filter_map(|p| p.as_ref().ok().cloned())
+        .collect();
+    let mut registered = state
+        .registrar
+        .put_schedules(&tenant, &items)
+        .await?
+        .into_iter();
+    let mut results = Vec::with_capacity(parsed.len());
+    let mut written = 0;
+    for (index, p) in parsed.into_iter().enumerate() {
+        let (id, outcome) = match p {
+            Err(e) => (None, Err(ApiError::from(e))),
+            Ok((id, _)) => (
+                Some(id.to_string()),
+                registered
+                    .next()
+                    .expect("a result per parsed item")
+                    .map_err(|e| ApiError::from(in_item(index, e))),
+            ),
+        };
+        let (status, body) = match outcome {
+            Ok(r) => {
+                let (status, Json(body)) = schedule_response(r);
+                (status, serde_json::to_value(body).unwrap_or_default())
+            }
+            Err(e) => (e.status, json!({ "error": e.body() })),
+        };
+        let mut result = json!({ "index": index, "status": status.as_u16() });
+        if let Some(id) = id {
+            result["id"] = json!(id);
+        }
+        if let serde_json::Value::Object(fields) = body {
+            result.as_object_mut().expect("an object").extend(fields);
+        }
+        if status.is_success() {
+            written += 1;
+        }
+        results.push(result);
+    }
+    Ok(Json(BatchResponse {
+        written,
+        failed: results.len() - written,
+        results,
+    }))
+}
+
+/// An item's validation error names its place in the batch.
+fn in_item(index: usize, e: RegistrarError) -> RegistrarError {
+    match e {
+        RegistrarError::Invalid(v) => RegistrarError::Invalid(ValidationError::new(
+            format!("schedules[{index}].{}", v.field),
+            v.problem,
+        )),
+        other => other,
+    }
 }
 
 async fn get_schedule(

@@ -10,7 +10,7 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::warn;
 
-use crate::domain::{Instant, Reminder};
+use crate::domain::{Instant, Reminder, ReminderKey};
 use crate::error::chain;
 use crate::message;
 use crate::plan::{delay_for, to_chrono};
@@ -49,6 +49,16 @@ pub fn message_for(r: &Reminder, now: Instant, settings: &PipelineSettings) -> O
     }
 }
 
+/// Rows claimed per call to the index; the deadline is checked between calls.
+const CLAIM_CHUNK: usize = 256;
+
+/// What [`enqueue`] did, and which reminders it sent.
+#[derive(Debug, Clone, Default)]
+pub struct Enqueued {
+    pub summary: EnqueueSummary,
+    pub sent: Vec<ReminderKey>,
+}
+
 /// Enqueues `reminders`. No new row is claimed once `deadline` has passed
 /// (a Lambda's end, less a margin): those stay pending for the next run.
 pub async fn enqueue(
@@ -58,30 +68,27 @@ pub async fn enqueue(
     now: Instant,
     settings: &PipelineSettings,
     deadline: Option<tokio::time::Instant>,
-) -> EnqueueSummary {
+) -> Enqueued {
     let mut summary = EnqueueSummary::default();
     let lease_until = now + to_chrono(settings.claim_lease);
-    let claims: Vec<(Reminder, Option<Result<bool, _>>)> = stream::iter(reminders)
-        .map(|r| async move {
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                return (r, None);
+    let mut claimed = Vec::with_capacity(reminders.len());
+    for chunk in reminders.chunks(CLAIM_CHUNK) {
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            summary.deferred += chunk.len();
+            continue;
+        }
+        for (r, c) in chunk
+            .iter()
+            .zip(index.claim_all(chunk, now, lease_until).await)
+        {
+            match c {
+                Ok(true) => claimed.push(r.clone()),
+                Ok(false) => summary.already_claimed += 1,
+                Err(e) => {
+                    warn!(reminder = %r.key, error = %chain(&e), "claim failed; left for the next run");
+                    summary.failed += 1;
+                }
             }
-            let c = index.claim(&r, now, lease_until).await;
-            (r, Some(c))
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let mut claimed = Vec::with_capacity(claims.len());
-    for (r, c) in claims {
-        match c {
-            Some(Ok(true)) => claimed.push(r),
-            Some(Ok(false)) => summary.already_claimed += 1,
-            Some(Err(e)) => {
-                warn!(reminder = %r.key, error = %chain(&e), "claim failed; left for the next run");
-                summary.failed += 1;
-            }
-            None => summary.deferred += 1,
         }
     }
     claimed.sort_by_key(|r| r.due_at);
@@ -92,7 +99,7 @@ pub async fn enqueue(
         .collect();
     let by_id: HashMap<String, &Reminder> =
         claimed.iter().map(|r| (r.key.to_string(), r)).collect();
-    let results: Vec<EnqueueSummary> = stream::iter(batches(messages))
+    let results: Vec<Enqueued> = stream::iter(batches(messages))
         .map(|batch| {
             let by_id = &by_id;
             async move { send_one_batch(index, queue, batch, by_id).await }
@@ -100,10 +107,12 @@ pub async fn enqueue(
         .buffer_unordered(8)
         .collect()
         .await;
+    let mut sent = Vec::with_capacity(claimed.len());
     for r in results {
-        summary.add(r);
+        summary.add(r.summary);
+        sent.extend(r.sent);
     }
-    summary
+    Enqueued { summary, sent }
 }
 
 /// Sends one batch; marks what went out, releases what did not.
@@ -112,8 +121,7 @@ async fn send_one_batch(
     queue: &dyn DelayQueue,
     batch: Vec<OutgoingMessage>,
     by_id: &HashMap<String, &Reminder>,
-) -> EnqueueSummary {
-    let mut s = EnqueueSummary::default();
+) -> Enqueued {
     let reminders: Vec<&Reminder> = batch.iter().map(|m| by_id[&m.id]).collect();
     let refused: Vec<usize> = match queue.send_batch(&batch).await {
         Ok(sent) => {
@@ -133,19 +141,22 @@ async fn send_one_batch(
         .partition(|(i, _)| !refused.contains(i));
     // The messages are out: a failed mark only means the row may be claimed
     // again after its lease, and the daemon's claims dedupe.
-    join_all(gone.iter().map(|(_, r)| async move {
-        if let Err(e) = index.mark_enqueued(r).await {
-            warn!(reminder = %r.key, error = %chain(&e), "mark enqueued failed");
-        }
-    }))
-    .await;
+    let out: Vec<&Reminder> = gone.iter().map(|(_, r)| *r).collect();
+    if let Err(e) = index.mark_all_enqueued(&out).await {
+        warn!(count = out.len(), error = %chain(&e), "mark enqueued failed");
+    }
     join_all(kept.iter().map(|(_, r)| async move {
         if let Err(e) = index.release(r).await {
             warn!(reminder = %r.key, error = %chain(&e), "release failed; the lease will expire");
         }
     }))
     .await;
-    s.enqueued = gone.len();
-    s.failed = kept.len();
-    s
+    Enqueued {
+        summary: EnqueueSummary {
+            enqueued: out.len(),
+            failed: kept.len(),
+            ..EnqueueSummary::default()
+        },
+        sent: out.iter().map(|r| r.key.clone()).collect(),
+    }
 }

@@ -12,7 +12,7 @@ use crate::domain::{
     DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant, Reminder,
     ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
 };
-use crate::error::StoreResult;
+use crate::error::{StoreResult, ValidationError};
 use crate::message::Attributes;
 use crate::plan::Partition;
 
@@ -67,8 +67,92 @@ pub trait ReminderIndex: Send + Sync {
     /// Marks a claimed row enqueued.
     async fn mark_enqueued(&self, reminder: &Reminder) -> StoreResult<()>;
 
+    /// [`ReminderIndex::replace_schedule`] for several schedules of one
+    /// tenant, a result each, in order. Backends that can write them in one
+    /// transaction do; the default writes them one by one.
+    async fn replace_schedules(
+        &self,
+        tenant: &TenantId,
+        writes: &[IndexWrite<'_>],
+    ) -> StoreResult<Vec<bool>> {
+        let mut out = Vec::with_capacity(writes.len());
+        for w in writes {
+            out.push(
+                self.replace_schedule(tenant, w.schedule, w.version, w.rows)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// [`ReminderIndex::claim`] for many rows, a result each, in order. The
+    /// default claims 32 at a time.
+    async fn claim_all(
+        &self,
+        reminders: &[Reminder],
+        now: Instant,
+        lease_until: Instant,
+    ) -> Vec<StoreResult<bool>> {
+        let mut out = Vec::with_capacity(reminders.len());
+        for chunk in reminders.chunks(32) {
+            let claims: Vec<_> = chunk
+                .iter()
+                .map(|r| self.claim(r, now, lease_until))
+                .collect();
+            out.extend(futures::future::join_all(claims).await);
+        }
+        out
+    }
+
+    /// [`ReminderIndex::mark_enqueued`] for many rows; the first failure, if
+    /// any, after trying every row.
+    async fn mark_all_enqueued(&self, reminders: &[&Reminder]) -> StoreResult<()> {
+        let results =
+            futures::future::join_all(reminders.iter().map(|r| self.mark_enqueued(r))).await;
+        results
+            .into_iter()
+            .collect::<StoreResult<Vec<()>>>()
+            .map(drop)
+    }
+
     /// Returns a claimed row to pending (its send failed).
     async fn release(&self, reminder: &Reminder) -> StoreResult<()>;
+}
+
+/// What a store may write of a batch of schedules: each one whose id is new
+/// to the batch and whose participants are all users (`is_user`), or the
+/// error that names the field.
+pub fn writable_schedules(
+    schedules: &[Schedule],
+    is_user: impl Fn(&UserId) -> bool,
+) -> Vec<Result<&Schedule, ValidationError>> {
+    let mut seen = std::collections::HashSet::new();
+    schedules
+        .iter()
+        .map(|s| {
+            if !seen.insert(&s.id) {
+                return Err(ValidationError::new(
+                    "id",
+                    format!("schedule {} appears more than once in the batch", s.id),
+                ));
+            }
+            match s.participants.iter().enumerate().find(|(_, p)| !is_user(p)) {
+                Some((i, p)) => Err(ValidationError::new(
+                    format!("participants[{i}]"),
+                    format!("no user {:?} in this tenant", p.as_str()),
+                )),
+                None => Ok(s),
+            }
+        })
+        .collect()
+}
+
+/// One schedule's rows for [`ReminderIndex::replace_schedules`].
+#[derive(Debug, Clone, Copy)]
+pub struct IndexWrite<'a> {
+    pub schedule: &'a ScheduleId,
+    pub version: i64,
+    pub rows: &'a [Reminder],
 }
 
 /// A message to send to the delay queue.
@@ -365,7 +449,29 @@ pub trait TenantStore: Send + Sync {
 
     /// Writes a schedule, its participants and rules in one transaction with
     /// the next version, and records that it must be mirrored. Returns it with its version.
-    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule>;
+    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule> {
+        match self
+            .put_schedules(std::slice::from_ref(schedule), now)
+            .await?
+            .pop()
+        {
+            Some(written) => Ok(written?),
+            None => Err(crate::error::StoreError::corrupt(
+                "writing a schedule",
+                "the store returned no result for it",
+            )),
+        }
+    }
+    /// [`TenantStore::put_schedule`] for several schedules in one
+    /// transaction: a result each, in order. A schedule that cannot be
+    /// written (a participant who is not a user, an id twice in the batch)
+    /// gets its error and the others are written; a failure of the database
+    /// writes none.
+    async fn put_schedules(
+        &self,
+        schedules: &[Schedule],
+        now: Instant,
+    ) -> StoreResult<Vec<Result<Schedule, ValidationError>>>;
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>>;
     /// Deletes a schedule and records that its mirror must be removed. Returns
     /// the version the deletion has, or None if there was no such schedule.
@@ -382,6 +488,17 @@ pub trait TenantStore: Send + Sync {
         version: i64,
         until: Option<Instant>,
     ) -> StoreResult<()>;
+    /// [`TenantStore::mark_mirrored`] for several writes (schedule, version,
+    /// until); the default marks them one by one.
+    async fn mark_all_mirrored(
+        &self,
+        writes: &[(ScheduleId, i64, Option<Instant>)],
+    ) -> StoreResult<()> {
+        for (schedule, version, until) in writes {
+            self.mark_mirrored(schedule, *version, *until).await?;
+        }
+        Ok(())
+    }
 
     /// One round trip: the schedules a batch of deliveries needs, with their
     /// participants, and those participants as users.
@@ -417,6 +534,10 @@ pub trait TenantStore: Send + Sync {
 
     /// Delivery rows aggregated by channel and status.
     async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>>;
+
+    /// Delivered rows counted by the process that claimed and sent them (its
+    /// process id, as its claim tokens name it): how a fleet shared the work.
+    async fn delivered_by_holder(&self) -> StoreResult<Vec<(String, u64)>>;
 
     /// Every delivery row (for reports and verification).
     async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>>;

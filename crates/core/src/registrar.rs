@@ -2,6 +2,7 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -11,11 +12,13 @@ use crate::domain::{
     Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
     TenantRecord, User, UserId,
 };
-use crate::enqueue::{enqueue, EnqueueSummary};
+use crate::enqueue::enqueue;
 use crate::error::{chain, StoreError, ValidationError};
 use crate::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
 use crate::plan::{reminders_for, Window};
-use crate::ports::{Clock, DelayQueue, MirrorWork, ReminderIndex, TenantDirectory, TenantStores};
+use crate::ports::{
+    Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStores,
+};
 use crate::settings::PipelineSettings;
 
 /// Why a registrar call failed: the caller's input, or ours (with its source).
@@ -55,6 +58,9 @@ pub struct RepairSummary {
     /// Tenants whose repair failed (their database or the index was unreachable).
     pub failed_tenants: usize,
 }
+
+/// The most schedules one [`Registrar::put_schedules`] call takes.
+pub const MAX_BATCH: usize = 1000;
 
 /// The result of a schedule write.
 #[derive(Debug, Clone)]
@@ -110,8 +116,54 @@ impl Registrar {
         id: &ScheduleId,
         input: &ScheduleInput,
     ) -> Result<Registered, RegistrarError> {
+        let schedule = self.prepare(tenant, id, input).await?;
+        self.write_schedule(tenant, schedule).await
+    }
+
+    /// Writes up to [`MAX_BATCH`] schedules of one tenant: one transaction in
+    /// its database, one index write, one enqueue. A result per item, in
+    /// order: an item that is invalid gets its error and the others are
+    /// written. The call itself fails only if nothing could be written (an
+    /// unknown tenant, a database down, too many items).
+    pub async fn put_schedules(
+        &self,
+        tenant: &TenantId,
+        items: &[(ScheduleId, ScheduleInput)],
+    ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
+        if items.len() > MAX_BATCH {
+            return Err(ValidationError::new(
+                "schedules",
+                format!("at most {MAX_BATCH} per batch, got {}", items.len()),
+            )
+            .into());
+        }
+        let mut prepared = Vec::with_capacity(items.len());
+        for (id, input) in items {
+            prepared.push(self.prepare(tenant, id, input).await);
+        }
+        let valid: Vec<Schedule> = prepared
+            .iter()
+            .filter_map(|p| p.as_ref().ok().cloned())
+            .collect();
+        let mut written = self.write_schedules(tenant, valid).await?.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|p| match p {
+                Ok(_) => written.next().expect("a result per valid schedule"),
+                Err(e) => Err(e),
+            })
+            .collect())
+    }
+
+    /// A schedule as it is to be stored: validated, and a series written
+    /// again keeps the exceptions of occurrences it still has.
+    async fn prepare(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+        input: &ScheduleInput,
+    ) -> Result<Schedule, RegistrarError> {
         let mut schedule = input.validate(id)?;
-        // A series written again keeps the exceptions of occurrences it still has.
         if let Some(rec) = schedule.recurrence.as_mut() {
             let old = match self.get_schedule(tenant, id).await {
                 Ok(old) => old.recurrence,
@@ -127,7 +179,7 @@ impl Registrar {
                     .collect();
             }
         }
-        self.write_schedule(tenant, schedule).await
+        Ok(schedule)
     }
 
     /// Stores a validated schedule (a new version) and mirrors it.
@@ -136,24 +188,50 @@ impl Registrar {
         tenant: &TenantId,
         schedule: Schedule,
     ) -> Result<Registered, RegistrarError> {
+        self.write_schedules(tenant, vec![schedule])
+            .await?
+            .pop()
+            .expect("a result per schedule")
+    }
+
+    /// Stores validated schedules (each a new version) in one transaction
+    /// and mirrors them together; a result each, in order.
+    async fn write_schedules(
+        &self,
+        tenant: &TenantId,
+        schedules: Vec<Schedule>,
+    ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
+        if schedules.is_empty() {
+            return Ok(Vec::new());
+        }
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
-        let saved = store.put_schedule(&schedule, self.clock.now()).await?;
-        let (mirrored, enqueued_directly) = match self
-            .mirror(&record, MirrorWork::Upsert(saved.clone()))
-            .await
-        {
-            Ok(s) => (true, s.enqueued),
+        let written = store.put_schedules(&schedules, self.clock.now()).await?;
+        let work: Vec<MirrorWork> = written
+            .iter()
+            .filter_map(|w| w.as_ref().ok().cloned().map(MirrorWork::Upsert))
+            .collect();
+        let enqueued = match self.mirror(&record, &work).await {
+            Ok(counts) => Some(counts),
             Err(e) => {
-                warn!(%tenant, schedule = %saved.id, error = %chain(&e), "mirror failed; repair will retry");
-                (false, 0)
+                warn!(%tenant, schedules = work.len(), error = %chain(&e), "mirror failed; repair will retry");
+                None
             }
         };
-        Ok(Registered {
-            schedule: saved,
-            mirrored,
-            enqueued_directly,
-        })
+        Ok(written
+            .into_iter()
+            .map(|w| {
+                let schedule = w?;
+                Ok(Registered {
+                    mirrored: enqueued.is_some(),
+                    enqueued_directly: enqueued
+                        .as_ref()
+                        .and_then(|c| c.get(&schedule.id).copied())
+                        .unwrap_or(0),
+                    schedule,
+                })
+            })
+            .collect())
     }
 
     pub async fn get_schedule(
@@ -384,10 +462,10 @@ impl Registrar {
         if let Err(e) = self
             .mirror(
                 &record,
-                MirrorWork::Delete {
+                &[MirrorWork::Delete {
                     schedule: id.clone(),
                     version,
-                },
+                }],
             )
             .await
         {
@@ -397,60 +475,67 @@ impl Registrar {
         Ok(true)
     }
 
-    /// Mirrors one write into the index and records it done in the tenant database.
+    /// Mirrors writes of one tenant into the index (one index write, one
+    /// enqueue) and records them done in the tenant database. Returns how
+    /// many reminders of each schedule went straight into the queue.
     async fn mirror(
         &self,
         record: &TenantRecord,
-        work: MirrorWork,
-    ) -> Result<EnqueueSummary, StoreError> {
+        work: &[MirrorWork],
+    ) -> Result<HashMap<ScheduleId, usize>, StoreError> {
         let tenant = &record.id;
         let now = self.clock.now();
         let store = self.stores.open(tenant).await?;
-        let (schedule_id, version, rows, until) = match &work {
-            MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
-                // Reminders already past the scanner's look-back are not
-                // mirrored; a series only as far as the horizon.
-                let until = s
-                    .recurrence
-                    .as_ref()
-                    .map(|_| now + crate::plan::to_chrono(self.settings.horizon));
-                let rows = reminders_for(
-                    tenant,
-                    s,
-                    now - crate::plan::to_chrono(self.settings.look_back),
-                    until.unwrap_or(Instant::MAX_UTC),
-                )
-                .map_err(stored_series)?;
-                (s.id.clone(), s.version, rows, until)
-            }
-            MirrorWork::Delete { schedule, version } => {
-                (schedule.clone(), *version, Vec::new(), None)
-            }
-        };
-        if !self
-            .index
-            .replace_schedule(tenant, &schedule_id, version, &rows)
-            .await?
-        {
-            // A newer write of this schedule is mirrored already: it wins.
-            store.mark_mirrored(&schedule_id, version, until).await?;
-            return Ok(EnqueueSummary::default());
+        let mut planned = Vec::with_capacity(work.len());
+        for w in work {
+            planned.push(match w {
+                MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
+                    // Reminders already past the scanner's look-back are not
+                    // mirrored; a series only as far as the horizon.
+                    let until = s
+                        .recurrence
+                        .as_ref()
+                        .map(|_| now + crate::plan::to_chrono(self.settings.horizon));
+                    let rows = reminders_for(
+                        tenant,
+                        s,
+                        now - crate::plan::to_chrono(self.settings.look_back),
+                        until.unwrap_or(Instant::MAX_UTC),
+                    )
+                    .map_err(stored_series)?;
+                    (&s.id, s.version, rows, until)
+                }
+                MirrorWork::Delete { schedule, version } => (schedule, *version, Vec::new(), None),
+            });
         }
+        let writes: Vec<IndexWrite<'_>> = planned
+            .iter()
+            .map(|(schedule, version, rows, _)| IndexWrite {
+                schedule,
+                version: *version,
+                rows,
+            })
+            .collect();
+        // A schedule whose newer write is mirrored already loses: that one wins.
+        let won = self.index.replace_schedules(tenant, &writes).await?;
         // What the scanner has already covered (or will not reach in time) goes straight in.
-        let window = Window::at(now, self.settings.look_back, self.settings.window);
         // A tenant whose contract is off gets nothing; its rows wait in the index
         // (the scanner holds them back too) in case the contract comes back on.
+        let window = Window::at(now, self.settings.look_back, self.settings.window);
         let direct: Vec<_> = if record.may_receive_reminders() {
-            rows.into_iter()
-                .filter(|r| window.contains(r.due_at))
+            planned
+                .iter()
+                .zip(&won)
+                .filter(|(_, won)| **won)
+                .flat_map(|((_, _, rows, _), _)| rows.iter().filter(|r| window.contains(r.due_at)))
+                .cloned()
                 .collect()
         } else {
             Vec::new()
         };
-        let summary = if direct.is_empty() {
-            EnqueueSummary::default()
-        } else {
-            enqueue(
+        let mut enqueued: HashMap<ScheduleId, usize> = HashMap::new();
+        if !direct.is_empty() {
+            let done = enqueue(
                 self.index.as_ref(),
                 self.queue.as_ref(),
                 direct,
@@ -458,14 +543,21 @@ impl Registrar {
                 &self.settings,
                 None,
             )
-            .await
-        };
-        if summary.failed > 0 {
-            // They stay pending in the index; the next scan enqueues them.
-            warn!(%tenant, schedule = %schedule_id, failed = summary.failed, "direct enqueue failed; left to the scanner");
+            .await;
+            if done.summary.failed > 0 {
+                // They stay pending in the index; the next scan enqueues them.
+                warn!(%tenant, failed = done.summary.failed, "direct enqueue failed; left to the scanner");
+            }
+            for key in done.sent {
+                *enqueued.entry(key.schedule).or_default() += 1;
+            }
         }
-        store.mark_mirrored(&schedule_id, version, until).await?;
-        Ok(summary)
+        let marks: Vec<_> = planned
+            .into_iter()
+            .map(|(schedule, version, _, until)| (schedule.clone(), version, until))
+            .collect();
+        store.mark_all_mirrored(&marks).await?;
+        Ok(enqueued)
     }
 
     /// Finishes failed mirrors for every tenant (`toki serve` every minute;
@@ -516,9 +608,9 @@ impl Registrar {
         let mut repaired = 0;
         // Series with less than half the horizon left are extended.
         let extend_before = self.clock.now() + crate::plan::to_chrono(self.settings.horizon / 2);
-        for work in store.unmirrored(extend_before).await? {
+        for work in store.unmirrored(extend_before).await?.chunks(MAX_BATCH) {
             self.mirror(&record, work).await?;
-            repaired += 1;
+            repaired += work.len();
         }
         Ok(repaired)
     }

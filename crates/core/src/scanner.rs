@@ -155,7 +155,8 @@ impl Scanner {
             &self.settings,
             deadline,
         )
-        .await;
+        .await
+        .summary;
         summary.enqueued = enqueued;
         summary.already_claimed = already_claimed;
         summary.failed += failed;

@@ -23,6 +23,8 @@ use toki_app::{BackendKind, Config, Toki};
 pub struct BenchOptions {
     pub deliveries: Vec<usize>,
     pub workers: Vec<usize>,
+    /// Daemon processes sharing the queue.
+    pub daemons: Vec<usize>,
     pub tenants: usize,
     /// Seconds from the start of registration to the due instant; None: 10 s + 1 s per 1,000.
     pub lead: Option<u64>,
@@ -43,12 +45,16 @@ pub struct BenchOptions {
 pub struct BenchRun {
     pub deliveries: usize,
     pub workers: usize,
+    /// Daemon processes; `share` is each one's part of the delivered rows, in start order.
+    pub daemons: usize,
+    pub share: Vec<u64>,
     pub backend: BackendKind,
     pub channel: Channel,
     pub lateness_ms: Lateness,
     pub missing: u64,
     pub duplicates: u64,
     pub deliveries_per_s: f64,
+    /// The largest daemon's peak RSS, and the CPU seconds of all daemons.
     pub peak_rss_mb: f64,
     pub cpu_s: f64,
     /// Registration of every meeting, until the last reminder was enqueued.
@@ -177,11 +183,29 @@ async fn delivered_rows(
     Ok(n)
 }
 
+/// Delivered rows per daemon process (in `pids` order), from the claim holder each row names.
+async fn delivered_by_daemon(
+    toki: &Toki,
+    tenants: &[toki_core::TenantId],
+    pids: &[u32],
+) -> anyhow::Result<Vec<u64>> {
+    let mut share = vec![0; pids.len()];
+    for t in tenants {
+        for (holder, count) in toki.stores.open(t).await?.delivered_by_holder().await? {
+            if let Some(i) = pids.iter().position(|p| p.to_string() == holder) {
+                share[i] += count;
+            }
+        }
+    }
+    Ok(share)
+}
+
 pub async fn run_once(
     base: &Config,
     opts: &BenchOptions,
     n: usize,
     workers: usize,
+    daemons: usize,
     dir: &Path,
 ) -> anyhow::Result<BenchRun> {
     if dir.exists() {
@@ -230,34 +254,37 @@ pub async fn run_once(
     }
     scenario::create_tenants(&toki, &tenants).await?;
 
-    // The daemon: its own process, configured through the environment.
-    let log = std::fs::File::create(dir.join("daemon.log"))?;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(["daemon", "--workers", &workers.to_string(), "--data-dir"])
-        .arg(dir)
-        .env(
-            "TOKI_BACKEND",
-            if opts.backend == BackendKind::Aws {
-                "aws"
-            } else {
-                "embedded"
-            },
-        )
-        .env("TOKI_LEAD_MS", config.pipeline.lead_ms.to_string())
-        .stdout(Stdio::null())
-        .stderr(log);
-    if let Some(t) = &config.tenant_database_template {
-        cmd.env("TOKI_DATABASE_URL_TEMPLATE", t.expose());
+    // The daemons: each its own process, configured through the environment.
+    let mut fleet = Vec::with_capacity(daemons);
+    for d in 0..daemons {
+        let log = std::fs::File::create(dir.join(format!("daemon-{d}.log")))?;
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["daemon", "--workers", &workers.to_string(), "--data-dir"])
+            .arg(dir)
+            .env(
+                "TOKI_BACKEND",
+                if opts.backend == BackendKind::Aws {
+                    "aws"
+                } else {
+                    "embedded"
+                },
+            )
+            .env("TOKI_LEAD_MS", config.pipeline.lead_ms.to_string())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(t) = &config.tenant_database_template {
+            cmd.env("TOKI_DATABASE_URL_TEMPLATE", t.expose());
+        }
+        if let Some(url) = &slack_url {
+            cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
+                .env("TOKI_SLACK_API_URL", format!("{url}/api"));
+        }
+        if let Some(s) = &config.mail.smtp_url {
+            cmd.env("TOKI_SMTP_URL", s.expose());
+        }
+        fleet.push(Guard(cmd.spawn().context("starting a daemon process")?));
     }
-    if let Some(url) = &slack_url {
-        cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
-            .env("TOKI_SLACK_API_URL", format!("{url}/api"));
-    }
-    if let Some(s) = &config.mail.smtp_url {
-        cmd.env("TOKI_SMTP_URL", s.expose());
-    }
-    let daemon = Guard(cmd.spawn().context("starting the daemon process")?);
-    let pid = daemon.0.id();
+    let pids: Vec<u32> = fleet.iter().map(|g| g.0.id()).collect();
 
     let mut progress = Progress::new(!opts.json);
     let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
@@ -307,7 +334,10 @@ pub async fn run_once(
     }
     // A moment for duplicates to show up, and for the daemon to record its rows.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (peak_rss_mb, cpu_s) = process_usage(pid);
+    let usage: Vec<(f64, f64)> = pids.iter().map(|p| process_usage(*p)).collect();
+    let peak_rss_mb = usage.iter().map(|u| u.0).fold(0.0, f64::max);
+    let cpu_s = (usage.iter().map(|u| u.1).sum::<f64>() * 100.0).round() / 100.0;
+    let share = delivered_by_daemon(&toki, &tenants, &pids).await?;
     progress.finish(&format!("n={n} w={workers}: done"));
 
     let mut smtp_sessions = None;
@@ -347,11 +377,13 @@ pub async fn run_once(
     };
     // Max lateness is the time from due to the last delivery.
     lateness.max = lateness.max.max(last_ms);
-    drop(daemon);
+    drop(fleet);
     drop(standin);
     Ok(BenchRun {
         deliveries: n,
         workers,
+        daemons,
+        share,
         backend: opts.backend,
         channel: opts.channel,
         lateness_ms: lateness,
@@ -394,6 +426,7 @@ pub fn header() -> Vec<&'static str> {
     vec![
         "N",
         "W",
+        "D",
         "backend",
         "channel",
         "enqueue s",
@@ -407,6 +440,7 @@ pub fn header() -> Vec<&'static str> {
         "RSS MB",
         "CPU s",
         "sessions",
+        "share %",
     ]
 }
 
@@ -414,6 +448,7 @@ pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
     vec![
         format!("{}{}", r.deliveries, label.unwrap_or("")),
         r.workers.to_string(),
+        r.daemons.to_string(),
         format!("{:?}", r.backend).to_lowercase(),
         r.channel.to_string(),
         format!("{:.1}", r.enqueue_s),
@@ -428,50 +463,70 @@ pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
         format!("{:.2}", r.cpu_s),
         r.smtp_sessions
             .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        share_percent(&r.share),
     ]
+}
+
+/// Each daemon's part of the deliveries, in percent: `34/33/33`.
+fn share_percent(share: &[u64]) -> String {
+    let total: u64 = share.iter().sum();
+    if total == 0 {
+        return "-".into();
+    }
+    share
+        .iter()
+        .map(|s| format!("{:.0}", *s as f64 * 100.0 / total as f64))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// Runs the sweep; prints rows as they finish. Returns whether every run delivered everything once.
 pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
     let mut rows = Vec::new();
     let mut clean = true;
+    let mut points = Vec::new();
     for &n in &opts.deliveries {
-        for &w in &opts.workers {
-            let mut runs = Vec::new();
-            for k in 0..opts.repeat.max(1) {
-                let dir = opts.data_dir.join(format!("n{n}-w{w}-{k}"));
-                let r = run_once(&base, &opts, n, w, &dir).await?;
-                clean &= r.missing == 0 && r.duplicates == 0;
-                if opts.json {
-                    println!("{}", serde_json::to_string(&r)?);
-                }
-                if !opts.json {
-                    // Each run as it finishes: a long sweep shows results as it goes.
-                    eprintln!("{}", toki_app::table::table(&header(), &[row(&r, None)]));
-                }
-                runs.push(r);
+        for &d in &opts.daemons {
+            for &w in &opts.workers {
+                points.push((n, d, w));
             }
-            if runs.len() > 1 {
-                for r in &runs {
-                    rows.push(row(r, Some(" (run)")));
-                }
-            }
-            // The median run by p99 lateness.
-            runs.sort_by_key(|r| (r.lateness_ms.p99, r.lateness_ms.max));
-            let median = &runs[runs.len() / 2];
-            rows.push(row(
-                median,
-                if runs.len() > 1 {
-                    Some(" median")
-                } else {
-                    None
-                },
-            ));
         }
+    }
+    for (n, d, w) in points {
+        let mut runs = Vec::new();
+        for k in 0..opts.repeat.max(1) {
+            let dir = opts.data_dir.join(format!("n{n}-d{d}-w{w}-{k}"));
+            let r = run_once(&base, &opts, n, w, d, &dir).await?;
+            clean &= r.missing == 0 && r.duplicates == 0;
+            if opts.json {
+                println!("{}", serde_json::to_string(&r)?);
+            }
+            if !opts.json {
+                // Each run as it finishes: a long sweep shows results as it goes.
+                eprintln!("{}", toki_app::table::table(&header(), &[row(&r, None)]));
+            }
+            runs.push(r);
+        }
+        if runs.len() > 1 {
+            for r in &runs {
+                rows.push(row(r, Some(" (run)")));
+            }
+        }
+        // The median run by p99 lateness.
+        runs.sort_by_key(|r| (r.lateness_ms.p99, r.lateness_ms.max));
+        let median = &runs[runs.len() / 2];
+        rows.push(row(
+            median,
+            if runs.len() > 1 {
+                Some(" median")
+            } else {
+                None
+            },
+        ));
     }
     if !opts.json {
         println!("{}", toki_app::table::table(&header(), &rows));
-        println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; sessions = SMTP connections the stand-in accepted");
+        println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; D = daemon processes, RSS = the largest one's peak, CPU = all of theirs; sessions = SMTP connections the stand-in accepted; share = each daemon's part of the delivered rows");
     }
     Ok(clean)
 }

@@ -130,7 +130,11 @@ pub async fn create_tenants(toki: &Toki, tenants: &[TenantId]) -> anyhow::Result
     Ok(())
 }
 
-/// Registers meetings through the registrar; returns every expected delivery key per tenant.
+/// Meetings per registrar call: one tenant's schedules go in batches.
+const REGISTER_BATCH: usize = 500;
+
+/// Registers meetings through the registrar, in batches per tenant; returns
+/// every expected delivery key per tenant.
 pub async fn register(
     toki: &Toki,
     meetings: Vec<Meeting>,
@@ -139,32 +143,60 @@ pub async fn register(
     let registrar = std::sync::Arc::new(toki.registrar());
     let total = meetings.len() as u64;
     let settings = toki.config.pipeline_settings();
-    let mut expected: HashMap<TenantId, HashSet<DeliveryKey>> = HashMap::new();
-    let mut results = stream::iter(meetings.into_iter().map(|m| {
+    let mut by_tenant: HashMap<TenantId, Vec<(ScheduleId, ScheduleInput)>> = HashMap::new();
+    for m in meetings {
+        by_tenant.entry(m.tenant).or_default().push((m.id, m.input));
+    }
+    // Round robin over the tenants, one batch in flight per tenant database
+    // (SQLite serialises its writers).
+    let parallel = by_tenant.len().max(1);
+    let mut per_tenant: Vec<_> = by_tenant
+        .into_iter()
+        .map(|(tenant, items)| {
+            let chunks: Vec<_> = items.chunks(REGISTER_BATCH).map(<[_]>::to_vec).collect();
+            (tenant, chunks.into_iter())
+        })
+        .collect();
+    let mut batches = Vec::new();
+    while !per_tenant.is_empty() {
+        per_tenant.retain_mut(|(tenant, chunks)| match chunks.next() {
+            Some(c) => {
+                batches.push((tenant.clone(), c));
+                true
+            }
+            None => false,
+        });
+    }
+    let mut results = stream::iter(batches.into_iter().map(|(tenant, items)| {
         let registrar = registrar.clone();
         async move {
-            let r = registrar.put_schedule(&m.tenant, &m.id, &m.input).await;
-            (m.tenant, r)
+            let r = registrar.put_schedules(&tenant, &items).await;
+            (tenant, r)
         }
     }))
-    .buffer_unordered(8);
+    .buffer_unordered(parallel);
+    let mut expected: HashMap<TenantId, HashSet<DeliveryKey>> = HashMap::new();
     let mut done = 0;
     while let Some((tenant, r)) = results.next().await {
-        let registered = r.with_context(|| format!("registering a meeting of {tenant}"))?;
+        let written = r.with_context(|| format!("registering meetings of {tenant}"))?;
         let now = toki.clock.now();
-        let reminders = toki_core::plan::reminders_for(
-            &tenant,
-            &registered.schedule,
-            now - ChronoDuration::from_std(settings.look_back).unwrap_or_default(),
-            now + ChronoDuration::from_std(settings.horizon).unwrap_or_default(),
-        )?;
-        for reminder in reminders {
-            expected
-                .entry(tenant.clone())
-                .or_default()
-                .extend(reminder.deliveries_to(&registered.schedule.participants));
+        for registered in written {
+            let registered =
+                registered.with_context(|| format!("registering a meeting of {tenant}"))?;
+            let reminders = toki_core::plan::reminders_for(
+                &tenant,
+                &registered.schedule,
+                now - ChronoDuration::from_std(settings.look_back).unwrap_or_default(),
+                now + ChronoDuration::from_std(settings.horizon).unwrap_or_default(),
+            )?;
+            for reminder in reminders {
+                expected
+                    .entry(tenant.clone())
+                    .or_default()
+                    .extend(reminder.deliveries_to(&registered.schedule.participants));
+            }
+            done += 1;
         }
-        done += 1;
         progress.update(&format!(
             "registering meetings {}",
             Progress::bar(done, total)

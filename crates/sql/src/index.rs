@@ -5,13 +5,16 @@ use async_trait::async_trait;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 use toki_core::plan::{sort_key, to_chrono, Partition};
-use toki_core::ports::ReminderIndex;
+use toki_core::ports::{IndexWrite, ReminderIndex};
 use toki_core::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
     ReminderKey, ScheduleId, StoreError, StoreResult, TenantId,
 };
 
 use crate::db_err;
+
+/// Rows per multi-row statement (well under SQLite's 32,766 bind parameters).
+const CHUNK: usize = 500;
 
 pub struct SqliteReminderIndex {
     pool: SqlitePool,
@@ -36,6 +39,56 @@ impl SqliteReminderIndex {
             .await
             .map_err(db_err)?;
         Ok(r.rows_affected())
+    }
+
+    /// Claims rows in one transaction; whether each was claimed, in order.
+    async fn claim_rows(
+        &self,
+        reminders: &[Reminder],
+        now: Instant,
+        lease_until: Instant,
+    ) -> StoreResult<Vec<bool>> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut claimed = std::collections::HashSet::new();
+        for chunk in reminders.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new("UPDATE reminder_index SET status = 'enqueuing', lease_until = ");
+            qb.push_bind(lease_until.timestamp_millis())
+                .push(" WHERE (partition, sort_key, version) IN (VALUES ");
+            self.push_keys(&mut qb, chunk.iter());
+            qb.push(") AND (status = 'pending' OR (status = 'enqueuing' AND lease_until < ")
+                .push_bind(now.timestamp_millis())
+                .push(")) RETURNING partition, sort_key");
+            let rows: Vec<(String, String)> = qb
+                .build_query_as()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            claimed.extend(rows);
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(reminders
+            .iter()
+            .map(|r| claimed.contains(&self.keys(r)))
+            .collect::<Vec<_>>())
+    }
+
+    /// `(partition, sort_key, version), ...` for a row-value IN list.
+    fn push_keys<'r>(
+        &self,
+        qb: &mut QueryBuilder<'_, Sqlite>,
+        rows: impl Iterator<Item = &'r Reminder>,
+    ) {
+        for (i, r) in rows.enumerate() {
+            let (partition, sort) = self.keys(r);
+            qb.push(if i == 0 { "(" } else { ", (" });
+            qb.push_bind(partition)
+                .push(", ")
+                .push_bind(sort)
+                .push(", ")
+                .push_bind(r.version)
+                .push(")");
+        }
     }
 
     fn keys(&self, r: &Reminder) -> (String, String) {
@@ -89,34 +142,70 @@ impl ReminderIndex for SqliteReminderIndex {
         version: i64,
         rows: &[Reminder],
     ) -> StoreResult<bool> {
+        let write = IndexWrite {
+            schedule,
+            version,
+            rows,
+        };
+        Ok(self.replace_schedules(tenant, &[write]).await?[0])
+    }
+
+    /// One transaction for the whole batch: SQLite pays for a commit, not for a row.
+    async fn replace_schedules(
+        &self,
+        tenant: &TenantId,
+        writes: &[IndexWrite<'_>],
+    ) -> StoreResult<Vec<bool>> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
-        // The version's claim on the schedule's rows: only if no newer one holds them.
-        let claimed = sqlx::query(
-            "INSERT INTO index_versions (tenant, schedule_id, version) VALUES ($1, $2, $3)
-             ON CONFLICT (tenant, schedule_id) DO UPDATE SET version = excluded.version
-             WHERE index_versions.version <= excluded.version",
-        )
-        .bind(tenant.as_str())
-        .bind(schedule.as_str())
-        .bind(version)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_err)?;
-        if claimed.rows_affected() == 0 {
-            return Ok(false);
+        // Each version's claim on its schedule's rows, only where no newer
+        // version holds them; the rows an upsert touched come back.
+        let mut won = std::collections::HashSet::new();
+        for chunk in writes.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new("INSERT INTO index_versions (tenant, schedule_id, version) ");
+            qb.push_values(chunk, |mut b, w| {
+                b.push_bind(tenant.as_str())
+                    .push_bind(w.schedule.as_str())
+                    .push_bind(w.version);
+            });
+            qb.push(
+                " ON CONFLICT (tenant, schedule_id) DO UPDATE SET version = excluded.version
+                 WHERE index_versions.version <= excluded.version RETURNING schedule_id",
+            );
+            let ids: Vec<(String,)> = qb
+                .build_query_as()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            won.extend(ids.into_iter().map(|(id,)| id));
         }
+        let claimed: Vec<bool> = writes
+            .iter()
+            .map(|w| won.contains(w.schedule.as_str()))
+            .collect();
+        let winners: Vec<&IndexWrite<'_>> = writes
+            .iter()
+            .zip(&claimed)
+            .filter_map(|(w, c)| c.then_some(w))
+            .collect();
         // Older versions' rows go; this version's rows already there stay as
         // they are (a repeat of the same write changes nothing).
-        sqlx::query(
-            "DELETE FROM reminder_index WHERE tenant = $1 AND schedule_id = $2 AND version < $3",
-        )
-        .bind(tenant.as_str())
-        .bind(schedule.as_str())
-        .bind(version)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_err)?;
-        for chunk in rows.chunks(500) {
+        for chunk in winners.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new("DELETE FROM reminder_index WHERE tenant = ");
+            qb.push_bind(tenant.as_str()).push(" AND schedule_id IN (");
+            let mut ids = qb.separated(", ");
+            for w in chunk {
+                ids.push_bind(w.schedule.as_str());
+            }
+            qb.push(
+                ") AND version < (SELECT v.version FROM index_versions v
+                   WHERE v.tenant = reminder_index.tenant AND v.schedule_id = reminder_index.schedule_id)",
+            );
+            qb.build().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        let rows: Vec<&Reminder> = winners.iter().flat_map(|w| w.rows).collect();
+        for chunk in rows.chunks(CHUNK) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
                  minutes_before, due_at, version, channels, status, lease_until, expires_at) ",
@@ -141,7 +230,7 @@ impl ReminderIndex for SqliteReminderIndex {
             qb.build().execute(&mut *tx).await.map_err(db_err)?;
         }
         tx.commit().await.map_err(db_err)?;
-        Ok(true)
+        Ok(claimed)
     }
 
     async fn query_partition(
@@ -164,35 +253,48 @@ impl ReminderIndex for SqliteReminderIndex {
     }
 
     async fn claim(&self, r: &Reminder, now: Instant, lease_until: Instant) -> StoreResult<bool> {
-        let (partition, sort) = self.keys(r);
-        let done = sqlx::query(
-            "UPDATE reminder_index SET status = 'enqueuing', lease_until = $1
-             WHERE partition = $2 AND sort_key = $3 AND version = $4
-               AND (status = 'pending' OR (status = 'enqueuing' AND lease_until < $5))",
-        )
-        .bind(lease_until.timestamp_millis())
-        .bind(partition)
-        .bind(sort)
-        .bind(r.version)
-        .bind(now.timestamp_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(db_err)?;
-        Ok(done.rows_affected() == 1)
+        let claimed = self
+            .claim_rows(std::slice::from_ref(r), now, lease_until)
+            .await?;
+        Ok(claimed == [true])
+    }
+
+    /// One transaction: a claim is one UPDATE, and the commit is what costs.
+    async fn claim_all(
+        &self,
+        reminders: &[Reminder],
+        now: Instant,
+        lease_until: Instant,
+    ) -> Vec<StoreResult<bool>> {
+        match self.claim_rows(reminders, now, lease_until).await {
+            Ok(claimed) => claimed.into_iter().map(Ok).collect(),
+            // Nothing was claimed: the same failure for every row.
+            Err(e) => {
+                let why = toki_core::error::chain(&e);
+                reminders
+                    .iter()
+                    .map(|_| Err(StoreError::backend("claiming index rows", why.clone())))
+                    .collect()
+            }
+        }
     }
 
     async fn mark_enqueued(&self, r: &Reminder) -> StoreResult<()> {
-        let (partition, sort) = self.keys(r);
-        sqlx::query(
-            "UPDATE reminder_index SET status = 'enqueued', lease_until = NULL
-             WHERE partition = $1 AND sort_key = $2 AND version = $3",
-        )
-        .bind(partition)
-        .bind(sort)
-        .bind(r.version)
-        .execute(&self.pool)
-        .await
-        .map_err(db_err)?;
+        self.mark_all_enqueued(&[r]).await
+    }
+
+    async fn mark_all_enqueued(&self, reminders: &[&Reminder]) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        for chunk in reminders.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "UPDATE reminder_index SET status = 'enqueued', lease_until = NULL
+                 WHERE (partition, sort_key, version) IN (VALUES ",
+            );
+            self.push_keys(&mut qb, chunk.iter().copied());
+            qb.push(")");
+            qb.build().execute(&mut *tx).await.map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
         Ok(())
     }
 

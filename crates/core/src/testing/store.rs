@@ -14,8 +14,8 @@ use crate::domain::{
 };
 use crate::error::{StoreError, StoreResult, ValidationError};
 use crate::ports::{
-    ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery, ScheduleSnapshot, TenantStore,
-    TenantStores,
+    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery,
+    ScheduleSnapshot, TenantStore, TenantStores,
 };
 
 #[derive(Debug, Clone)]
@@ -113,27 +113,27 @@ impl TenantStore for MemoryTenantStore {
         Ok(self.lock()?.users.get(id).cloned())
     }
 
-    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule> {
+    async fn put_schedules(
+        &self,
+        schedules: &[Schedule],
+        now: Instant,
+    ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
         let mut state = self.lock()?;
-        if let Some((i, p)) = schedule
-            .participants
-            .iter()
-            .enumerate()
-            .find(|(_, p)| !state.users.contains_key(*p))
-        {
-            return Err(ValidationError::new(
-                format!("participants[{i}]"),
-                format!("no user {:?} in this tenant", p.as_str()),
-            )
-            .into());
-        }
-        let version = next_version(&mut state, &schedule.id, false, now);
-        let saved = Schedule {
-            version,
-            ..schedule.clone()
-        };
-        state.schedules.insert(saved.id.clone(), saved.clone());
-        Ok(saved)
+        let verdicts = writable_schedules(schedules, |u| state.users.contains_key(u));
+        Ok(verdicts
+            .into_iter()
+            .map(|v| {
+                v.map(|schedule| {
+                    let version = next_version(&mut state, &schedule.id, false, now);
+                    let saved = Schedule {
+                        version,
+                        ..schedule.clone()
+                    };
+                    state.schedules.insert(saved.id.clone(), saved.clone());
+                    saved
+                })
+            })
+            .collect())
     }
 
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
@@ -339,6 +339,21 @@ impl TenantStore for MemoryTenantStore {
             state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
         }
         Ok(())
+    }
+
+    /// Every claim here is this process's.
+    async fn delivered_by_holder(&self) -> StoreResult<Vec<(String, u64)>> {
+        let state = self.lock()?;
+        let n = state
+            .deliveries
+            .values()
+            .filter(|r| r.status == DeliveryStatus::Delivered && r.claim_token.is_some())
+            .count() as u64;
+        Ok(if n == 0 {
+            Vec::new()
+        } else {
+            vec![(std::process::id().to_string(), n)]
+        })
     }
 
     async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>> {

@@ -193,3 +193,83 @@ async fn a_delete_removes_the_rows_and_a_new_write_gets_a_new_version() {
     let again = kit.registrar().put_schedule(&t, &id, &input).await.unwrap();
     assert_eq!(again.schedule.version, 3, "versions never repeat");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_writes_the_valid_items_and_names_each_error() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let soon = kit.now() + mins(10);
+    let later = kit.now() + mins(90);
+    let mut bad_time = meeting(soon, 5, &["u0"], &[Channel::Slack]);
+    bad_time.starts_at = "not a time".into();
+    let items = vec![
+        (
+            "soon".parse().unwrap(),
+            meeting(soon, 5, &["u0", "u1"], &[Channel::Mail]),
+        ),
+        ("bad-time".parse().unwrap(), bad_time),
+        (
+            "ghost".parse().unwrap(),
+            meeting(soon, 5, &["nobody"], &[Channel::Chat]),
+        ),
+        (
+            "later".parse().unwrap(),
+            meeting(later, 5, &["u1"], &[Channel::Chat]),
+        ),
+    ];
+    let results = kit.registrar().put_schedules(&t, &items).await.unwrap();
+    assert_eq!(results.len(), 4);
+    let soon = results[0].as_ref().expect("soon is written");
+    assert!(soon.mirrored);
+    assert_eq!(
+        soon.enqueued_directly, 1,
+        "due in 5 minutes: queued at once"
+    );
+    match &results[1] {
+        Err(RegistrarError::Invalid(v)) => assert_eq!(v.field, "starts_at"),
+        other => panic!("expected starts_at to be refused, got {other:?}"),
+    }
+    match &results[2] {
+        Err(RegistrarError::Invalid(v)) => assert_eq!(v.field, "participants[0]"),
+        other => panic!("expected the unknown participant to be refused, got {other:?}"),
+    }
+    let later = results[3].as_ref().expect("later is written");
+    assert_eq!(
+        later.enqueued_directly, 0,
+        "outside the window: left to the scanner"
+    );
+    // Two schedules in the index, one of them queued; nothing of the refused ones.
+    let mut rows: Vec<_> = kit
+        .index
+        .rows()
+        .into_iter()
+        .map(|r| (r.reminder.key.schedule.to_string(), r.status))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].0, "later");
+    assert_eq!(rows[0].1, IndexStatus::Pending);
+    assert_eq!(rows[1].0, "soon");
+    assert_eq!(rows[1].1, IndexStatus::Enqueued);
+    assert_eq!(kit.queue.depth().await.unwrap().messages, 1);
+    let store = kit.stores.get(&t).unwrap();
+    assert!(store.unmirrored(kit.now()).await.unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_over_the_limit_is_refused_whole() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let input = meeting(kit.now() + mins(60), 5, &["u0"], &[Channel::Chat]);
+    let items: Vec<_> = (0..=crate::registrar::MAX_BATCH)
+        .map(|i| (format!("m{i}").parse().unwrap(), input.clone()))
+        .collect();
+    match kit.registrar().put_schedules(&t, &items).await {
+        Err(RegistrarError::Invalid(v)) => assert_eq!(v.field, "schedules"),
+        other => panic!(
+            "expected the batch to be refused, got {:?}",
+            other.map(|r| r.len())
+        ),
+    }
+    assert!(kit.index.rows().is_empty(), "nothing written");
+}

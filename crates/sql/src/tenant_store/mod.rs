@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
-use toki_core::ports::{ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore};
+use toki_core::ports::{
+    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
+};
 use toki_core::{
     DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus, Instant, ReminderKey,
     ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId, ValidationError,
@@ -62,7 +64,12 @@ where
     }
 }
 
-/// Names one batch's claims: unique per process and call.
+/// The process a claim token names (see [`claim_token`]).
+fn claim_holder(token: &str) -> &str {
+    token.split('-').next().unwrap_or(token)
+}
+
+/// Names one batch's claims: unique per process and call (`pid-ms-n`).
 fn claim_token(now: Instant) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -129,13 +136,23 @@ where
         row.map(User::try_from).transpose()
     }
 
-    async fn put_schedule(&self, schedule: &Schedule, now: Instant) -> StoreResult<Schedule> {
+    async fn put_schedules(
+        &self,
+        schedules: &[Schedule],
+        now: Instant,
+    ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
         let mut tx = self.pool.begin().await.map_err(db_err)?;
         // Every participant must be a user of this tenant.
+        let wanted: Vec<&str> = schedules
+            .iter()
+            .flat_map(|s| s.participants.iter().map(UserId::as_str))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
         let mut known = HashSet::new();
-        for chunk in schedule.participants.chunks(CHUNK) {
+        for chunk in wanted.chunks(CHUNK) {
             let mut s = Statement::new("SELECT id FROM users WHERE id IN ");
-            s.list(chunk.iter().map(UserId::as_str));
+            s.list(chunk.iter().copied());
             let found: Vec<(String,)> = s
                 .query_as::<DB, (String,)>()
                 .fetch_all(&mut *tx)
@@ -143,91 +160,104 @@ where
                 .map_err(db_err)?;
             known.extend(found.into_iter().map(|(id,)| id));
         }
-        if let Some((i, p)) = schedule
-            .participants
-            .iter()
-            .enumerate()
-            .find(|(_, p)| !known.contains(p.as_str()))
-        {
-            return Err(ValidationError::new(
-                format!("participants[{i}]"),
-                format!("no user {:?} in this tenant", p.as_str()),
-            )
-            .into());
-        }
-        // Versions never repeat, even across a delete and re-create; the upsert
-        // takes the row lock, so concurrent writes of one schedule serialise.
+        let verdicts = writable_schedules(schedules, |u| known.contains(u.as_str()));
+        let writable: Vec<&Schedule> = verdicts.iter().filter_map(|v| v.clone().ok()).collect();
         let now_ms = now.timestamp_millis();
-        let mut s = Statement::new(
-            "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
-        );
-        s.values([()], |r, ()| {
-            r.bind(schedule.id.as_str())
-                .bind(1_i64)
-                .bind(false)
-                .bind(false)
-                .bind(now_ms);
-        });
-        s.push(
-            " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
-               deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
-             RETURNING version",
-        );
-        let (version,): (i64,) = s
-            .query_as::<DB, (i64,)>()
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_err)?;
-        let mut s = Statement::new(
-            "INSERT INTO schedules (id, title, body, starts_at, time_zone, recurrence, version, updated_at)",
-        );
-        s.values([schedule], |r, sch| {
-            r.bind(sch.id.as_str())
-                .bind(sch.title.clone())
-                .bind(sch.body.clone())
-                .bind(sch.starts_at.timestamp_millis())
-                .bind(sch.time_zone.name())
-                .bind(recurrence_json(sch.recurrence.as_ref()))
-                .bind(version)
-                .bind(now_ms);
-        });
-        s.push(
-            " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
-               starts_at = excluded.starts_at, time_zone = excluded.time_zone,
-               recurrence = excluded.recurrence,
-               version = excluded.version, updated_at = excluded.updated_at",
-        );
-        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-        for table in ["participants", "reminder_rules"] {
-            let mut s = Statement::new(&format!("DELETE FROM {table} WHERE schedule_id = "));
-            s.bind(schedule.id.as_str());
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        let mut versions: HashMap<String, i64> = HashMap::with_capacity(writable.len());
+        for chunk in writable.chunks(CHUNK) {
+            // Versions never repeat, even across a delete and re-create; the
+            // upsert takes the row lock, so concurrent writes of one schedule serialise.
+            let mut s = Statement::new(
+                "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
+            );
+            s.values(chunk, |r, sch| {
+                r.bind(sch.id.as_str())
+                    .bind(1_i64)
+                    .bind(false)
+                    .bind(false)
+                    .bind(now_ms);
+            });
+            s.push(
+                " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
+                   deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
+                 RETURNING schedule_id, version",
+            );
+            let rows: Vec<(String, i64)> = s
+                .query_as::<DB, (String, i64)>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            versions.extend(rows);
         }
-        for (c, chunk) in schedule.participants.chunks(CHUNK).enumerate() {
+        let version_of = |sch: &Schedule| versions.get(sch.id.as_str()).copied().unwrap_or(0);
+        for chunk in writable.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "INSERT INTO schedules (id, title, body, starts_at, time_zone, recurrence, version, updated_at)",
+            );
+            s.values(chunk, |r, sch| {
+                r.bind(sch.id.as_str())
+                    .bind(sch.title.clone())
+                    .bind(sch.body.clone())
+                    .bind(sch.starts_at.timestamp_millis())
+                    .bind(sch.time_zone.name())
+                    .bind(recurrence_json(sch.recurrence.as_ref()))
+                    .bind(version_of(sch))
+                    .bind(now_ms);
+            });
+            s.push(
+                " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
+                   starts_at = excluded.starts_at, time_zone = excluded.time_zone,
+                   recurrence = excluded.recurrence,
+                   version = excluded.version, updated_at = excluded.updated_at",
+            );
+            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+            for table in ["participants", "reminder_rules"] {
+                let mut s = Statement::new(&format!("DELETE FROM {table} WHERE schedule_id IN "));
+                s.list(chunk.iter().map(|sch| sch.id.as_str()));
+                s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+            }
+        }
+        let participants: Vec<(&str, usize, &str)> = writable
+            .iter()
+            .flat_map(|sch| {
+                sch.participants
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (sch.id.as_str(), i, p.as_str()))
+            })
+            .collect();
+        for chunk in participants.chunks(CHUNK) {
             let mut s = Statement::new("INSERT INTO participants (schedule_id, user_id, position)");
-            s.values(chunk.iter().enumerate(), |r, (i, p)| {
-                r.bind(schedule.id.as_str())
-                    .bind(p.as_str())
-                    .bind((c * CHUNK + i) as i64);
+            s.values(chunk, |r, (schedule, i, user)| {
+                r.bind(*schedule).bind(*user).bind(*i as i64);
             });
             s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
         }
-        for chunk in schedule.rules.chunks(CHUNK) {
+        let rules: Vec<(&str, &ReminderRule)> = writable
+            .iter()
+            .flat_map(|sch| sch.rules.iter().map(|r| (sch.id.as_str(), r)))
+            .collect();
+        for chunk in rules.chunks(CHUNK) {
             let mut s = Statement::new(
                 "INSERT INTO reminder_rules (schedule_id, minutes_before, channels)",
             );
-            s.values(chunk, |r, rule| {
-                r.bind(schedule.id.as_str())
+            s.values(chunk, |r, (schedule, rule)| {
+                r.bind(*schedule)
                     .bind(i64::from(rule.minutes_before))
                     .bind(rule.channels.encode());
             });
             s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
         }
         tx.commit().await.map_err(db_err)?;
-        Ok(Schedule {
-            version,
-            ..schedule.clone()
-        })
+        Ok(verdicts
+            .into_iter()
+            .map(|v| {
+                v.map(|sch| Schedule {
+                    version: version_of(sch),
+                    ..sch.clone()
+                })
+            })
+            .collect())
     }
 
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
@@ -299,17 +329,41 @@ where
         version: i64,
         until: Option<Instant>,
     ) -> StoreResult<()> {
-        // Only if no newer write came in meanwhile.
-        let mut s = Statement::new("UPDATE schedule_mirror SET mirrored = TRUE, mirrored_until = ");
-        match until {
-            Some(u) => s.bind(u.timestamp_millis()),
-            None => s.push("NULL"),
-        };
-        s.push(" WHERE schedule_id = ")
-            .bind(id.as_str())
-            .push(" AND version = ")
-            .bind(version);
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        self.mark_all_mirrored(&[(id.clone(), version, until)])
+            .await
+    }
+
+    async fn mark_all_mirrored(
+        &self,
+        writes: &[(ScheduleId, i64, Option<Instant>)],
+    ) -> StoreResult<()> {
+        // One statement per distinct horizon (one for a batch of single meetings).
+        let mut by_until: HashMap<Option<i64>, Vec<(&ScheduleId, i64)>> = HashMap::new();
+        for (id, version, until) in writes {
+            by_until
+                .entry(until.map(|u| u.timestamp_millis()))
+                .or_default()
+                .push((id, *version));
+        }
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        for (until, marks) in by_until {
+            for chunk in marks.chunks(CHUNK) {
+                let mut s =
+                    Statement::new("UPDATE schedule_mirror SET mirrored = TRUE, mirrored_until = ");
+                match until {
+                    Some(u) => s.bind(u),
+                    None => s.push("NULL"),
+                };
+                // Only where no newer write came in meanwhile.
+                s.push(" WHERE (schedule_id, version) IN (VALUES ");
+                s.tuples(chunk, |r, (id, version)| {
+                    r.bind(id.as_str()).bind(*version);
+                });
+                s.push(")");
+                s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+            }
+        }
+        tx.commit().await.map_err(db_err)?;
         Ok(())
     }
 
@@ -553,6 +607,23 @@ where
         .await
         .map_err(db_err)?;
         rows.into_iter().map(DeliveryCount::try_from).collect()
+    }
+
+    async fn delivered_by_holder(&self) -> StoreResult<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT claim_token, COUNT(*) FROM deliveries
+             WHERE status = 'delivered' AND claim_token IS NOT NULL GROUP BY claim_token",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        let mut by_holder: HashMap<String, u64> = HashMap::new();
+        for (token, n) in rows {
+            *by_holder
+                .entry(claim_holder(&token).to_owned())
+                .or_default() += n as u64;
+        }
+        Ok(by_holder.into_iter().collect())
     }
 
     async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>> {
