@@ -14,7 +14,7 @@ use crate::domain::{Instant, Reminder, ReminderKey};
 use crate::error::chain;
 use crate::message;
 use crate::plan::{delay_for, to_chrono};
-use crate::ports::{batches, DelayQueue, OutgoingMessage, ReminderIndex};
+use crate::ports::{batches, Clock, DelayQueue, OutgoingMessage, ReminderIndex};
 use crate::settings::PipelineSettings;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -61,15 +61,18 @@ pub struct Enqueued {
 
 /// Enqueues `reminders`. No new row is claimed once `deadline` has passed
 /// (a Lambda's end, less a margin): those stay pending for the next run.
+/// Each message's delay is taken from `clock` when the messages are built,
+/// after the claims: a slow index must not make them visible late.
 pub async fn enqueue(
     index: &dyn ReminderIndex,
     queue: &dyn DelayQueue,
     reminders: Vec<Reminder>,
-    now: Instant,
+    clock: &dyn Clock,
     settings: &PipelineSettings,
     deadline: Option<tokio::time::Instant>,
 ) -> Enqueued {
     let mut summary = EnqueueSummary::default();
+    let now = clock.now();
     let lease_until = now + to_chrono(settings.claim_lease);
     let mut claimed = Vec::with_capacity(reminders.len());
     for chunk in reminders.chunks(CLAIM_CHUNK) {
@@ -93,9 +96,10 @@ pub async fn enqueue(
     }
     claimed.sort_by_key(|r| r.due_at);
 
+    let sent_at = clock.now();
     let messages: Vec<OutgoingMessage> = claimed
         .iter()
-        .map(|r| message_for(r, now, settings))
+        .map(|r| message_for(r, sent_at, settings))
         .collect();
     let by_id: HashMap<String, &Reminder> =
         claimed.iter().map(|r| (r.key.to_string(), r)).collect();

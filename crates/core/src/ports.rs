@@ -69,18 +69,21 @@ pub trait ReminderIndex: Send + Sync {
 
     /// [`ReminderIndex::replace_schedule`] for several schedules of one
     /// tenant, a result each, in order. Backends that can write them in one
-    /// transaction do; the default writes them one by one.
+    /// transaction do; the default writes 16 schedules at a time.
     async fn replace_schedules(
         &self,
         tenant: &TenantId,
         writes: &[IndexWrite<'_>],
     ) -> StoreResult<Vec<bool>> {
         let mut out = Vec::with_capacity(writes.len());
-        for w in writes {
-            out.push(
-                self.replace_schedule(tenant, w.schedule, w.version, w.rows)
-                    .await?,
-            );
+        for chunk in writes.chunks(16) {
+            let replaces: Vec<_> = chunk
+                .iter()
+                .map(|w| self.replace_schedule(tenant, w.schedule, w.version, w.rows))
+                .collect();
+            for r in futures::future::join_all(replaces).await {
+                out.push(r?);
+            }
         }
         Ok(out)
     }

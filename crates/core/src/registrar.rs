@@ -521,7 +521,12 @@ impl Registrar {
         // What the scanner has already covered (or will not reach in time) goes straight in.
         // A tenant whose contract is off gets nothing; its rows wait in the index
         // (the scanner holds them back too) in case the contract comes back on.
-        let window = Window::at(now, self.settings.look_back, self.settings.window);
+        // The window as of now: the index write may have taken a while.
+        let window = Window::at(
+            self.clock.now(),
+            self.settings.look_back,
+            self.settings.window,
+        );
         let direct: Vec<_> = if record.may_receive_reminders() {
             planned
                 .iter()
@@ -539,7 +544,7 @@ impl Registrar {
                 self.index.as_ref(),
                 self.queue.as_ref(),
                 direct,
-                now,
+                self.clock.as_ref(),
                 &self.settings,
                 None,
             )

@@ -151,7 +151,7 @@ impl Scanner {
             self.index.as_ref(),
             self.queue.as_ref(),
             to_send,
-            now,
+            self.clock.as_ref(),
             &self.settings,
             deadline,
         )

@@ -20,6 +20,8 @@ pub struct MemoryIndex {
     /// The version whose rows each schedule has.
     versions: Mutex<BTreeMap<(TenantId, ScheduleId), i64>>,
     down: AtomicBool,
+    /// How long each schedule's write takes (a slow DynamoDB), on tokio's clock.
+    write_latency: Mutex<std::time::Duration>,
 }
 
 impl MemoryIndex {
@@ -29,7 +31,13 @@ impl MemoryIndex {
             rows: Mutex::default(),
             versions: Mutex::default(),
             down: AtomicBool::new(false),
+            write_latency: Mutex::default(),
         }
+    }
+
+    /// Makes every schedule's write take `latency` (on tokio's clock).
+    pub fn set_write_latency(&self, latency: std::time::Duration) {
+        *self.write_latency.lock().expect("index lock") = latency;
     }
 
     /// While down, every call fails as an unreachable service would.
@@ -84,6 +92,10 @@ impl ReminderIndex for MemoryIndex {
         new: &[Reminder],
     ) -> StoreResult<bool> {
         self.check_up()?;
+        let latency = *self.write_latency.lock().expect("index lock");
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let mut versions = self.versions.lock().expect("index lock");
         let held = versions
             .entry((tenant.clone(), schedule.clone()))

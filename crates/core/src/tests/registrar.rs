@@ -273,3 +273,40 @@ async fn a_batch_over_the_limit_is_refused_whole() {
     }
     assert!(kit.index.rows().is_empty(), "nothing written");
 }
+
+/// A batch whose index write takes long (moto, a throttled DynamoDB) must not
+/// make its directly enqueued messages visible late: the delay is taken when
+/// the messages go out, not when the write began.
+#[tokio::test(start_paused = true)]
+async fn a_slow_index_write_does_not_delay_the_direct_messages() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    kit.index.set_write_latency(Duration::from_secs(4));
+    let starts = kit.now() + mins(6);
+    let items: Vec<_> = (0..4)
+        .map(|i| {
+            (
+                format!("m{i}").parse().unwrap(),
+                meeting(starts, 5, &["u0"], &[Channel::Chat]),
+            )
+        })
+        .collect();
+    let began = kit.now();
+    let results = kit.registrar().put_schedules(&t, &items).await.unwrap();
+    assert!(results
+        .iter()
+        .all(|r| r.as_ref().unwrap().enqueued_directly == 1));
+    assert!(
+        kit.now() - began >= Minutes::seconds(4),
+        "the index write took its time"
+    );
+    // Due one minute after the start: visible `lead` before that, not later.
+    let visible_at = starts - mins(5) - Minutes::from_std(kit.pipeline.lead).unwrap();
+    let wait = (visible_at - kit.now()).to_std().unwrap() + Duration::from_millis(1);
+    let got = kit
+        .queue
+        .receive(10, wait, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 4, "every message visible at due - lead");
+}
