@@ -6,37 +6,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use common::notification;
 use common::pipeline::{due_in, meeting, Harness};
 use common::services::{slack_standin, smtp};
 use toki_channels::{MailChannel, SlackChannel};
 use toki_core::channel::{ChannelSender, Notification, SendError};
 use toki_core::*;
 use toki_devtools::slack_standin::StandinOptions;
-
-fn notification(i: usize, slack: &str) -> Notification {
-    Notification {
-        tenant: "acme".parse().unwrap(),
-        key: DeliveryKey {
-            schedule: format!("s{i}").parse().unwrap(),
-            occurrence: Occurrence(from_millis("o", 1_800_000_000_000).unwrap()),
-            minutes_before: 5,
-            recipient: format!("u{i}").parse().unwrap(),
-            channel: Channel::Slack,
-        },
-        version: 1,
-        due_at: DueAt(Utc::now()),
-        recipient: std::sync::Arc::new(User {
-            id: format!("u{i}").parse().unwrap(),
-            name: format!("User {i}"),
-            email: Some(format!("u{i}@example.com")),
-            slack_user_id: Some(slack.to_string()),
-            time_zone: chrono_tz::UTC,
-            locale: "en".into(),
-        }),
-        subject: "Reminder: review".into(),
-        text: "review starts in 5 minutes".into(),
-    }
-}
 
 fn clock() -> std::sync::Arc<dyn toki_core::ports::Clock> {
     std::sync::Arc::new(toki_core::ports::SystemClock)

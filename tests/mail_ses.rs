@@ -1,7 +1,8 @@
 //! Mail through Amazon SES's v2 API, against the AWS emulator (moto): the
 //! raw message arrives with its delivery header, a sender SES has not
 //! verified is a transient failure (the operator's to fix, never a silent
-//! drop), and the probe answers. Read back through moto's model dump.
+//! drop), and the probe answers. Read back through moto's model dump, on a
+//! moto of this binary's own.
 
 mod aws_support;
 mod common;
@@ -9,40 +10,21 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use common::conformance::unique;
 use toki_channels::{ses_error_verdict, MailChannel};
 use toki_core::channel::{ChannelSender, Notification, SendError};
 use toki_core::*;
 
 fn notification(i: usize, subject: &str) -> Notification {
-    Notification {
-        tenant: "acme".parse().unwrap(),
-        key: DeliveryKey {
-            schedule: format!("s{i}").parse().unwrap(),
-            occurrence: Occurrence(from_millis("o", 1_800_000_000_000).unwrap()),
-            minutes_before: 5,
-            recipient: format!("u{i}").parse().unwrap(),
-            channel: Channel::Mail,
-        },
-        version: 1,
-        due_at: DueAt(Utc::now()),
-        recipient: Arc::new(User {
-            id: format!("u{i}").parse().unwrap(),
-            name: format!("User {i}"),
-            email: Some(format!("u{i}@example.com")),
-            slack_user_id: None,
-            time_zone: chrono_tz::UTC,
-            locale: "en".into(),
-        }),
-        subject: subject.into(),
-        text: "review starts in 5 minutes".into(),
-    }
+    let mut n = common::notification(i, "U0");
+    n.key.channel = Channel::Mail;
+    n.subject = subject.into();
+    n
 }
 
-/// SES on moto, whatever the other services' endpoints are.
+/// SES on this binary's own moto (its model dump is read back).
 async fn ses_client() -> aws_sdk_sesv2::Client {
-    let sdk = toki_aws::sdk_config(Some(aws_support::endpoint()), Some(aws_support::REGION)).await;
+    let sdk = toki_aws::sdk_config(Some(aws_support::own_moto()), Some(aws_support::REGION)).await;
     aws_sdk_sesv2::Client::new(&sdk)
 }
 
@@ -60,7 +42,7 @@ fn channel(client: aws_sdk_sesv2::Client, from: &str) -> MailChannel {
 
 /// The raw messages moto holds whose text contains `marker`.
 async fn sent_with(marker: &str) -> Vec<String> {
-    let url = format!("{}/moto-api/data.json", aws_support::endpoint());
+    let url = format!("{}/moto-api/data.json", aws_support::own_moto());
     let dump: serde_json::Value = reqwest::get(url).await.unwrap().json().await.unwrap();
     dump["ses"]["RawMessage"]
         .as_array()

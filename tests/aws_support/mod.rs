@@ -57,12 +57,7 @@ pub fn endpoint_env() -> Vec<(String, String)> {
 pub fn endpoint() -> &'static str {
     static ENDPOINT: OnceLock<String> = OnceLock::new();
     ENDPOINT.get_or_init(|| {
-        // Test credentials and region for the SDK, set once, before any client exists.
-        std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-        std::env::remove_var("AWS_SESSION_TOKEN");
-        std::env::set_var("AWS_REGION", REGION);
-        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+        test_credentials();
         let moto = match std::env::var("TOKI_TEST_AWS_ENDPOINT") {
             Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_owned(),
             _ => start_moto(),
@@ -74,6 +69,26 @@ pub fn endpoint() -> &'static str {
             eprintln!("aws_support: SQS on LocalStack, DynamoDB and Secrets Manager on moto");
         }
         moto
+    })
+}
+
+/// Test credentials and region for the SDK, set before any client exists.
+fn test_credentials() {
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    std::env::remove_var("AWS_SESSION_TOKEN");
+    std::env::set_var("AWS_REGION", REGION);
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+}
+
+/// A moto server of this test binary's own, whatever the harness gives:
+/// for tests that read moto's model dump (`/moto-api/data.json`), which a
+/// shared server full of other tests' resources may fail to serialise.
+pub fn own_moto() -> &'static str {
+    static OWN: OnceLock<String> = OnceLock::new();
+    OWN.get_or_init(|| {
+        test_credentials();
+        start_moto()
     })
 }
 
