@@ -2,7 +2,7 @@
 # The whole test suite. Needs the Rust toolchain and Python 3.10+ with pip;
 # installs and starts everything else, and stops what it started:
 #   - .venv-tools: moto (AWS emulator), aiosmtpd (SMTP capture), cfn-lint, awscli (pinned)
-#   - moto server and an SMTP capture server on free 127.0.0.1 ports
+#   - moto servers (one shared, one for the SES tests) and an SMTP capture server on free 127.0.0.1 ports
 #   - LocalStack on the host for SQS (.venv-localstack, Python >= 3.12), for a
 #     second pass of the AWS tests with SQS there and DynamoDB on moto
 #   - Postgres: $TOKI_TEST_DATABASE_URL / $DATABASE_URL, else the local server
@@ -101,6 +101,14 @@ PIDS+=($!)
 wait_for "http://127.0.0.1:$MOTO_PORT/moto-api/" "moto server"
 export TOKI_TEST_AWS_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 echo "moto on $TOKI_TEST_AWS_ENDPOINT"
+# A second moto for the SES tests, which read its model dump back (the shared
+# one, full of other tests' resources, can fail to serialise it); started here
+# so its start-up does not load the machine while timing tests run.
+SES_MOTO_PORT="$(free_port)"
+"$VENV/bin/python" scripts/moto_server.py -H 127.0.0.1 -p "$SES_MOTO_PORT" >"$WORK/moto-ses.log" 2>&1 &
+PIDS+=($!)
+wait_for "http://127.0.0.1:$SES_MOTO_PORT/moto-api/" "moto server for SES"
+export TOKI_TEST_SES_ENDPOINT="http://127.0.0.1:$SES_MOTO_PORT"
 
 step "LocalStack on the host (SQS), for a second pass of the AWS tests"
 LS_PORT=""

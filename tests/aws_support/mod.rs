@@ -81,14 +81,18 @@ fn test_credentials() {
     std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
 }
 
-/// A moto server of this test binary's own, whatever the harness gives:
-/// for tests that read moto's model dump (`/moto-api/data.json`), which a
-/// shared server full of other tests' resources may fail to serialise.
+/// A moto server for the SES tests alone (`TOKI_TEST_SES_ENDPOINT` when the
+/// harness started one, else one this test binary starts): they read moto's
+/// model dump (`/moto-api/data.json`), which a shared server full of other
+/// tests' resources may fail to serialise.
 pub fn own_moto() -> &'static str {
     static OWN: OnceLock<String> = OnceLock::new();
     OWN.get_or_init(|| {
         test_credentials();
-        start_moto()
+        match std::env::var("TOKI_TEST_SES_ENDPOINT") {
+            Ok(url) if !url.is_empty() => url.trim_end_matches('/').to_owned(),
+            _ => start_moto(),
+        }
     })
 }
 
