@@ -153,3 +153,49 @@ fn bench_mail_through_the_smtp_standin() {
         "at most the pool's sessions: {run}"
     );
 }
+
+/// `toki bench --daemons 2`: two daemon processes share the queue; every
+/// delivery goes out once, and each daemon's share adds up to the whole.
+#[test]
+fn bench_with_a_fleet_of_two_daemons() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(TOKI)
+        .args([
+            "bench",
+            "--deliveries",
+            "200",
+            "--daemons",
+            "2",
+            "--workers",
+            "2",
+            "--lead",
+            "5",
+            "--json",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("bench"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(run["daemons"], 2, "{run}");
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    let share: Vec<u64> = run["share"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert_eq!(share.len(), 2, "{run}");
+    assert_eq!(
+        share.iter().sum::<u64>(),
+        200,
+        "every delivered row names one of the two: {run}"
+    );
+}

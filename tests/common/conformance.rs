@@ -1535,6 +1535,44 @@ pub mod store {
         );
     }
 
+    /// Delivered rows are counted by the process that claimed them (this
+    /// one); rows not delivered are not counted.
+    pub async fn delivered_rows_name_their_holder(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let due = DueAt(now);
+        let sent = key("holder-sent", Channel::Slack);
+        let failed = key("holder-failed", Channel::Slack);
+        s.claim_deliveries(
+            &[claim(&sent, 1, due), claim(&failed, 1, due)],
+            now,
+            now - ChronoDuration::seconds(60),
+        )
+        .await
+        .unwrap();
+        assert!(
+            s.delivered_by_holder().await.unwrap().is_empty(),
+            "nothing delivered yet"
+        );
+        let outcome = |k: &DeliveryKey, status| DeliveryOutcome {
+            key: k.clone(),
+            version: 1,
+            due_at: due,
+            status,
+            at: now,
+            detail: None,
+        };
+        s.record_outcomes(&[
+            outcome(&sent, DeliveryStatus::Delivered),
+            outcome(&failed, DeliveryStatus::Failed),
+        ])
+        .await
+        .unwrap();
+        assert_eq!(
+            s.delivered_by_holder().await.unwrap(),
+            vec![(std::process::id().to_string(), 1)]
+        );
+    }
+
     /// A live holder's renewal keeps its claims from being taken over.
     pub async fn renewed_claims_are_not_taken_over(s: Arc<dyn TenantStore>) {
         let t0 = Utc::now();
@@ -1672,6 +1710,10 @@ macro_rules! store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn schedule_versions_never_repeat() {
                 common::conformance::store::schedule_versions_never_repeat($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn delivered_rows_name_their_holder() {
+                common::conformance::store::delivered_rows_name_their_holder($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_batch_writes_each_valid_schedule() {

@@ -17,7 +17,7 @@ use serde_json::json;
 use toki_core::input::{
     OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
 };
-use toki_core::registrar::{Registrar, RegistrarError, MAX_BATCH};
+use toki_core::registrar::{check_batch_len, Registrar, RegistrarError};
 use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
 
 use crate::toki::api_key_hash;
@@ -34,7 +34,7 @@ pub struct ApiState {
 /// limit fits well inside.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// The largest batch body: [`MAX_BATCH`] ordinary schedules fit many times over.
+/// The largest batch body: [`toki_core::registrar::MAX_BATCH`] ordinary schedules fit many times over.
 pub const MAX_BATCH_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 pub fn router(registrar: Arc<Registrar>) -> Router {
@@ -149,6 +149,11 @@ fn unauthorized() -> ApiError {
     )
 }
 
+/// The field a serde error names (`unknown field `x``, `missing field `y``).
+fn serde_field(text: &str) -> Option<&str> {
+    text.split('`').nth(1).filter(|_| text.contains("field"))
+}
+
 /// A JSON body that does not parse: name the field serde complained about;
 /// one over the size limit is 413 naming the limit.
 fn bad_json(rejection: JsonRejection) -> ApiError {
@@ -161,11 +166,7 @@ fn bad_json(rejection: JsonRejection) -> ApiError {
         };
     }
     let text = rejection.body_text();
-    let field = text
-        .split('`')
-        .nth(1)
-        .filter(|_| text.contains("field"))
-        .map(str::to_owned);
+    let field = serde_field(&text).map(str::to_owned);
     ApiError {
         status: StatusCode::BAD_REQUEST,
         code: "bad_json",
@@ -290,16 +291,13 @@ fn batch_item(
     let input =
         serde_json::from_value::<ScheduleInput>(serde_json::Value::Object(item)).map_err(|e| {
             let text = e.to_string();
-            let name = text.split('`').nth(1).filter(|_| text.contains("field"));
-            ValidationError::new(
-                field(name.unwrap_or("")).trim_end_matches('.'),
-                text.clone(),
-            )
+            let name = field(serde_field(&text).unwrap_or(""));
+            ValidationError::new(name.trim_end_matches('.'), text)
         })?;
     Ok((id, input))
 }
 
-/// Registers up to [`MAX_BATCH`] schedules in one call: 200 with a result
+/// Registers up to [`toki_core::registrar::MAX_BATCH`] schedules in one call: 200 with a result
 /// per item (its own status, its schedule or its error), in order; items
 /// that are invalid do not stop the others.
 async fn put_schedules(
@@ -310,25 +308,20 @@ async fn put_schedules(
 ) -> Result<Json<BatchResponse>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
     let Json(batch) = body.map_err(bad_json)?;
-    if batch.schedules.len() > MAX_BATCH {
-        return Err(ValidationError::new(
-            "schedules",
-            format!(
-                "at most {MAX_BATCH} per batch, got {}",
-                batch.schedules.len()
-            ),
-        )
-        .into());
-    }
-    let parsed: Vec<_> = batch
+    // The whole batch, before its items: the registrar sees only the valid ones.
+    check_batch_len(batch.schedules.len())?;
+    // What parsed goes to the registrar; each item keeps its id or its error.
+    let mut items: Vec<(ScheduleId, ScheduleInput)> = Vec::with_capacity(batch.schedules.len());
+    let parsed: Vec<Result<ScheduleId, ValidationError>> = batch
         .schedules
         .into_iter()
         .enumerate()
-        .map(|(i, item)| batch_item(i, item))
-        .collect();
-    let items: Vec<(ScheduleId, ScheduleInput)> = parsed
-        .iter()
-        .filter_map(|p| p.as_ref().ok().cloned())
+        .map(|(i, item)| {
+            batch_item(i, item).map(|(id, input)| {
+                items.push((id.clone(), input));
+                id
+            })
+        })
         .collect();
     let mut registered = state
         .registrar
@@ -340,7 +333,7 @@ async fn put_schedules(
     for (index, p) in parsed.into_iter().enumerate() {
         let (id, outcome) = match p {
             Err(e) => (None, Err(ApiError::from(e))),
-            Ok((id, _)) => (
+            Ok(id) => (
                 Some(id.to_string()),
                 registered
                     .next()

@@ -62,6 +62,17 @@ pub struct RepairSummary {
 /// The most schedules one [`Registrar::put_schedules`] call takes.
 pub const MAX_BATCH: usize = 1000;
 
+/// Refuses a batch of more than [`MAX_BATCH`] items, naming `schedules`.
+pub fn check_batch_len(items: usize) -> Result<(), ValidationError> {
+    if items > MAX_BATCH {
+        return Err(ValidationError::new(
+            "schedules",
+            format!("at most {MAX_BATCH} per batch, got {items}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The result of a schedule write.
 #[derive(Debug, Clone)]
 pub struct Registered {
@@ -130,13 +141,7 @@ impl Registrar {
         tenant: &TenantId,
         items: &[(ScheduleId, ScheduleInput)],
     ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
-        if items.len() > MAX_BATCH {
-            return Err(ValidationError::new(
-                "schedules",
-                format!("at most {MAX_BATCH} per batch, got {}", items.len()),
-            )
-            .into());
-        }
+        check_batch_len(items.len())?;
         let mut prepared = Vec::with_capacity(items.len());
         for (id, input) in items {
             prepared.push(self.prepare(tenant, id, input).await);

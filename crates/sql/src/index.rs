@@ -268,13 +268,18 @@ impl ReminderIndex for SqliteReminderIndex {
     ) -> Vec<StoreResult<bool>> {
         match self.claim_rows(reminders, now, lease_until).await {
             Ok(claimed) => claimed.into_iter().map(Ok).collect(),
-            // Nothing was claimed: the same failure for every row.
+            // Nothing was claimed: the same failure for every row, as
+            // retryable as the one the transaction met.
             Err(e) => {
                 let why = toki_core::error::chain(&e);
-                reminders
-                    .iter()
-                    .map(|_| Err(StoreError::backend("claiming index rows", why.clone())))
-                    .collect()
+                let again = |why: String| {
+                    if e.is_transient() {
+                        StoreError::unavailable("claiming index rows", why)
+                    } else {
+                        StoreError::backend("claiming index rows", why)
+                    }
+                };
+                reminders.iter().map(|_| Err(again(why.clone()))).collect()
             }
         }
     }

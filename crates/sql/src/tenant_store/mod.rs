@@ -161,7 +161,10 @@ where
             known.extend(found.into_iter().map(|(id,)| id));
         }
         let verdicts = writable_schedules(schedules, |u| known.contains(u.as_str()));
-        let writable: Vec<&Schedule> = verdicts.iter().filter_map(|v| v.clone().ok()).collect();
+        // In id order: two batches sharing schedules lock their rows in the
+        // same order on Postgres, so they wait for each other, never deadlock.
+        let mut writable: Vec<&Schedule> = verdicts.iter().filter_map(|v| v.clone().ok()).collect();
+        writable.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
         let now_ms = now.timestamp_millis();
         let mut versions: HashMap<String, i64> = HashMap::with_capacity(writable.len());
         for chunk in writable.chunks(CHUNK) {
