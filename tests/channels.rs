@@ -315,6 +315,44 @@ async fn slack_history_tells_whether_a_delivery_was_posted() {
     assert_eq!(standin.stats().unique, 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_over_http2_sends_a_batch_on_one_connection_and_finds_history() {
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api_over(&url, "xoxb-test", 8, true, clock()).unwrap();
+    let batch: Vec<_> = (0..40).map(|i| notification(i, &format!("U{i}"))).collect();
+    let at = tokio::time::Instant::now() + Duration::from_millis(50);
+    let at_ms = Utc::now().timestamp_millis() + 50;
+    let results = slack.send_at(&batch, at).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let stats = standin.stats();
+    assert_eq!(stats.unique, 40);
+    assert_eq!(stats.http2, 40, "every post over HTTP/2");
+    assert!(
+        slack.already_sent(&batch[7]).await.is_some(),
+        "the history lookup works over HTTP/2 too"
+    );
+    // Not sent before its instant (the bodies were ready, the requests waited).
+    let first = standin
+        .arrivals()
+        .iter()
+        .map(|a| a.arrived_ms)
+        .min()
+        .unwrap();
+    assert!(first >= at_ms - 2, "arrived {} ms early", at_ms - first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_posts_the_documented_body() {
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let n = notification(3, "U3");
+    assert!(slack.send(std::slice::from_ref(&n)).await[0].is_ok());
+    let arrival = standin.arrivals().pop().expect("arrived");
+    assert_eq!(arrival.delivery, format!("{}/{}", n.tenant, n.key));
+    assert_eq!(arrival.due_at_ms, n.due_at.millis());
+    assert_eq!(standin.stats().http2, 0, "HTTP/1.1 unless asked");
+}
+
 fn mail_notification(i: usize) -> Notification {
     let mut n = notification(i, "U1");
     n.key.channel = Channel::Mail;

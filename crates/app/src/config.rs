@@ -231,6 +231,9 @@ pub struct SlackConfig {
     pub api_url: String,
     /// Requests in flight (and pooled connections) to the Slack API.
     pub concurrency: usize,
+    /// Speak HTTP/2 to `api_url` without negotiating it (a cleartext
+    /// endpoint). Over https it is negotiated anyway when offered.
+    pub http2_prior_knowledge: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -328,6 +331,7 @@ impl Default for SlackConfig {
             token: None,
             api_url: "https://slack.com/api".into(),
             concurrency: 32,
+            http2_prior_knowledge: false,
         }
     }
 }
@@ -487,6 +491,9 @@ impl Config {
         }
         if let Some(v) = env_parse("TOKI_SLACK_CONCURRENCY")? {
             self.slack.concurrency = v;
+        }
+        if let Some(v) = env_parse("TOKI_SLACK_HTTP2_PRIOR_KNOWLEDGE")? {
+            self.slack.http2_prior_knowledge = v;
         }
         if let Some(v) = env("TOKI_SLACK_API_URL") {
             self.slack.api_url = v;

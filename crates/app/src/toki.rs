@@ -190,7 +190,13 @@ mod delivery {
             let slack = match &self.config.slack.token {
                 Some(token) => {
                     let s = &self.config.slack;
-                    SlackChannel::api(&s.api_url, token.expose(), s.concurrency, clock.clone())?
+                    SlackChannel::api_over(
+                        &s.api_url,
+                        token.expose(),
+                        s.concurrency,
+                        s.http2_prior_knowledge,
+                        clock.clone(),
+                    )?
                 }
                 None => SlackChannel::outbox(outbox.join("slack.jsonl"), clock.clone())
                     .await

@@ -65,6 +65,8 @@ pub struct Standin {
     requests: Arc<AtomicU64>,
     /// Requests answered with a failure (any behaviour but `Ok`).
     failed: Arc<AtomicU64>,
+    /// `chat.postMessage` requests that came over HTTP/2.
+    http2: Arc<AtomicU64>,
     recorded: Arc<Mutex<Recorded>>,
     /// Woken at every delivery that arrives.
     arrived: Arc<tokio::sync::Notify>,
@@ -78,6 +80,9 @@ pub struct StandinStats {
     /// Requests answered with a failure on purpose (`Behaviour` other than `Ok`).
     #[serde(default)]
     pub failed: u64,
+    /// `chat.postMessage` requests over HTTP/2 (the rest came over HTTP/1.1).
+    #[serde(default)]
+    pub http2: u64,
     /// Distinct deliveries received.
     pub unique: u64,
     /// Deliveries received more than once (extra copies).
@@ -100,6 +105,7 @@ impl Standin {
             behaviour: Arc::default(),
             requests: Arc::default(),
             failed: Arc::default(),
+            http2: Arc::default(),
             recorded: Arc::default(),
             arrived: Arc::default(),
         }
@@ -154,6 +160,7 @@ impl Standin {
         StandinStats {
             requests,
             failed: self.failed.load(Ordering::Relaxed),
+            http2: self.http2.load(Ordering::Relaxed),
             throttled: requests.min(self.options.throttle_first),
             unique: rec.arrivals.len() as u64,
             duplicates: rec
@@ -199,10 +206,18 @@ fn slack_error(error: &str) -> Response {
     Json(json!({ "ok": false, "error": error })).into_response()
 }
 
-async fn post_message(State(s): State<Standin>, headers: HeaderMap, body: Json<Value>) -> Response {
+async fn post_message(
+    State(s): State<Standin>,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Json<Value>,
+) -> Response {
     // The sink's own clock: arrival as the receiver sees it.
     let arrived_ms = toki_core::ports::SystemClock.now().timestamp_millis();
     let n = s.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    if version == axum::http::Version::HTTP_2 {
+        s.http2.fetch_add(1, Ordering::Relaxed);
+    }
     if n <= s.options.throttle_first {
         return (
             StatusCode::TOO_MANY_REQUESTS,
