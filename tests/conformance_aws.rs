@@ -41,6 +41,7 @@ async fn directory() -> Arc<dyn TenantDirectory> {
 queue_conformance!(queue);
 index_conformance!(index);
 directory_conformance!(directory);
+debounce_conformance!(aws_support::debounce_store);
 
 // ---------------------------------------------------------------- resources
 

@@ -39,7 +39,12 @@ async fn store() -> Arc<dyn TenantStore> {
     common::services::sqlite_store().await
 }
 
+async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
+    Arc::new(toki_sql::SqliteDebounceStore::new(control().await.pool))
+}
+
 queue_conformance!(queue);
+debounce_conformance!(debounce_store);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

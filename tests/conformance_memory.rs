@@ -25,7 +25,12 @@ async fn store() -> Arc<dyn TenantStore> {
     Arc::new(MemoryTenantStore::default())
 }
 
+async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
+    Arc::new(toki_core::testing::MemoryDebounceStore::default())
+}
+
 queue_conformance!(queue);
+debounce_conformance!(debounce_store);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

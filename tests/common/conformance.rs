@@ -1774,3 +1774,138 @@ macro_rules! store_conformance {
         }
     };
 }
+
+// ---------------------------------------------------------------- debounce store
+
+pub mod debounce {
+    use super::*;
+    use toki_core::debounce::{
+        DebounceEntry, DebounceSettings, DebounceStore, DebounceTimer, Debouncer,
+    };
+    use toki_core::testing::RecordingAction;
+
+    fn entry(key: &str, token: &str, pending: bool) -> DebounceEntry {
+        let now = from_millis("now", Utc::now().timestamp_millis()).unwrap();
+        DebounceEntry {
+            key: key.into(),
+            token: token.into(),
+            burst_started: now,
+            last_call: now + ChronoDuration::milliseconds(1_250),
+            delay: Duration::from_millis(7_100),
+            pending,
+        }
+    }
+
+    pub async fn created_only_when_absent(s: Arc<dyn DebounceStore>) {
+        let key = unique("t:s");
+        assert_eq!(s.get(&key).await.unwrap(), None);
+        let first = entry(&key, "a", false);
+        assert!(s.put_if(&first, None).await.unwrap());
+        assert!(!s.put_if(&entry(&key, "b", true), None).await.unwrap());
+        assert_eq!(s.get(&key).await.unwrap(), Some(first), "round trip");
+    }
+
+    pub async fn replaced_only_by_the_holder_of_its_token(s: Arc<dyn DebounceStore>) {
+        let key = unique("t:s");
+        assert!(s.put_if(&entry(&key, "a", false), None).await.unwrap());
+        assert!(!s.put_if(&entry(&key, "b", true), Some("x")).await.unwrap());
+        let second = entry(&key, "b", true);
+        assert!(s.put_if(&second, Some("a")).await.unwrap());
+        assert_eq!(s.get(&key).await.unwrap(), Some(second));
+        assert!(
+            !s.put_if(&entry(&key, "c", true), Some("a")).await.unwrap(),
+            "the old token no longer holds the row"
+        );
+        // A row that is gone cannot be replaced.
+        assert!(!s
+            .put_if(&entry(&unique("t:s"), "z", true), Some("a"))
+            .await
+            .unwrap());
+    }
+
+    pub async fn removed_only_with_its_token(s: Arc<dyn DebounceStore>) {
+        let key = unique("t:s");
+        assert!(!s.remove_if(&key, "a").await.unwrap(), "nothing there");
+        assert!(s.put_if(&entry(&key, "a", false), None).await.unwrap());
+        assert!(!s.remove_if(&key, "b").await.unwrap());
+        assert!(s.get(&key).await.unwrap().is_some());
+        assert!(s.remove_if(&key, "a").await.unwrap());
+        assert_eq!(s.get(&key).await.unwrap(), None);
+    }
+
+    /// Timers that only count (the conformance is about the rows).
+    #[derive(Default)]
+    struct CountingTimer(std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl DebounceTimer for CountingTimer {
+        async fn arm(&self, _: &str, _: &str, _: Instant) -> StoreResult<()> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// Many tasks call one key at once: exactly one acts on the leading edge,
+    /// every call lands (each armed a check) and the row holds one of their tokens.
+    pub async fn racing_calls_make_one_leading_edge(s: Arc<dyn DebounceStore>) {
+        let key = unique("t:s");
+        let clock: Arc<dyn toki_core::ports::Clock> = Arc::new(toki_core::ports::SystemClock);
+        let timer = Arc::new(CountingTimer::default());
+        let debouncer = Debouncer {
+            store: s.clone(),
+            timer: timer.clone(),
+            clock: clock.clone(),
+        };
+        let action = RecordingAction::new(clock);
+        let settings = DebounceSettings::default();
+        let calls = (0..16).map(|_| {
+            let (d, a, k, st) = (
+                debouncer.clone(),
+                action.clone(),
+                key.clone(),
+                settings.clone(),
+            );
+            tokio::spawn(async move { d.call(&k, &st, a.as_ref()).await })
+        });
+        let outcomes: Vec<_> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().unwrap())
+            .collect();
+        assert_eq!(outcomes.iter().filter(|o| o.acted).count(), 1);
+        assert_eq!(action.acted().len(), 1);
+        assert_eq!(timer.0.load(std::sync::atomic::Ordering::Relaxed), 16);
+        let row = s.get(&key).await.unwrap().expect("the row");
+        assert!(outcomes.iter().any(|o| o.token == row.token));
+        assert!(row.pending, "the later calls wait for the trailing edge");
+    }
+}
+
+#[macro_export]
+macro_rules! debounce_conformance {
+    ($factory:path) => {
+        mod debounce_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn created_only_when_absent() {
+                common::conformance::debounce::created_only_when_absent($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn replaced_only_by_the_holder_of_its_token() {
+                common::conformance::debounce::replaced_only_by_the_holder_of_its_token(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn removed_only_with_its_token() {
+                common::conformance::debounce::removed_only_with_its_token($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_calls_make_one_leading_edge() {
+                common::conformance::debounce::racing_calls_make_one_leading_edge($factory().await)
+                    .await
+            }
+        }
+    };
+}

@@ -10,11 +10,13 @@
 //!   string message attributes and a dead-letter queue found through the
 //!   queue's `RedrivePolicy`.
 //! - [`DynamoTenantDirectory`]: one item per tenant.
+//! - [`DynamoDebounceStore`]: debounce rows, in the index table (`pk` = `D#<key>`).
 //! - [`ensure_resources`] / [`sdk_config`]: create what is missing, honouring
 //!   the standard AWS environment (`AWS_ENDPOINT_URL`, `AWS_REGION`, credentials).
 //!
 //! The SDK crates are re-exported so users build clients with the same versions.
 
+pub mod debounce;
 pub mod directory;
 pub mod error;
 pub mod index;
@@ -23,6 +25,7 @@ pub mod resources;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 
+pub use debounce::DynamoDebounceStore;
 pub use directory::DynamoTenantDirectory;
 pub use error::AwsError;
 pub use index::DynamoReminderIndex;

@@ -4,6 +4,7 @@
 
 pub mod channel;
 pub mod daemon;
+pub mod debounce;
 pub mod domain;
 pub mod enqueue;
 pub mod error;

@@ -7,6 +7,8 @@
 #[cfg(feature = "sqlite")]
 pub mod control;
 #[cfg(feature = "sqlite")]
+pub mod debounce;
+#[cfg(feature = "sqlite")]
 pub mod directory;
 #[cfg(feature = "sqlite")]
 pub mod index;
@@ -59,6 +61,8 @@ fn is_transient(e: &sqlx::Error) -> bool {
 
 #[cfg(feature = "sqlite")]
 pub use control::ControlDb;
+#[cfg(feature = "sqlite")]
+pub use debounce::SqliteDebounceStore;
 #[cfg(feature = "sqlite")]
 pub use directory::SqliteTenantDirectory;
 #[cfg(feature = "sqlite")]

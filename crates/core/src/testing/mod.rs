@@ -8,6 +8,7 @@
 
 mod channel;
 mod clock;
+mod debounce;
 mod index;
 mod queue;
 mod store;
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 
 pub use channel::{RecordingChannel, SentNotification};
 pub use clock::TokioClock;
+pub use debounce::{Acted, Armed, MemoryDebounceStore, RecordingAction, TokioTimers};
 pub use index::{MemoryDirectory, MemoryIndex};
 pub use queue::MemoryQueue;
 pub use store::{MemoryTenantStore, MemoryTenantStores};
