@@ -159,3 +159,11 @@ async fn tenant_databases_through_secrets_manager_with_separate_runtime_credenti
         .await
         .unwrap();
 }
+
+/// Debounce on the AWS parts: rows in DynamoDB, checks on SQS (the emulator).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
+    let queue = aws_support::queue(5).await;
+    let store = aws_support::debounce_store().await;
+    common::debounce::both_edges_across_a_daemon_restart(queue, store).await;
+}

@@ -442,3 +442,21 @@ async fn dead_letters_are_listed_with_their_reason_and_moved_back() {
 fn far_future() -> toki_core::Instant {
     Utc::now() + ChronoDuration::days(365)
 }
+
+/// Debounce on the embedded parts: rows in SQLite, checks on the SQLite delay queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let control = toki_sql::ControlDb::open(&dir.path().join("control.sqlite"))
+        .await
+        .unwrap();
+    let queue = Arc::new(toki_sql::SqliteDelayQueue::new(
+        control.pool.clone(),
+        common::conformance::unique("q"),
+        5,
+        Arc::new(toki_core::ports::SystemClock),
+    ));
+    let store = Arc::new(toki_sql::SqliteDebounceStore::new(control.pool.clone()));
+    common::debounce::both_edges_across_a_daemon_restart(queue, store).await;
+}

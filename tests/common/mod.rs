@@ -4,6 +4,7 @@
 
 #[macro_use]
 pub mod conformance;
+pub mod debounce;
 pub mod faults;
 pub mod pipeline;
 pub mod process;

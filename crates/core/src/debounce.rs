@@ -27,8 +27,9 @@ use tracing::debug;
 
 use crate::domain::Instant;
 use crate::error::StoreError;
-use crate::plan::to_chrono;
-use crate::ports::Clock;
+use crate::message::{encode_debounce_check, DebounceCheck};
+use crate::plan::{to_chrono, MAX_DELAY};
+use crate::ports::{Clock, DelayQueue, OutgoingMessage};
 use crate::StoreResult;
 
 /// The debounce's parameters.
@@ -215,6 +216,47 @@ pub trait DebounceStore: Send + Sync {
 #[async_trait]
 pub trait DebounceTimer: Send + Sync {
     async fn arm(&self, key: &str, token: &str, at: Instant) -> StoreResult<()>;
+}
+
+/// Checks as delayed messages on the delay queue: durable across restarts
+/// and shared by every instance (whichever daemon receives one runs it). A
+/// check further ahead than the queue's longest delay arrives early and is
+/// armed again from there ([`CheckVerdict::NotYet`]).
+pub struct QueueTimer {
+    pub queue: Arc<dyn DelayQueue>,
+    pub clock: Arc<dyn Clock>,
+}
+
+#[async_trait]
+impl DebounceTimer for QueueTimer {
+    async fn arm(&self, key: &str, token: &str, at: Instant) -> StoreResult<()> {
+        let delay = (at - self.clock.now())
+            .to_std()
+            .unwrap_or_default()
+            .min(MAX_DELAY);
+        let message = OutgoingMessage {
+            id: "check".into(),
+            body: key.to_owned(),
+            attributes: encode_debounce_check(&DebounceCheck {
+                key: key.to_owned(),
+                token: token.to_owned(),
+                due: at,
+            }),
+            delay,
+            group: Some(key.split(':').next().unwrap_or(key).to_owned()),
+        };
+        let sent = self
+            .queue
+            .send_batch(std::slice::from_ref(&message))
+            .await?;
+        match sent.refused.first() {
+            None => Ok(()),
+            Some(r) => Err(StoreError::unavailable(
+                "arming a debounce check",
+                crate::ValidationError::new("check", &r.reason),
+            )),
+        }
+    }
 }
 
 /// What a debounced key does on its edges. Idempotent per (key, token): a

@@ -71,6 +71,45 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
     })
 }
 
+/// Marks a message that is not a reminder; reminders carry no kind.
+pub const ATTR_KIND: &str = "kind";
+/// A debounce check ([`crate::debounce`]): `key`, `token` and `due`.
+pub const KIND_DEBOUNCE_CHECK: &str = "debounce_check";
+pub const ATTR_KEY: &str = "key";
+pub const ATTR_TOKEN: &str = "token";
+
+/// A debounce check, as a queue message carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebounceCheck {
+    pub key: String,
+    pub token: String,
+    /// When the check was armed for.
+    pub due: crate::domain::Instant,
+}
+
+pub fn encode_debounce_check(check: &DebounceCheck) -> Attributes {
+    let mut a = Attributes::new();
+    a.insert(ATTR_KIND.into(), KIND_DEBOUNCE_CHECK.into());
+    a.insert(ATTR_KEY.into(), check.key.clone());
+    a.insert(ATTR_TOKEN.into(), check.token.clone());
+    a.insert(ATTR_DUE.into(), check.due.timestamp_millis().to_string());
+    a
+}
+
+/// A debounce check, if the message is one (`None`: another kind, or a reminder).
+pub fn decode_debounce_check(a: &Attributes) -> Option<Result<DebounceCheck, ValidationError>> {
+    if a.get(ATTR_KIND).map(String::as_str) != Some(KIND_DEBOUNCE_CHECK) {
+        return None;
+    }
+    Some((|| {
+        Ok(DebounceCheck {
+            key: get(a, ATTR_KEY)?.to_owned(),
+            token: get(a, ATTR_TOKEN)?.to_owned(),
+            due: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
+        })
+    })())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +140,29 @@ mod tests {
         assert!(bytes < 200, "{bytes} bytes");
         assert_eq!(a[ATTR_CHANNELS], "mail,slack");
         assert_eq!(decode(&a).unwrap(), r);
+    }
+
+    #[test]
+    fn debounce_checks_round_trip_and_are_not_reminders() {
+        let check = DebounceCheck {
+            key: "acme:weekly-sync".into(),
+            token: "00ff".into(),
+            due: from_millis("d", 1_795_424_400_000).unwrap(),
+        };
+        let a = encode_debounce_check(&check);
+        assert_eq!(decode_debounce_check(&a), Some(Ok(check)));
+        assert!(decode(&a).is_err(), "not a reminder");
+        assert_eq!(decode_debounce_check(&encode(&sample())), None);
+        let mut a = encode_debounce_check(&DebounceCheck {
+            key: "k".into(),
+            token: "t".into(),
+            due: from_millis("d", 0).unwrap(),
+        });
+        a.remove(ATTR_TOKEN);
+        assert_eq!(
+            decode_debounce_check(&a).unwrap().unwrap_err().field,
+            ATTR_TOKEN
+        );
     }
 
     #[test]

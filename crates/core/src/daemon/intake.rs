@@ -18,6 +18,8 @@ pub struct Intake {
     pub by_tenant: BTreeMap<TenantId, Vec<Work>>,
     /// Messages that go back to the queue as they are, and why.
     pub set_aside: Vec<(ReceivedMessage, MessageFate)>,
+    /// Debounce checks (the timers of [`crate::debounce`]), not reminders.
+    pub checks: Vec<(ReceivedMessage, message::DebounceCheck)>,
 }
 
 /// A message may arrive up to this long before `lead` and still be held for
@@ -29,6 +31,18 @@ const MAX_HIDE: Duration = Duration::from_secs(12 * 3600);
 pub fn intake(messages: Vec<ReceivedMessage>, now: Instant, lead: Duration) -> Intake {
     let mut out = Intake::default();
     for msg in messages {
+        match message::decode_debounce_check(&msg.attributes) {
+            Some(Ok(check)) => {
+                out.checks.push((msg, check));
+                continue;
+            }
+            Some(Err(e)) => {
+                let fate = MessageFate::Poison(format!("undecodable debounce check: {e}"));
+                out.set_aside.push((msg, fate));
+                continue;
+            }
+            None => {}
+        }
         let reminder = match message::decode(&msg.attributes) {
             Ok(r) => r,
             Err(e) => {

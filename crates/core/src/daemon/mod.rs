@@ -13,6 +13,7 @@
 //! [`settle`], [`disposition`]); this module only does the I/O around them.
 
 mod breaker;
+mod checks;
 mod dispose;
 mod fire;
 mod heartbeat;
@@ -42,6 +43,7 @@ use crate::plan::to_chrono;
 use crate::ports::{Claims, Clock, DelayQueue, DeliveryContext, TenantStore, TenantStores};
 
 pub use breaker::{BreakerSettings, Breakers};
+pub use checks::DebounceChecks;
 pub use intake::{intake, Intake};
 pub use plan::{
     claims_for, plan_batch, reads_for, BatchPlan, ChannelState, PlannedDelivery, PlannedMessage,
@@ -114,6 +116,9 @@ pub struct Daemon {
     recorder: record::Recorder,
     holdings: holdings::Holdings,
     warmed: Mutex<HashMap<Channel, tokio::time::Instant>>,
+    /// Runs the debounce checks that arrive on the queue (none: they come
+    /// back until a daemon that has one takes them, or dead-letter).
+    debounce: Option<checks::DebounceChecks>,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -149,7 +154,14 @@ impl Daemon {
             recorder: record::Recorder::default(),
             holdings: holdings::Holdings::default(),
             warmed: Mutex::default(),
+            debounce: None,
         }
+    }
+
+    /// Runs the debounce checks the queue brings with `checks`.
+    pub fn with_debounce(mut self, checks: checks::DebounceChecks) -> Self {
+        self.debounce = Some(checks);
+        self
     }
 
     /// Runs the workers until `shutdown` turns true, then drains in-flight work.
@@ -215,8 +227,13 @@ impl Daemon {
             let Intake {
                 by_tenant,
                 set_aside,
+                checks,
             } = intake(messages, now, self.settings.lead);
             self.dispose(set_aside).await;
+            if !checks.is_empty() {
+                let fates = self.run_checks(checks).await;
+                self.dispose(fates).await;
+            }
             let prepared = self.prepare(by_tenant, now).await;
             let held = self.holdings.hold(holdings::Held {
                 receipts: prepared

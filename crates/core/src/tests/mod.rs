@@ -1,6 +1,7 @@
 //! The services on the testing kit's in-memory ports, on tokio's paused clock.
 
 mod daemon;
+mod debounce;
 mod registrar;
 mod scanner;
 mod series;
