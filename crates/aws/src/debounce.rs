@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::Client;
 use toki_core::debounce::{DebounceEntry, DebounceStore};
 use toki_core::{from_millis, StoreResult};
 
-use crate::error::{code_of, sdk, AwsError};
+use crate::error::{conditional, sdk, AwsError};
 use crate::index::{get_n, get_s, n, s};
 
 /// How long an untouched row is kept (a safety net: rows are removed by their checks).
@@ -81,24 +81,6 @@ fn item(e: &DebounceEntry) -> HashMap<String, AttributeValue> {
             n(e.last_call.timestamp() + ROW_TTL_S),
         ),
     ])
-}
-
-/// A conditional write's answer: false when its condition failed.
-fn conditional<T, E>(
-    result: Result<
-        T,
-        aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
-    >,
-    operation: &'static str,
-) -> Result<bool, AwsError>
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    match result {
-        Ok(_) => Ok(true),
-        Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
-        Err(e) => Err(sdk(operation, e)),
-    }
 }
 
 #[async_trait]

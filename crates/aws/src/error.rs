@@ -134,3 +134,18 @@ pub(crate) fn code_of<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> Option<
         _ => None,
     }
 }
+
+/// A conditional write's result: `Ok(false)` when its condition failed.
+pub(crate) fn conditional<T, E>(
+    result: Result<T, SdkError<E, HttpResponse>>,
+    operation: &'static str,
+) -> Result<bool, AwsError>
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(sdk(operation, e)),
+    }
+}

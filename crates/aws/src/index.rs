@@ -203,31 +203,6 @@ impl DynamoReminderIndex {
         Ok(out.item().and_then(|i| get_n::<i64>(i, "version").ok()))
     }
 
-    /// A conditional write's result: Ok(false) when the condition failed.
-    fn conditional<T, E>(
-        &self,
-        result: Result<
-            T,
-            aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
-        >,
-        operation: &'static str,
-    ) -> Result<bool, AwsError>
-    where
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata
-            + std::error::Error
-            + Send
-            + Sync
-            + 'static,
-    {
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if crate::error::code_of(&e) == Some("ConditionalCheckFailedException") => {
-                Ok(false)
-            }
-            Err(e) => Err(sdk(operation, e)),
-        }
-    }
-
     /// Deletes a row unless it belongs to `version` or a newer one.
     async fn delete_if_older(
         &self,
@@ -267,7 +242,7 @@ impl DynamoReminderIndex {
             .expression_attribute_values(":v", n(version))
             .send()
             .await;
-        self.conditional(result, "DeleteItem")
+        crate::error::conditional(result, "DeleteItem")
     }
 
     /// Writes a row unless one of `version` or a newer one is there.
@@ -286,7 +261,7 @@ impl DynamoReminderIndex {
             .expression_attribute_values(":v", n(version))
             .send()
             .await;
-        self.conditional(result, "PutItem")
+        crate::error::conditional(result, "PutItem")
     }
 
     /// UpdateItem with a condition; Ok(false) when the condition failed.
