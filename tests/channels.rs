@@ -331,7 +331,7 @@ async fn slack_over_http2_sends_a_batch_on_one_connection_and_finds_history() {
         slack.already_sent(&batch[7]).await.is_some(),
         "the history lookup works over HTTP/2 too"
     );
-    // Not sent before its instant (the bodies were ready, the requests waited).
+    // Not sent before its instant.
     let first = standin
         .arrivals()
         .iter()

@@ -110,31 +110,15 @@ fn demo_against_the_aws_emulator() {
     assert_eq!(report["backend"], "aws");
 }
 
-/// `toki bench --channel mail` as a user runs it: the daemon and the SMTP
-/// stand-in each in their own process, lateness measured at the stand-in.
-#[test]
-fn bench_mail_through_the_smtp_standin() {
-    // The stand-in is a sibling binary of `toki` (cargo builds both for the tests).
-    assert!(std::path::Path::new(TOKI)
-        .with_file_name("toki-smtp-standin")
-        .exists());
+/// `toki bench ARGS --json` in a fresh folder: its run, once it succeeded.
+fn bench(args: &[&str], env: &[(&str, &str)]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(TOKI)
-        .args([
-            "bench",
-            "--channel",
-            "mail",
-            "--deliveries",
-            "120",
-            "--workers",
-            "2",
-            "--lead",
-            "4",
-            "--json",
-            "--data-dir",
-        ])
+        .arg("bench")
+        .args(args)
+        .args(["--json", "--data-dir"])
         .arg(dir.path().join("bench"))
-        .env("TOKI_SMTP_CONNECTIONS", "3")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -143,7 +127,31 @@ fn bench_mail_through_the_smtp_standin() {
         "bench failed: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+}
+
+/// `toki bench --channel mail` as a user runs it: the daemon and the SMTP
+/// stand-in each in their own process, lateness measured at the stand-in.
+#[test]
+fn bench_mail_through_the_smtp_standin() {
+    // The stand-in is a sibling binary of `toki` (cargo builds both for the tests).
+    assert!(std::path::Path::new(TOKI)
+        .with_file_name("toki-smtp-standin")
+        .exists());
+    let run = bench(
+        &[
+            "--channel",
+            "mail",
+            "--deliveries",
+            "120",
+            "--workers",
+            "2",
+            "--lead",
+            "4",
+        ],
+        &[("TOKI_SMTP_CONNECTIONS", "3")],
+    );
     assert_eq!(run["measured_at"], "sink", "{run}");
     assert_eq!(run["missing"], 0, "{run}");
     assert_eq!(run["duplicates"], 0, "{run}");
@@ -158,10 +166,8 @@ fn bench_mail_through_the_smtp_standin() {
 /// delivery goes out once, and each daemon's share adds up to the whole.
 #[test]
 fn bench_with_a_fleet_of_two_daemons() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(TOKI)
-        .args([
-            "bench",
+    let run = bench(
+        &[
             "--deliveries",
             "200",
             "--daemons",
@@ -170,19 +176,9 @@ fn bench_with_a_fleet_of_two_daemons() {
             "2",
             "--lead",
             "5",
-            "--json",
-            "--data-dir",
-        ])
-        .arg(dir.path().join("bench"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &[],
     );
-    let run: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(run["daemons"], 2, "{run}");
     assert_eq!(run["missing"], 0, "{run}");
     assert_eq!(run["duplicates"], 0, "{run}");

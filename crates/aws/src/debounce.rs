@@ -52,7 +52,7 @@ fn corrupt((field, problem): (&'static str, String)) -> AwsError {
 fn entry(key: &str, item: &HashMap<String, AttributeValue>) -> Result<DebounceEntry, AwsError> {
     let millis = |name: &'static str| -> Result<_, AwsError> {
         let ms: i64 = get_n(item, name).map_err(corrupt)?;
-        from_millis(name, ms).map_err(AwsError::from)
+        from_millis(name, ms).map_err(|e| corrupt((name, e.problem)))
     };
     Ok(DebounceEntry {
         key: key.to_owned(),

@@ -108,13 +108,15 @@ impl SlackChannel {
     }
 
     /// The `chat.postMessage` body, serialised straight from the
-    /// notification (the same JSON as [`payload`](Self::payload), fewer allocations).
-    fn body(n: &Notification) -> Result<bytes::Bytes, SendError> {
+    /// notification; the outbox writes the same object with `sent_at`.
+    fn body(n: &Notification, sent_at: Option<&str>) -> Result<Vec<u8>, SendError> {
         #[derive(serde::Serialize)]
         struct Body<'a> {
             channel: &'a str,
             text: &'a str,
             metadata: Metadata<'a>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            sent_at: Option<&'a str>,
         }
         #[derive(serde::Serialize)]
         struct Metadata<'a> {
@@ -143,31 +145,12 @@ impl SlackChannel {
                     due_at_ms: n.due_at.millis(),
                 },
             },
+            sent_at,
         };
         let mut out = Vec::with_capacity(160 + n.text.len());
         serde_json::to_writer(&mut out, &body)
             .map_err(|e| SendError::Permanent(format!("slack: body: {e}")))?;
-        Ok(out.into())
-    }
-
-    fn payload(n: &Notification) -> Result<serde_json::Value, SendError> {
-        let channel = n
-            .recipient
-            .slack_user_id
-            .as_deref()
-            .ok_or_else(|| SendError::Permanent("recipient has no Slack user id".into()))?;
-        Ok(json!({
-            "channel": channel,
-            "text": n.text,
-            "metadata": {
-                "event_type": "toki_reminder",
-                "event_payload": {
-                    "tenant": n.tenant.as_str(),
-                    "delivery": n.key.to_string(),
-                    "due_at_ms": n.due_at.millis(),
-                }
-            }
-        }))
+        Ok(out)
     }
 
     async fn post(
@@ -432,7 +415,10 @@ impl ChannelSender for SlackChannel {
                 // Bodies are serialised before any permit is taken. (Serialising
                 // them before the due instant instead bought nothing measurable
                 // and held more memory across the lead: BENCHMARKS.md.)
-                let bodies: Vec<_> = batch.iter().map(Self::body).collect();
+                let bodies: Vec<_> = batch
+                    .iter()
+                    .map(|n| Self::body(n, None).map(bytes::Bytes::from))
+                    .collect();
                 let sends: Vec<_> = bodies
                     .into_iter()
                     .map(|body| async move {
@@ -444,22 +430,22 @@ impl ChannelSender for SlackChannel {
                 futures::future::join_all(sends).await
             }
             Mode::Outbox(file) => {
-                let mut lines = String::new();
+                let mut lines = Vec::new();
                 let mut results = Vec::with_capacity(batch.len());
                 let at = self.clock.now();
+                let sent_at = at.to_rfc3339();
                 for n in batch {
-                    match Self::payload(n) {
-                        Ok(mut p) => {
-                            p["sent_at"] = json!(at.to_rfc3339());
-                            lines.push_str(&p.to_string());
-                            lines.push('\n');
+                    match Self::body(n, Some(&sent_at)) {
+                        Ok(line) => {
+                            lines.extend_from_slice(&line);
+                            lines.push(b'\n');
                             results.push(Ok(at));
                         }
                         Err(e) => results.push(Err(e)),
                     }
                 }
                 let mut f = file.lock().await;
-                if let Err(e) = f.write_all(lines.as_bytes()).await {
+                if let Err(e) = f.write_all(&lines).await {
                     let err = SendError::transient(format!("slack outbox: {e}"));
                     return results
                         .into_iter()

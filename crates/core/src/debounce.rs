@@ -94,8 +94,13 @@ pub struct DebounceEntry {
 }
 
 impl DebounceEntry {
-    /// When the next check is due: quiet for the delay, or the burst at its cap.
+    /// When the row's check is due. Calls waiting: quiet for the delay since
+    /// the last one, or the burst at its cap. None waiting: a whole delay
+    /// since the burst began (its leading call or last action), then the row goes.
     pub fn check_at(&self, settings: &DebounceSettings) -> Instant {
+        if !self.pending {
+            return self.burst_started + to_chrono(self.delay);
+        }
         let quiet = self.last_call + to_chrono(self.delay);
         let capped = self.burst_started + to_chrono(settings.hard_cap);
         quiet.min(capped)
@@ -176,11 +181,7 @@ pub fn on_check(
     let Some(e) = entry.filter(|e| e.token == token) else {
         return CheckVerdict::Superseded;
     };
-    let due = if e.pending {
-        e.check_at(settings)
-    } else {
-        e.burst_started + to_chrono(e.delay)
-    };
+    let due = e.check_at(settings);
     if now + to_chrono(CHECK_TOLERANCE) < due {
         return CheckVerdict::NotYet(due);
     }
@@ -243,7 +244,8 @@ impl DebounceTimer for QueueTimer {
                 due: at,
             }),
             delay,
-            group: Some(key.split(':').next().unwrap_or(key).to_owned()),
+            // Keys are any string: no tenant to group by (checks are few and small).
+            group: None,
         };
         let sent = self
             .queue
@@ -342,11 +344,9 @@ impl Debouncer {
                 continue;
             }
             // Armed before acting: if the action fails, the row and its check remain.
-            let at = match edge {
-                Some(Edge::Leading) => now + to_chrono(entry.delay),
-                _ => entry.check_at(settings),
-            };
-            self.timer.arm(key, &entry.token, at).await?;
+            self.timer
+                .arm(key, &entry.token, entry.check_at(settings))
+                .await?;
             if let Some(edge) = edge {
                 action
                     .act(key, &entry.token, edge)
@@ -404,7 +404,7 @@ impl Debouncer {
                 // Lost: a call came during the action; its own check follows.
                 if self.store.put_if(&quiet, Some(token)).await? {
                     self.timer
-                        .arm(key, &quiet.token, now + to_chrono(quiet.delay))
+                        .arm(key, &quiet.token, quiet.check_at(settings))
                         .await?;
                 }
                 Ok(CheckOutcome::Acted)

@@ -101,13 +101,15 @@ pub fn decode_debounce_check(a: &Attributes) -> Option<Result<DebounceCheck, Val
     if a.get(ATTR_KIND).map(String::as_str) != Some(KIND_DEBOUNCE_CHECK) {
         return None;
     }
-    Some((|| {
-        Ok(DebounceCheck {
-            key: get(a, ATTR_KEY)?.to_owned(),
-            token: get(a, ATTR_TOKEN)?.to_owned(),
-            due: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
-        })
-    })())
+    Some(debounce_check(a))
+}
+
+fn debounce_check(a: &Attributes) -> Result<DebounceCheck, ValidationError> {
+    Ok(DebounceCheck {
+        key: get(a, ATTR_KEY)?.to_owned(),
+        token: get(a, ATTR_TOKEN)?.to_owned(),
+        due: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
+    })
 }
 
 #[cfg(test)]

@@ -21,8 +21,9 @@ impl SqliteDebounceStore {
     }
 }
 
-fn corrupt(field: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::backend("debounce row", toki_core::ValidationError::new(field, e))
+/// A stored value that does not read back (the error names the column).
+fn corrupt(e: toki_core::ValidationError) -> StoreError {
+    StoreError::backend("debounce row", e)
 }
 
 #[async_trait]
@@ -42,11 +43,11 @@ impl DebounceStore for SqliteDebounceStore {
             key: key.to_owned(),
             token: row.get("token"),
             burst_started: from_millis("burst_started_ms", row.get("burst_started_ms"))
-                .map_err(|e| corrupt("burst_started_ms", e))?,
-            last_call: from_millis("last_call_ms", row.get("last_call_ms"))
-                .map_err(|e| corrupt("last_call_ms", e))?,
+                .map_err(corrupt)?,
+            last_call: from_millis("last_call_ms", row.get("last_call_ms")).map_err(corrupt)?,
             delay: Duration::from_millis(
-                u64::try_from(delay_ms).map_err(|e| corrupt("delay_ms", e))?,
+                u64::try_from(delay_ms)
+                    .map_err(|e| corrupt(toki_core::ValidationError::new("delay_ms", e)))?,
             ),
             pending: row.get::<i64, _>("pending") != 0,
         }))
