@@ -943,12 +943,21 @@ pub mod directory {
             active: true,
             database: "/tmp/x.sqlite".into(),
             api_key_sha256: "ab".repeat(32),
+            change_notices: Default::default(),
         };
         d.put(&rec).await.unwrap();
         assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
         rec.reminders_enabled = false;
+        rec.change_notices = toki_core::change::ChangeNoticeSettings {
+            enabled: true,
+            min_delay_ms: 250,
+            max_delay_ms: 2_000,
+            hard_cap_ms: 60_000,
+        };
         d.put(&rec).await.unwrap();
-        assert!(!d.get(&id).await.unwrap().unwrap().reminders_enabled);
+        let back = d.get(&id).await.unwrap().unwrap();
+        assert!(!back.reminders_enabled);
+        assert_eq!(back.change_notices, rec.change_notices);
         assert!(d.list().await.unwrap().contains(&rec));
     }
 }
@@ -1010,6 +1019,144 @@ pub mod store {
             recurrence: None,
             dst: None,
         }
+    }
+
+    /// Change notices: a baseline kept before the first edit, frozen notices
+    /// that advance it, a token frozen twice telling the same, a deletion
+    /// frozen as a cancellation, a re-created schedule starting afresh.
+    pub async fn change_baselines_and_notices(s: Arc<dyn TenantStore>) {
+        use toki_core::change::NoticeEdge;
+        for id in ["a", "b"] {
+            s.put_user(&user(id), Utc::now()).await.unwrap();
+        }
+        let id: ScheduleId = "sync".parse().unwrap();
+        let missing: ScheduleId = "nothing".parse().unwrap();
+        let v1 = s
+            .put_schedule(&schedule("sync", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        let now = Utc::now();
+        assert_eq!(
+            s.freeze_change_notice(&id, "t0", NoticeEdge::Leading, now)
+                .await
+                .unwrap(),
+            None,
+            "never edited: no baseline, nothing to tell"
+        );
+        let edits = s
+            .keep_change_baselines(&[id.clone(), missing.clone()])
+            .await
+            .unwrap();
+        assert_eq!(edits, [id.clone()].into_iter().collect());
+        let mut renamed = schedule("sync", &["a", "b"]);
+        renamed.title = "Renamed".into();
+        let v2 = s.put_schedule(&renamed, Utc::now()).await.unwrap();
+        // A second edit keeps the first baseline.
+        s.keep_change_baselines(std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        let first = s
+            .freeze_change_notice(&id, "t1", NoticeEdge::Leading, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.before.as_ref().map(|b| b.version), Some(v1.version));
+        assert_eq!(
+            first.after.as_ref().map(|a| a.title.as_str()),
+            Some("Renamed")
+        );
+        assert_eq!(first.after.as_ref().map(|a| a.version), Some(v2.version));
+        assert_eq!(first.edge, NoticeEdge::Leading);
+        let again = s
+            .freeze_change_notice(&id, "t1", NoticeEdge::Leading, now)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.as_ref(),
+            Some(&first),
+            "a token frozen twice tells the same"
+        );
+        let second = s
+            .freeze_change_notice(&id, "t2", NoticeEdge::Trailing, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.before, first.after, "the baseline advanced");
+        assert!(second.changes().is_empty(), "nothing new since");
+        assert!(second.at > first.at, "instants never repeat per schedule");
+        s.keep_change_baselines(std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        s.delete_schedule(&id, Utc::now()).await.unwrap();
+        let cancelled = s
+            .freeze_change_notice(&id, "t3", NoticeEdge::Trailing, Utc::now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(cancelled.after, None);
+        assert_eq!(cancelled.changes().len(), 2, "both participants hear of it");
+        // Re-created, then edited: the baseline is the re-created state.
+        s.put_schedule(&schedule("sync", &["b"]), Utc::now())
+            .await
+            .unwrap();
+        assert!(s
+            .keep_change_baselines(std::slice::from_ref(&id))
+            .await
+            .unwrap()
+            .contains(&id));
+        s.put_schedule(&renamed, Utc::now()).await.unwrap();
+        let fresh = s
+            .freeze_change_notice(&id, "t4", NoticeEdge::Leading, Utc::now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(fresh.before.as_ref().map(|b| b.participants.len()), Some(1));
+        let tokens: Vec<String> = s
+            .change_notices(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|n| n.token)
+            .collect();
+        assert_eq!(tokens, ["t1", "t2", "t3", "t4"]);
+    }
+
+    /// Freezes of one schedule racing each other: the change is told by
+    /// exactly one of them, never by none or two.
+    pub async fn racing_freezes_tell_a_change_once(s: Arc<dyn TenantStore>) {
+        use toki_core::change::NoticeEdge;
+        s.put_user(&user("a"), Utc::now()).await.unwrap();
+        let id: ScheduleId = "race".parse().unwrap();
+        s.put_schedule(&schedule("race", &["a"]), Utc::now())
+            .await
+            .unwrap();
+        s.keep_change_baselines(std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        let mut renamed = schedule("race", &["a"]);
+        renamed.title = "Renamed".into();
+        s.put_schedule(&renamed, Utc::now()).await.unwrap();
+        let now = Utc::now();
+        let freezes = (0..8).map(|i| {
+            let (s, id) = (s.clone(), id.clone());
+            tokio::spawn(async move {
+                s.freeze_change_notice(&id, &format!("t{i}"), NoticeEdge::Trailing, now)
+                    .await
+                    .unwrap()
+                    .unwrap()
+            })
+        });
+        let notices: Vec<_> = futures::future::join_all(freezes)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let telling = notices.iter().filter(|n| !n.changes().is_empty()).count();
+        assert_eq!(telling, 1, "{notices:#?}");
+        let mut ats: Vec<_> = notices.iter().map(|n| n.at).collect();
+        ats.sort();
+        ats.dedup();
+        assert_eq!(ats.len(), 8, "each its own instant");
     }
 
     pub async fn users_round_trip(s: Arc<dyn TenantStore>) {
@@ -1767,6 +1914,15 @@ macro_rules! store_conformance {
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn change_baselines_and_notices() {
+                common::conformance::store::change_baselines_and_notices($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_freezes_tell_a_change_once() {
+                common::conformance::store::racing_freezes_tell_a_change_once($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_revoked_claim_is_recorded_stale() {
                 common::conformance::store::a_revoked_claim_is_recorded_stale($factory().await)
                     .await
@@ -1839,7 +1995,7 @@ pub mod debounce {
 
     #[async_trait::async_trait]
     impl DebounceTimer for CountingTimer {
-        async fn arm(&self, _: &str, _: &str, _: Instant) -> StoreResult<()> {
+        async fn arm(&self, _: &str, _: &str, _: Instant, _: &DebounceSettings) -> StoreResult<()> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }

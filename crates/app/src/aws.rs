@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use toki_aws::{
-    ensure_resources, sdk_config, AwsNames, DynamoReminderIndex, DynamoTenantDirectory,
-    SqsDelayQueue,
+    ensure_resources, sdk_config, AwsNames, DynamoDebounceStore, DynamoReminderIndex,
+    DynamoTenantDirectory, SqsDelayQueue,
 };
 use toki_core::ports::{Clock, TenantDirectory};
 use toki_sql::{Locator, SqlTenantStores};
@@ -71,6 +71,11 @@ pub(crate) async fn open(
         ),
     };
     Ok(Ports {
+        // In the index table, under keys of their own (`D#<key>`).
+        debounce: Arc::new(DynamoDebounceStore::new(
+            dynamo.clone(),
+            names.index_table.clone(),
+        )),
         stores: Arc::new(SqlTenantStores::with_locator(locator)),
         directory,
         index: Arc::new(DynamoReminderIndex::new(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use toki_core::ports::{Clock, TenantDirectory};
 use toki_sql::{
-    ControlDb, Locator, SqlTenantStores, SqliteDelayQueue, SqliteReminderIndex,
-    SqliteTenantDirectory,
+    ControlDb, Locator, SqlTenantStores, SqliteDebounceStore, SqliteDelayQueue,
+    SqliteReminderIndex, SqliteTenantDirectory,
 };
 
 use crate::config::Config;
@@ -35,6 +35,7 @@ pub(crate) async fn open(
         _ => SqlTenantStores::new(directory.clone()),
     };
     Ok(Ports {
+        debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         stores: Arc::new(stores),
         directory,
         index: Arc::new(SqliteReminderIndex::new(

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use toki_core::debounce::DebounceStore;
 use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory};
 use toki_sql::SqlTenantStores;
 
@@ -11,4 +12,6 @@ pub(crate) struct Ports {
     pub stores: Arc<SqlTenantStores>,
     pub index: Arc<dyn ReminderIndex>,
     pub queue: Arc<dyn DelayQueue>,
+    /// Change notices' debounce rows.
+    pub debounce: Arc<dyn DebounceStore>,
 }

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use toki_core::change::NoticeAction;
+use toki_core::debounce::{DebounceStore, Debouncer, QueueTimer};
 use toki_core::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
+use toki_core::registrar::ChangeNotices;
 use toki_core::registrar::Registrar;
 use toki_core::scanner::Scanner;
 use toki_core::{TenantId, TenantRecord};
@@ -25,6 +28,8 @@ pub struct Toki {
     pub stores: Arc<SqlTenantStores>,
     pub index: Arc<dyn ReminderIndex>,
     pub queue: Arc<dyn DelayQueue>,
+    /// Change notices' debounce rows.
+    pub debounce: Arc<dyn DebounceStore>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -61,6 +66,7 @@ impl Toki {
             stores: ports.stores,
             index: ports.index,
             queue: ports.queue,
+            debounce: ports.debounce,
             clock,
         })
     }
@@ -101,6 +107,26 @@ impl Toki {
             queue: self.queue.clone(),
             clock: self.clock.clone(),
             settings: self.config.pipeline_settings(),
+            notices: Some(self.change_notices()),
+        }
+    }
+
+    /// Change notices: debounce rows in the control store, checks and
+    /// notices on the delay queue.
+    pub fn change_notices(&self) -> ChangeNotices {
+        ChangeNotices {
+            debouncer: Debouncer {
+                store: self.debounce.clone(),
+                timer: Arc::new(QueueTimer {
+                    queue: self.queue.clone(),
+                    clock: self.clock.clone(),
+                }),
+                clock: self.clock.clone(),
+            },
+            action: Arc::new(NoticeAction {
+                queue: self.queue.clone(),
+                clock: self.clock.clone(),
+            }),
         }
     }
 
@@ -143,6 +169,7 @@ impl Toki {
             active: true,
             database,
             api_key_sha256: api_key_hash(&key),
+            change_notices: Default::default(),
         };
         self.directory.put(&record).await?;
         Ok((record, key))
@@ -156,7 +183,7 @@ mod delivery {
     use anyhow::Context;
     use toki_channels::{ChatChannel, MailChannel, SlackChannel};
     use toki_core::channel::ChannelSender;
-    use toki_core::daemon::Daemon;
+    use toki_core::daemon::{Daemon, DebounceChecks};
 
     use super::Toki;
     use crate::config::MailTransport;
@@ -207,13 +234,21 @@ mod delivery {
         }
 
         pub async fn daemon(&self) -> anyhow::Result<Arc<Daemon>> {
-            Ok(Arc::new(Daemon::new(
-                self.queue.clone(),
-                self.stores.clone(),
-                self.channels().await?,
-                self.clock.clone(),
-                self.config.daemon_settings(),
-            )))
+            let notices = self.change_notices();
+            Ok(Arc::new(
+                Daemon::new(
+                    self.queue.clone(),
+                    self.stores.clone(),
+                    self.channels().await?,
+                    self.clock.clone(),
+                    self.config.daemon_settings(),
+                )
+                .with_debounce(DebounceChecks {
+                    debouncer: notices.debouncer,
+                    settings: Default::default(),
+                    action: notices.action,
+                }),
+            ))
         }
     }
 }

@@ -26,6 +26,7 @@ async fn kit_with_tenant() -> TestKit {
             active: true,
             database: "memory:acme".into(),
             api_key_sha256: api_key_hash(KEY),
+            change_notices: Default::default(),
         })
         .await
         .unwrap();

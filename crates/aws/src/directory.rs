@@ -51,6 +51,19 @@ fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsErr
             active: get_bool(item, "active")?,
             database: get_s(item, "database")?.to_owned(),
             api_key_sha256: get_s(item, "api_key_sha256")?.to_owned(),
+            // JSON; absent on items written before change notices existed.
+            change_notices: match item.get("change_notices") {
+                None => Default::default(),
+                Some(AttributeValue::S(json)) => {
+                    serde_json::from_str(json).map_err(|e| ("change_notices", e.to_string()))?
+                }
+                Some(other) => {
+                    return Err((
+                        "change_notices",
+                        format!("expected a string, got {other:?}"),
+                    ))
+                }
+            },
         })
     };
     parse().map_err(|(field, problem)| {
@@ -88,6 +101,10 @@ impl TenantDirectory for DynamoTenantDirectory {
             .item("active", AttributeValue::Bool(r.active))
             .item("database", s(r.database.as_str()))
             .item("api_key_sha256", s(r.api_key_sha256.as_str()))
+            .item(
+                "change_notices",
+                s(serde_json::to_string(&r.change_notices).expect("settings serialise")),
+            )
             .send()
             .await
             .map_err(|e| sdk("PutItem", e))?;

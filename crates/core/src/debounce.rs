@@ -213,10 +213,18 @@ pub trait DebounceStore: Send + Sync {
     async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool>;
 }
 
-/// Durable timers: a check of `key` carrying `token`, at `at`.
+/// Durable timers: a check of `key` carrying `token`, at `at`, to be run
+/// with the `settings` of the call that armed it (they may differ per key:
+/// per tenant for change notices).
 #[async_trait]
 pub trait DebounceTimer: Send + Sync {
-    async fn arm(&self, key: &str, token: &str, at: Instant) -> StoreResult<()>;
+    async fn arm(
+        &self,
+        key: &str,
+        token: &str,
+        at: Instant,
+        settings: &DebounceSettings,
+    ) -> StoreResult<()>;
 }
 
 /// Checks as delayed messages on the delay queue: durable across restarts
@@ -230,7 +238,13 @@ pub struct QueueTimer {
 
 #[async_trait]
 impl DebounceTimer for QueueTimer {
-    async fn arm(&self, key: &str, token: &str, at: Instant) -> StoreResult<()> {
+    async fn arm(
+        &self,
+        key: &str,
+        token: &str,
+        at: Instant,
+        settings: &DebounceSettings,
+    ) -> StoreResult<()> {
         let delay = (at - self.clock.now())
             .to_std()
             .unwrap_or_default()
@@ -242,6 +256,7 @@ impl DebounceTimer for QueueTimer {
                 key: key.to_owned(),
                 token: token.to_owned(),
                 due: at,
+                settings: Some(settings.clone()),
             }),
             delay,
             // Keys are any string: no tenant to group by (checks are few and small).
@@ -345,7 +360,7 @@ impl Debouncer {
             }
             // Armed before acting: if the action fails, the row and its check remain.
             self.timer
-                .arm(key, &entry.token, entry.check_at(settings))
+                .arm(key, &entry.token, entry.check_at(settings), settings)
                 .await?;
             if let Some(edge) = edge {
                 action
@@ -383,7 +398,7 @@ impl Debouncer {
         match on_check(entry.as_ref(), token, now, settings) {
             CheckVerdict::Superseded => Ok(CheckOutcome::Superseded),
             CheckVerdict::NotYet(at) => {
-                self.timer.arm(key, token, at).await?;
+                self.timer.arm(key, token, at, settings).await?;
                 Ok(CheckOutcome::Rearmed(at))
             }
             CheckVerdict::Remove => {
@@ -404,7 +419,7 @@ impl Debouncer {
                 // Lost: a call came during the action; its own check follows.
                 if self.store.put_if(&quiet, Some(token)).await? {
                     self.timer
-                        .arm(key, &quiet.token, quiet.check_at(settings))
+                        .arm(key, &quiet.token, quiet.check_at(settings), settings)
                         .await?;
                 }
                 Ok(CheckOutcome::Acted)

@@ -583,6 +583,9 @@ pub struct TenantRecord {
     pub database: String,
     /// SHA-256 (hex) of the tenant's API key for the registrar API.
     pub api_key_sha256: String,
+    /// Whether and how participants hear of changes to their schedules.
+    #[serde(default)]
+    pub change_notices: crate::change::ChangeNoticeSettings,
 }
 
 impl TenantRecord {

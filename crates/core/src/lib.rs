@@ -2,6 +2,7 @@
 //! pipeline services (registrar, scanner, daemon) written against the ports.
 //! No storage, AWS or network dependency lives here.
 
+pub mod change;
 pub mod channel;
 pub mod daemon;
 pub mod debounce;

@@ -85,7 +85,13 @@ pub struct DebounceCheck {
     pub token: String,
     /// When the check was armed for.
     pub due: crate::domain::Instant,
+    /// The settings of the call that armed it (None: the daemon's own).
+    pub settings: Option<crate::debounce::DebounceSettings>,
 }
+
+pub const ATTR_MIN_DELAY_MS: &str = "min_delay_ms";
+pub const ATTR_MAX_DELAY_MS: &str = "max_delay_ms";
+pub const ATTR_HARD_CAP_MS: &str = "hard_cap_ms";
 
 pub fn encode_debounce_check(check: &DebounceCheck) -> Attributes {
     let mut a = Attributes::new();
@@ -93,6 +99,12 @@ pub fn encode_debounce_check(check: &DebounceCheck) -> Attributes {
     a.insert(ATTR_KEY.into(), check.key.clone());
     a.insert(ATTR_TOKEN.into(), check.token.clone());
     a.insert(ATTR_DUE.into(), check.due.timestamp_millis().to_string());
+    if let Some(s) = &check.settings {
+        let ms = |d: std::time::Duration| d.as_millis().to_string();
+        a.insert(ATTR_MIN_DELAY_MS.into(), ms(s.min_delay));
+        a.insert(ATTR_MAX_DELAY_MS.into(), ms(s.max_delay));
+        a.insert(ATTR_HARD_CAP_MS.into(), ms(s.hard_cap));
+    }
     a
 }
 
@@ -109,7 +121,63 @@ fn debounce_check(a: &Attributes) -> Result<DebounceCheck, ValidationError> {
         key: get(a, ATTR_KEY)?.to_owned(),
         token: get(a, ATTR_TOKEN)?.to_owned(),
         due: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
+        settings: if a.contains_key(ATTR_MIN_DELAY_MS) {
+            let ms = |name| int(a, name).map(std::time::Duration::from_millis);
+            let s = crate::debounce::DebounceSettings {
+                min_delay: ms(ATTR_MIN_DELAY_MS)?,
+                max_delay: ms(ATTR_MAX_DELAY_MS)?,
+                hard_cap: ms(ATTR_HARD_CAP_MS)?,
+            };
+            s.validate()?;
+            Some(s)
+        } else {
+            None
+        },
     })
+}
+
+/// A change notice to freeze and deliver ([`crate::change`]).
+pub const KIND_CHANGE_NOTICE: &str = "change_notice";
+pub const ATTR_EDGE: &str = "edge";
+
+/// A change notice, as a queue message carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeMessage {
+    pub tenant: TenantId,
+    pub schedule: ScheduleId,
+    pub token: String,
+    pub edge: crate::change::NoticeEdge,
+    /// When the edge happened (how overdue a notice that keeps failing is).
+    pub at: crate::domain::Instant,
+}
+
+pub fn encode_change_notice(n: &NoticeMessage) -> Attributes {
+    let mut a = Attributes::new();
+    a.insert(ATTR_KIND.into(), KIND_CHANGE_NOTICE.into());
+    a.insert(ATTR_TENANT.into(), n.tenant.to_string());
+    a.insert(ATTR_SCHEDULE.into(), n.schedule.to_string());
+    a.insert(ATTR_TOKEN.into(), n.token.clone());
+    a.insert(ATTR_EDGE.into(), n.edge.as_str().into());
+    a.insert(ATTR_DUE.into(), n.at.timestamp_millis().to_string());
+    a
+}
+
+/// A change notice, if the message is one.
+pub fn decode_change_notice(a: &Attributes) -> Option<Result<NoticeMessage, ValidationError>> {
+    if a.get(ATTR_KIND).map(String::as_str) != Some(KIND_CHANGE_NOTICE) {
+        return None;
+    }
+    Some((|| {
+        Ok(NoticeMessage {
+            tenant: TenantId::parse_field(ATTR_TENANT, get(a, ATTR_TENANT)?)?,
+            schedule: ScheduleId::parse_field(ATTR_SCHEDULE, get(a, ATTR_SCHEDULE)?)?,
+            token: get(a, ATTR_TOKEN)?.to_owned(),
+            edge: get(a, ATTR_EDGE)?
+                .parse()
+                .map_err(|e| ValidationError::new(ATTR_EDGE, e))?,
+            at: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
+        })
+    })())
 }
 
 #[cfg(test)]
@@ -150,15 +218,34 @@ mod tests {
             key: "acme:weekly-sync".into(),
             token: "00ff".into(),
             due: from_millis("d", 1_795_424_400_000).unwrap(),
+            settings: Some(crate::debounce::DebounceSettings::default()),
         };
         let a = encode_debounce_check(&check);
         assert_eq!(decode_debounce_check(&a), Some(Ok(check)));
         assert!(decode(&a).is_err(), "not a reminder");
         assert_eq!(decode_debounce_check(&encode(&sample())), None);
+        let notice = NoticeMessage {
+            tenant: "acme".parse().unwrap(),
+            schedule: "weekly:sync-1".parse().unwrap(),
+            token: "00ff".into(),
+            edge: crate::change::NoticeEdge::Trailing,
+            at: from_millis("d", 1_795_424_400_000).unwrap(),
+        };
+        let a = encode_change_notice(&notice);
+        assert_eq!(decode_change_notice(&a), Some(Ok(notice)));
+        assert_eq!(decode_debounce_check(&a), None);
+        assert!(decode(&a).is_err(), "not a reminder");
+        let mut bad = a.clone();
+        bad.insert(ATTR_EDGE.into(), "middle".into());
+        assert_eq!(
+            decode_change_notice(&bad).unwrap().unwrap_err().field,
+            ATTR_EDGE
+        );
         let mut a = encode_debounce_check(&DebounceCheck {
             key: "k".into(),
             token: "t".into(),
             due: from_millis("d", 0).unwrap(),
+            settings: None,
         });
         a.remove(ATTR_TOKEN);
         assert_eq!(

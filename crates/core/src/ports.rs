@@ -553,6 +553,34 @@ pub trait TenantStore: Send + Sync {
 
     /// Chat messages of one user.
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>>;
+
+    /// Change notices ([`crate::change`]), before an edit: keeps the current
+    /// state of each of `schedules` that exists as its baseline (what its
+    /// participants know), unless it has one already; a baseline left by a
+    /// cancellation is replaced. Returns the schedules that exist: writing
+    /// them is an edit.
+    async fn keep_change_baselines(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<std::collections::HashSet<ScheduleId>>;
+
+    /// Freezes the notice of `token`, in one transaction: baseline → the
+    /// schedule now, the baseline advanced to now, its instant after every
+    /// earlier notice's. A token frozen already gets its notice back as it
+    /// was; a schedule without a baseline (never edited) gets None.
+    async fn freeze_change_notice(
+        &self,
+        schedule: &ScheduleId,
+        token: &str,
+        edge: crate::change::NoticeEdge,
+        now: Instant,
+    ) -> StoreResult<Option<crate::change::ChangeNotice>>;
+
+    /// A schedule's notices, oldest first.
+    async fn change_notices(
+        &self,
+        schedule: &ScheduleId,
+    ) -> StoreResult<Vec<crate::change::ChangeNotice>>;
 }
 
 /// What a claim got: the deliveries this caller now sends, and those another

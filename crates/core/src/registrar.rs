@@ -2,7 +2,7 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -82,6 +82,15 @@ pub struct Registered {
     pub enqueued_directly: usize,
 }
 
+/// What the registrar needs to notify participants of changes
+/// ([`crate::change`]): the debouncer of `tenant:schedule` keys and the
+/// action its edges take.
+#[derive(Clone)]
+pub struct ChangeNotices {
+    pub debouncer: crate::debounce::Debouncer,
+    pub action: Arc<dyn crate::debounce::DebounceAction>,
+}
+
 pub struct Registrar {
     pub directory: Arc<dyn TenantDirectory>,
     pub stores: Arc<dyn TenantStores>,
@@ -89,6 +98,8 @@ pub struct Registrar {
     pub queue: Arc<dyn DelayQueue>,
     pub clock: Arc<dyn Clock>,
     pub settings: PipelineSettings,
+    /// None: no change notices, whatever the tenants' contracts say.
+    pub notices: Option<ChangeNotices>,
 }
 
 impl Registrar {
@@ -211,6 +222,14 @@ impl Registrar {
         }
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        let notices = self.notices_for(&record);
+        let edits = match notices {
+            Some(_) => {
+                let ids: Vec<ScheduleId> = schedules.iter().map(|s| s.id.clone()).collect();
+                store.keep_change_baselines(&ids).await?
+            }
+            None => HashSet::new(),
+        };
         let written = store.put_schedules(&schedules, self.clock.now()).await?;
         let work: Vec<MirrorWork> = written
             .iter()
@@ -223,6 +242,13 @@ impl Registrar {
                 None
             }
         };
+        if let Some(n) = notices {
+            for w in written.iter().flatten() {
+                if edits.contains(&w.id) {
+                    self.notify_change(n, &record, &w.id).await;
+                }
+            }
+        }
         Ok(written
             .into_iter()
             .map(|w| {
@@ -460,10 +486,19 @@ impl Registrar {
     ) -> Result<bool, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        let notices = self.notices_for(&record);
+        if notices.is_some() {
+            store
+                .keep_change_baselines(std::slice::from_ref(id))
+                .await?;
+        }
         let version = store
             .delete_schedule(id, self.clock.now())
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("schedule {id}")))?;
+        if let Some(n) = notices {
+            self.notify_change(n, &record, id).await;
+        }
         if let Err(e) = self
             .mirror(
                 &record,
@@ -478,6 +513,28 @@ impl Registrar {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// The change notices to send for this tenant, if it has them on.
+    fn notices_for(&self, record: &TenantRecord) -> Option<&ChangeNotices> {
+        self.notices
+            .as_ref()
+            .filter(|_| record.change_notices.enabled)
+    }
+
+    /// Tells the debouncer that a schedule changed. The write stands whatever
+    /// happens here: a failure is logged, and the next edit (or the trailing
+    /// check already armed) notifies with the latest state.
+    async fn notify_change(&self, notices: &ChangeNotices, record: &TenantRecord, id: &ScheduleId) {
+        let key = crate::change::debounce_key(&record.id, id);
+        let settings = record.change_notices.debounce();
+        if let Err(e) = notices
+            .debouncer
+            .call(&key, &settings, notices.action.as_ref())
+            .await
+        {
+            warn!(tenant = %record.id, schedule = %id, error = %chain(&e), "change notice not armed");
+        }
     }
 
     /// Mirrors writes of one tenant into the index (one index write, one

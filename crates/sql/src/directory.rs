@@ -28,6 +28,15 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
         active: row.get("active"),
         database: row.get("database"),
         api_key_sha256: row.get("api_key_sha256"),
+        change_notices: match row.get::<Option<String>, _>("change_notices") {
+            None => Default::default(),
+            Some(json) => serde_json::from_str(&json).map_err(|e| {
+                toki_core::StoreError::corrupt(
+                    "tenant directory column change_notices",
+                    e.to_string(),
+                )
+            })?,
+        },
     })
 }
 
@@ -44,17 +53,18 @@ impl TenantDirectory for SqliteTenantDirectory {
 
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256)
-             VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, change_notices)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (id) DO UPDATE SET reminders_enabled = excluded.reminders_enabled,
                active = excluded.active, database = excluded.database,
-               api_key_sha256 = excluded.api_key_sha256",
+               api_key_sha256 = excluded.api_key_sha256, change_notices = excluded.change_notices",
         )
         .bind(r.id.as_str())
         .bind(r.reminders_enabled)
         .bind(r.active)
         .bind(&r.database)
         .bind(&r.api_key_sha256)
+        .bind(serde_json::to_string(&r.change_notices).expect("settings serialise"))
         .execute(&self.pool)
         .await
         .map_err(db_err)?;

@@ -18,6 +18,7 @@ use super::{overdue, Daemon};
 #[derive(Clone)]
 pub struct DebounceChecks {
     pub debouncer: Debouncer,
+    /// For checks that carry no settings of their own.
     pub settings: DebounceSettings,
     pub action: Arc<dyn DebounceAction>,
 }
@@ -33,7 +34,12 @@ impl Daemon {
                 None => Err("this daemon runs no debounce checks".to_owned()),
                 Some(d) => d
                     .debouncer
-                    .check(&check.key, &check.token, &d.settings, d.action.as_ref())
+                    .check(
+                        &check.key,
+                        &check.token,
+                        check.settings.as_ref().unwrap_or(&d.settings),
+                        d.action.as_ref(),
+                    )
                     .await
                     .map_err(|e| chain(&e)),
             };

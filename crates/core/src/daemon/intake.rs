@@ -20,6 +20,8 @@ pub struct Intake {
     pub set_aside: Vec<(ReceivedMessage, MessageFate)>,
     /// Debounce checks (the timers of [`crate::debounce`]), not reminders.
     pub checks: Vec<(ReceivedMessage, message::DebounceCheck)>,
+    /// Change notices ([`crate::change`]): delivered at once.
+    pub notices: Vec<(ReceivedMessage, message::NoticeMessage)>,
 }
 
 /// A message may arrive up to this long before `lead` and still be held for
@@ -38,6 +40,18 @@ pub fn intake(messages: Vec<ReceivedMessage>, now: Instant, lead: Duration) -> I
             }
             Some(Err(e)) => {
                 let fate = MessageFate::Poison(format!("undecodable debounce check: {e}"));
+                out.set_aside.push((msg, fate));
+                continue;
+            }
+            None => {}
+        }
+        match message::decode_change_notice(&msg.attributes) {
+            Some(Ok(notice)) => {
+                out.notices.push((msg, notice));
+                continue;
+            }
+            Some(Err(e)) => {
+                let fate = MessageFate::Poison(format!("undecodable change notice: {e}"));
                 out.set_aside.push((msg, fate));
                 continue;
             }

@@ -19,6 +19,7 @@ mod fire;
 mod heartbeat;
 mod holdings;
 mod intake;
+mod notices;
 mod plan;
 mod record;
 mod settle;
@@ -228,10 +229,15 @@ impl Daemon {
                 by_tenant,
                 set_aside,
                 checks,
+                notices,
             } = intake(messages, now, self.settings.lead);
             self.dispose(set_aside).await;
             if !checks.is_empty() {
                 let fates = self.run_checks(checks).await;
+                self.dispose(fates).await;
+            }
+            if !notices.is_empty() {
+                let fates = self.run_notices(notices).await;
                 self.dispose(fates).await;
             }
             let prepared = self.prepare(by_tenant, now).await;

@@ -129,7 +129,7 @@ pub fn claims_for(
 }
 
 /// Why a delivery we own cannot be sent, if it cannot.
-fn undeliverable(
+pub(super) fn undeliverable(
     key: &DeliveryKey,
     user: Option<&User>,
     configured: &BTreeSet<Channel>,

@@ -203,16 +203,16 @@ pub fn settle(
 
 /// What the deliveries of one message came to, for its fate.
 #[derive(Default)]
-struct MessageOutcome {
+pub(super) struct MessageOutcome {
     /// Per channel: the reason and the most failed attempts of its deliveries.
     failed: Vec<(Channel, String, u32)>,
-    throttled: Option<Duration>,
+    pub(super) throttled: Option<Duration>,
     parked: Vec<Channel>,
-    busy: bool,
+    pub(super) busy: bool,
 }
 
 impl MessageOutcome {
-    fn failed(&mut self, channel: Channel, reason: String, failures: u32) {
+    pub(super) fn failed(&mut self, channel: Channel, reason: String, failures: u32) {
         match self.failed.iter_mut().find(|(c, _, _)| *c == channel) {
             Some(known) if failures > known.2 => *known = (channel, reason, failures),
             Some(_) => {}
@@ -228,7 +228,7 @@ impl MessageOutcome {
 
     /// A failure decides first (it counts), then a throttle, then a parked
     /// channel, then another holder.
-    fn fate(mut self) -> MessageFate {
+    pub(super) fn fate(mut self) -> MessageFate {
         // The channel with the most failed attempts speaks for the message's budget.
         if let Some(worst) = (0..self.failed.len()).max_by_key(|&i| self.failed[i].2) {
             let (channel, reason, failures) = self.failed.remove(worst);

@@ -33,6 +33,8 @@ pub struct DaemonStats {
     pub deferred: AtomicU64,
     /// Receive calls that returned (empty or not): moves while workers are alive.
     pub polls: AtomicU64,
+    /// Change notice deliveries sent (not counted in `delivered`).
+    pub notices_delivered: AtomicU64,
     /// Woken whenever the counters move, so waiters need not poll.
     changed: Notify,
 }
@@ -54,6 +56,7 @@ pub struct StatsSnapshot {
     pub dead_lettered: u64,
     pub circuits_opened: u64,
     pub deferred: u64,
+    pub notices_delivered: u64,
 }
 
 /// Outcome rows of a batch, counted by status.
@@ -110,6 +113,7 @@ impl DaemonStats {
             dead_lettered: l(&self.dead_lettered),
             circuits_opened: l(&self.circuits_opened),
             deferred: l(&self.deferred),
+            notices_delivered: l(&self.notices_delivered),
         }
     }
 

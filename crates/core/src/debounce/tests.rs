@@ -25,7 +25,7 @@ fn kit(settings: DebounceSettings) -> Kit {
         clock: clock.clone(),
     };
     let action = RecordingAction::new(clock.clone());
-    timers.run_with(debouncer.clone(), settings.clone(), action.clone());
+    timers.run_with(debouncer.clone(), action.clone());
     Kit {
         debouncer,
         settings,

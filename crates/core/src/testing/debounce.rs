@@ -20,6 +20,13 @@ pub struct MemoryDebounceStore {
     rows: Mutex<HashMap<String, DebounceEntry>>,
 }
 
+impl MemoryDebounceStore {
+    /// No key has a row (every burst is over and cleaned up).
+    pub fn is_empty(&self) -> bool {
+        self.rows.lock().expect("rows lock").is_empty()
+    }
+}
+
 #[async_trait]
 impl DebounceStore for MemoryDebounceStore {
     async fn get(&self, key: &str) -> StoreResult<Option<DebounceEntry>> {
@@ -65,7 +72,6 @@ pub struct TokioTimers {
 
 struct Runner {
     debouncer: Debouncer,
-    settings: DebounceSettings,
     action: Arc<dyn DebounceAction>,
 }
 
@@ -79,18 +85,10 @@ impl TokioTimers {
         })
     }
 
-    /// From now on every armed check runs `debouncer.check` with `action`.
-    pub fn run_with(
-        &self,
-        debouncer: Debouncer,
-        settings: DebounceSettings,
-        action: Arc<dyn DebounceAction>,
-    ) {
-        *self.runner.lock().expect("runner lock") = Some(Runner {
-            debouncer,
-            settings,
-            action,
-        });
+    /// From now on every armed check runs `debouncer.check` with `action`
+    /// (and the settings it was armed with).
+    pub fn run_with(&self, debouncer: Debouncer, action: Arc<dyn DebounceAction>) {
+        *self.runner.lock().expect("runner lock") = Some(Runner { debouncer, action });
     }
 
     /// Every check armed so far.
@@ -107,7 +105,13 @@ impl TokioTimers {
 
 #[async_trait]
 impl DebounceTimer for TokioTimers {
-    async fn arm(&self, key: &str, token: &str, at: Instant) -> StoreResult<()> {
+    async fn arm(
+        &self,
+        key: &str,
+        token: &str,
+        at: Instant,
+        settings: &DebounceSettings,
+    ) -> StoreResult<()> {
         self.armed.lock().expect("armed lock").push(Armed {
             key: key.to_owned(),
             token: token.to_owned(),
@@ -117,7 +121,7 @@ impl DebounceTimer for TokioTimers {
         if let Some(r) = runner.as_ref() {
             let wait = (at - self.clock.now()).to_std().unwrap_or_default();
             let (debouncer, settings, action) =
-                (r.debouncer.clone(), r.settings.clone(), r.action.clone());
+                (r.debouncer.clone(), settings.clone(), r.action.clone());
             let (key, token) = (key.to_owned(), token.to_owned());
             self.tasks.lock().expect("tasks lock").spawn(async move {
                 tokio::time::sleep(wait).await;

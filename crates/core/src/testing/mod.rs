@@ -26,12 +26,14 @@ pub use index::{MemoryDirectory, MemoryIndex};
 pub use queue::MemoryQueue;
 pub use store::{MemoryTenantStore, MemoryTenantStores};
 
+use crate::change::{ChangeNoticeSettings, NoticeAction};
 use crate::channel::ChannelSender;
-use crate::daemon::{Daemon, DaemonSettings};
+use crate::daemon::{Daemon, DaemonSettings, DebounceChecks};
+use crate::debounce::{Debouncer, QueueTimer};
 use crate::domain::{Channel, Instant, TenantId, TenantRecord};
 use crate::input::{RuleInput, ScheduleInput, UserInput};
 use crate::ports::{Clock, TenantDirectory};
-use crate::registrar::Registrar;
+use crate::registrar::{ChangeNotices, Registrar};
 use crate::scanner::Scanner;
 use crate::settings::PipelineSettings;
 
@@ -56,6 +58,8 @@ pub struct TestKit {
     pub daemon_settings: DaemonSettings,
     /// How often `run` scans (EventBridge's rate(1 minute) in production).
     pub scan_every: Duration,
+    /// Change notices' debounce rows (checks and notices go on `queue`).
+    pub debounce: Arc<MemoryDebounceStore>,
 }
 
 impl Default for TestKit {
@@ -91,6 +95,7 @@ impl TestKit {
             },
             pipeline,
             scan_every: Duration::from_secs(60),
+            debounce: Arc::default(),
             clock,
         }
     }
@@ -111,6 +116,7 @@ impl TestKit {
                 active: true,
                 database: format!("memory:{tenant}"),
                 api_key_sha256: String::new(),
+                change_notices: Default::default(),
             })
             .await
             .expect("memory directory");
@@ -140,7 +146,42 @@ impl TestKit {
             queue: self.queue.clone(),
             clock: self.clock.clone(),
             settings: self.pipeline.clone(),
+            notices: Some(self.change_notices()),
         }
+    }
+
+    /// Change notices as production wires them, on the kit's ports.
+    pub fn change_notices(&self) -> ChangeNotices {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        ChangeNotices {
+            debouncer: Debouncer {
+                store: self.debounce.clone(),
+                timer: Arc::new(QueueTimer {
+                    queue: self.queue.clone(),
+                    clock: clock.clone(),
+                }),
+                clock: clock.clone(),
+            },
+            action: Arc::new(NoticeAction {
+                queue: self.queue.clone(),
+                clock,
+            }),
+        }
+    }
+
+    /// Turns a tenant's change notices on with `settings`.
+    pub async fn change_notices_on(&self, tenant: &TenantId, settings: ChangeNoticeSettings) {
+        let mut record = self
+            .directory
+            .get(tenant)
+            .await
+            .expect("memory directory")
+            .expect("a tenant");
+        record.change_notices = ChangeNoticeSettings {
+            enabled: true,
+            ..settings
+        };
+        self.directory.put(&record).await.expect("memory directory");
     }
 
     pub fn scanner(&self) -> Scanner {
@@ -156,13 +197,21 @@ impl TestKit {
     pub fn daemon(&self) -> Arc<Daemon> {
         let channels: Vec<Arc<dyn ChannelSender>> =
             vec![self.mail.clone(), self.chat.clone(), self.slack.clone()];
-        Arc::new(Daemon::new(
-            self.queue.clone(),
-            self.stores.clone(),
-            channels,
-            self.clock.clone(),
-            self.daemon_settings.clone(),
-        ))
+        let notices = self.change_notices();
+        Arc::new(
+            Daemon::new(
+                self.queue.clone(),
+                self.stores.clone(),
+                channels,
+                self.clock.clone(),
+                self.daemon_settings.clone(),
+            )
+            .with_debounce(DebounceChecks {
+                debouncer: notices.debouncer,
+                settings: Default::default(),
+                action: notices.action,
+            }),
+        )
     }
 
     /// Starts the daemon and a scanner that runs every `scan_every`.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use crate::change::{ChangeNotice, NoticeEdge};
 use crate::domain::{
     DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant,
     ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
@@ -62,6 +63,10 @@ struct State {
     deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
     chat: BTreeMap<DeliveryKey, ChatMessage>,
     next_token: u64,
+    /// Per schedule: the state its participants know (None after a
+    /// cancellation) and the last notice's instant.
+    baselines: BTreeMap<ScheduleId, (Option<Schedule>, Option<Instant>)>,
+    notices: Vec<ChangeNotice>,
 }
 
 #[derive(Default)]
@@ -414,6 +419,72 @@ impl TenantStore for MemoryTenantStore {
             .collect();
         v.sort_by_key(|m| m.created_at);
         Ok(v)
+    }
+
+    async fn keep_change_baselines(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<HashSet<ScheduleId>> {
+        let mut state = self.lock()?;
+        let mut existing = HashSet::new();
+        for id in schedules {
+            let Some(current) = state.schedules.get(id).cloned() else {
+                continue;
+            };
+            existing.insert(id.clone());
+            let kept = state.baselines.entry(id.clone()).or_insert((None, None));
+            if kept.0.is_none() {
+                kept.0 = Some(current);
+            }
+        }
+        Ok(existing)
+    }
+
+    async fn freeze_change_notice(
+        &self,
+        schedule: &ScheduleId,
+        token: &str,
+        edge: NoticeEdge,
+        now: Instant,
+    ) -> StoreResult<Option<ChangeNotice>> {
+        let mut state = self.lock()?;
+        if let Some(n) = state
+            .notices
+            .iter()
+            .find(|n| &n.schedule == schedule && n.token == token)
+        {
+            return Ok(Some(n.clone()));
+        }
+        let after = state.schedules.get(schedule).cloned();
+        let Some((before, last)) = state.baselines.get_mut(schedule) else {
+            return Ok(None);
+        };
+        let at = match last {
+            Some(l) if *l >= now => *l + chrono::Duration::milliseconds(1),
+            _ => now,
+        };
+        let notice = ChangeNotice {
+            schedule: schedule.clone(),
+            token: token.to_owned(),
+            edge,
+            at,
+            before: before.clone(),
+            after: after.clone(),
+        };
+        *before = after;
+        *last = Some(at);
+        state.notices.push(notice.clone());
+        Ok(Some(notice))
+    }
+
+    async fn change_notices(&self, schedule: &ScheduleId) -> StoreResult<Vec<ChangeNotice>> {
+        Ok(self
+            .lock()?
+            .notices
+            .iter()
+            .filter(|n| &n.schedule == schedule)
+            .cloned()
+            .collect())
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use toki_core::change::{ChangeNotice, NoticeEdge};
 use toki_core::ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
 };
@@ -20,8 +21,9 @@ use toki_core::{
 
 use crate::db_err;
 use rows::{
-    participant, recurrence, recurrence_json, ChatRow, ContextItem, ContextRow, CountRow,
-    DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
+    participant, recurrence, recurrence_json, snapshot, snapshot_json, BaselineRow, ChatRow,
+    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
+    NoticeRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
 };
 use statement::Statement;
 
@@ -97,6 +99,8 @@ where
     for<'r> DeliveryRow: FromRow<'r, DB::Row>,
     for<'r> CountRow: FromRow<'r, DB::Row>,
     for<'r> ChatRow: FromRow<'r, DB::Row>,
+    for<'r> NoticeRow: FromRow<'r, DB::Row>,
+    for<'r> BaselineRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -676,6 +680,149 @@ where
             .await
             .map_err(db_err)?;
         rows.into_iter().map(ChatMessage::try_from).collect()
+    }
+
+    async fn keep_change_baselines(
+        &self,
+        schedules: &[ScheduleId],
+    ) -> StoreResult<HashSet<ScheduleId>> {
+        let mut existing = HashSet::new();
+        if schedules.is_empty() {
+            return Ok(existing);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        for chunk in schedules.chunks(CHUNK) {
+            let ids = || chunk.iter().map(ScheduleId::as_str);
+            let mut s = Statement::new("SELECT id FROM schedules WHERE id IN ");
+            s.list(ids());
+            let found: Vec<(String,)> = s
+                .query_as::<DB, (String,)>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            if found.is_empty() {
+                continue;
+            }
+            // Those with a baseline to keep: none yet, or a cancellation's.
+            let mut s = Statement::new(
+                "SELECT schedule_id FROM change_baselines WHERE snapshot IS NOT NULL AND schedule_id IN ",
+            );
+            s.list(found.iter().map(|(id,)| id.as_str()));
+            let kept: HashSet<String> = s
+                .query_as::<DB, (String,)>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?
+                .into_iter()
+                .map(|(id,)| id)
+                .collect();
+            for (id,) in found {
+                let id = rows::schedule_id(&id)?;
+                if !kept.contains(id.as_str()) {
+                    if let Some(current) = load_schedule::<DB>(&mut tx, &id).await? {
+                        let mut s = Statement::new(
+                            "INSERT INTO change_baselines (schedule_id, snapshot, revision, last_notice_at)",
+                        );
+                        s.values([&current], |r, c| {
+                            r.bind(c.id.as_str())
+                                .bind(snapshot_json(Some(c)))
+                                .bind(0_i64)
+                                .bind(0_i64);
+                        });
+                        s.push(
+                            " ON CONFLICT (schedule_id) DO UPDATE SET snapshot = excluded.snapshot
+                             WHERE change_baselines.snapshot IS NULL",
+                        );
+                        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+                    }
+                }
+                existing.insert(id);
+            }
+        }
+        tx.commit().await.map_err(db_err)?;
+        Ok(existing)
+    }
+
+    async fn freeze_change_notice(
+        &self,
+        schedule: &ScheduleId,
+        token: &str,
+        edge: NoticeEdge,
+        now: Instant,
+    ) -> StoreResult<Option<ChangeNotice>> {
+        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        // The row lock first: a concurrent freeze of this schedule waits here
+        // and then reads the baseline this one leaves.
+        let mut s = Statement::new(
+            "UPDATE change_baselines SET revision = revision + 1 WHERE schedule_id = ",
+        );
+        s.bind(schedule.as_str())
+            .push(" RETURNING snapshot, last_notice_at");
+        let Some(baseline) = s
+            .query_as::<DB, BaselineRow>()
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+        else {
+            return Ok(None);
+        };
+        let mut s = Statement::new(
+            "SELECT schedule_id, token, edge, at, before_snapshot, after_snapshot
+             FROM change_notices WHERE schedule_id = ",
+        );
+        s.bind(schedule.as_str()).push(" AND token = ").bind(token);
+        if let Some(frozen) = s
+            .query_as::<DB, NoticeRow>()
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_err)?
+        {
+            return ChangeNotice::try_from(frozen).map(Some);
+        }
+        let after = load_schedule::<DB>(&mut tx, schedule).await?;
+        let at = now.timestamp_millis().max(baseline.last_notice_at + 1);
+        let mut s = Statement::new(
+            "INSERT INTO change_notices (schedule_id, token, edge, at, before_snapshot, after_snapshot)",
+        );
+        s.values([()], |r, ()| {
+            r.bind(schedule.as_str())
+                .bind(token)
+                .bind(edge.as_str())
+                .bind(at)
+                .bind(baseline.snapshot.clone())
+                .bind(snapshot_json(after.as_ref()));
+        });
+        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        let mut s = Statement::new("UPDATE change_baselines SET snapshot = ");
+        s.bind(snapshot_json(after.as_ref()))
+            .push(", last_notice_at = ")
+            .bind(at)
+            .push(" WHERE schedule_id = ")
+            .bind(schedule.as_str());
+        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(Some(ChangeNotice {
+            schedule: schedule.clone(),
+            token: token.to_owned(),
+            edge,
+            at: rows::instant("at", at)?,
+            before: snapshot("before_snapshot", baseline.snapshot.as_deref())?,
+            after,
+        }))
+    }
+
+    async fn change_notices(&self, schedule: &ScheduleId) -> StoreResult<Vec<ChangeNotice>> {
+        let mut s = Statement::new(
+            "SELECT schedule_id, token, edge, at, before_snapshot, after_snapshot
+             FROM change_notices WHERE schedule_id = ",
+        );
+        s.bind(schedule.as_str()).push(" ORDER BY at");
+        let rows: Vec<NoticeRow> = s
+            .query_as::<DB, NoticeRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.into_iter().map(ChangeNotice::try_from).collect()
     }
 }
 

@@ -318,3 +318,48 @@ impl TryFrom<ChatRow> for ChatMessage {
         })
     }
 }
+
+/// A schedule as a change notice holds it (JSON), or None.
+pub(crate) fn snapshot(
+    column: &str,
+    json: Option<&str>,
+) -> StoreResult<Option<toki_core::Schedule>> {
+    json.map(|j| serde_json::from_str(j).map_err(|e| corrupt(column, e)))
+        .transpose()
+}
+
+pub(crate) fn snapshot_json(schedule: Option<&toki_core::Schedule>) -> Option<String> {
+    schedule.map(|s| serde_json::to_string(s).expect("a schedule serialises"))
+}
+
+/// A frozen change notice.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct NoticeRow {
+    pub schedule_id: String,
+    pub token: String,
+    pub edge: String,
+    pub at: i64,
+    pub before_snapshot: Option<String>,
+    pub after_snapshot: Option<String>,
+}
+
+impl TryFrom<NoticeRow> for toki_core::change::ChangeNotice {
+    type Error = StoreError;
+    fn try_from(r: NoticeRow) -> StoreResult<Self> {
+        Ok(toki_core::change::ChangeNotice {
+            schedule: schedule_id(&r.schedule_id)?,
+            edge: r.edge.parse().map_err(|e| corrupt("edge", e))?,
+            at: instant("at", r.at)?,
+            before: snapshot("before_snapshot", r.before_snapshot.as_deref())?,
+            after: snapshot("after_snapshot", r.after_snapshot.as_deref())?,
+            token: r.token,
+        })
+    }
+}
+
+/// A baseline as a freeze takes it: the snapshot and the last notice's instant.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct BaselineRow {
+    pub snapshot: Option<String>,
+    pub last_notice_at: i64,
+}
