@@ -195,6 +195,18 @@ pub enum TenantCommand {
         /// Tenant active or suspended.
         #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
         active: Option<bool>,
+        /// Change notices to participants when their schedules change (off by default).
+        #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+        change_notices: Option<bool>,
+        /// Change notices: the least wait after the last edit before the trailing notice, ms.
+        #[arg(long)]
+        notice_min_delay_ms: Option<u64>,
+        /// Change notices: the longest that wait grows to, ms.
+        #[arg(long)]
+        notice_max_delay_ms: Option<u64>,
+        /// Change notices: a schedule never quiet is notified at least this often, ms.
+        #[arg(long)]
+        notice_hard_cap_ms: Option<u64>,
     },
     /// List tenants and their contracts.
     List {
@@ -406,6 +418,10 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             common,
             reminders,
             active,
+            change_notices,
+            notice_min_delay_ms,
+            notice_max_delay_ms,
+            notice_hard_cap_ms,
         } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
             let mut record = toki
@@ -419,16 +435,34 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             if let Some(a) = active {
                 record.active = a;
             }
+            let n = &mut record.change_notices;
+            if let Some(on) = change_notices {
+                n.enabled = on;
+            }
+            for (value, field) in [
+                (notice_min_delay_ms, &mut n.min_delay_ms),
+                (notice_max_delay_ms, &mut n.max_delay_ms),
+                (notice_hard_cap_ms, &mut n.hard_cap_ms),
+            ] {
+                if let Some(v) = value {
+                    *field = v;
+                }
+            }
+            record
+                .change_notices
+                .validate()
+                .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
             toki.directory.put(&record).await?;
             println!(
-                "{}: reminders {}, {}",
+                "{}: reminders {}, {}, change notices {}",
                 id,
                 if record.reminders_enabled {
                     "on"
                 } else {
                     "off"
                 },
-                if record.active { "active" } else { "suspended" }
+                if record.active { "active" } else { "suspended" },
+                notices_summary(&record.change_notices)
             );
             Ok(0)
         }
@@ -448,17 +482,41 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                             "off".into()
                         },
                         if t.active { "yes".into() } else { "no".into() },
+                        notices_summary(&t.change_notices),
                         t.database,
                     ]
                 })
                 .collect();
             println!(
                 "{}",
-                toki_app::table::table(&["tenant", "reminders", "active", "database"], &rows)
+                toki_app::table::table(
+                    &[
+                        "tenant",
+                        "reminders",
+                        "active",
+                        "change notices",
+                        "database"
+                    ],
+                    &rows
+                )
             );
             Ok(0)
         }
     }
+}
+
+/// `off`, or `on (min 5 s, max 300 s, cap 900 s)`.
+fn notices_summary(n: &toki_core::change::ChangeNoticeSettings) -> String {
+    if !n.enabled {
+        return "off".into();
+    }
+    let s = |ms: u64| format!("{} s", ms as f64 / 1000.0);
+    format!(
+        "on (min {}, max {}, cap {})",
+        s(n.min_delay_ms),
+        s(n.max_delay_ms),
+        s(n.hard_cap_ms)
+    )
 }
 
 fn parse_instant(s: &str) -> Result<toki_core::Instant, String> {

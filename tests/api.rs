@@ -553,3 +553,171 @@ async fn a_batch_of_schedules_answers_per_item() {
         .unwrap();
     assert_eq!(r.status(), 401);
 }
+
+/// Change notices through the API, as a tenant turns them on: a schedule
+/// edited 20 times in quick succession tells each participant exactly twice
+/// per channel — at the first edit and, once the edits stop, with the final
+/// state. (The tenant's delays are short so the burst takes a second; the
+/// same burst over a minute with the default delays runs on paused time in
+/// toki-core's `tests::change_notices`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
+    let data = tempfile::tempdir().unwrap().keep();
+    let key = String::from_utf8(toki(&data, &["tenant", "create", "acme"]).stdout).unwrap();
+    let key = key.trim().to_string();
+    // A bad setting is refused by name, and nothing is changed.
+    let bad = toki(
+        &data,
+        &[
+            "tenant",
+            "set",
+            "acme",
+            "--change-notices",
+            "on",
+            "--notice-min-delay-ms",
+            "0",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("change_notices.min_delay_ms"));
+    let set = toki(
+        &data,
+        &[
+            "tenant",
+            "set",
+            "acme",
+            "--change-notices",
+            "on",
+            "--notice-min-delay-ms",
+            "500",
+            "--notice-max-delay-ms",
+            "2000",
+            "--notice-hard-cap-ms",
+            "20000",
+        ],
+    );
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let listed = String::from_utf8(toki(&data, &["tenant", "list"]).stdout).unwrap();
+    assert!(
+        listed.contains("on (min 0.5 s, max 2 s, cap 20 s)"),
+        "{listed}"
+    );
+    let mut cmd = Command::new(TOKI);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env(
+            "RUST_LOG",
+            "warn,toki_app=info,toki_core::daemon::notices=info",
+        );
+    let (server, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(30));
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_string();
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{base}/v1/tenants/acme/{p}");
+    for (user, zone, locale) in [("ana", "Europe/Paris", "en"), ("bo", "Asia/Tokyo", "ja")] {
+        let r = http
+            .put(url(&format!("users/{user}")))
+            .bearer_auth(&key)
+            .json(&json!({"name": user, "email": format!("{user}@example.com"),
+                          "slack_user_id": format!("U{user}"), "time_zone": zone, "locale": locale}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let starts = Utc::now() + ChronoDuration::hours(3);
+    let schedule = |title: &str, starts: chrono::DateTime<Utc>| {
+        json!({"title": title, "starts_at": starts.to_rfc3339(), "time_zone": "Asia/Tokyo",
+               "participants": ["ana", "bo"],
+               "reminders": [{"minutes_before": 10, "channels": ["mail", "slack", "chat"]}]})
+    };
+    let put = |body: Value| {
+        let req = http
+            .put(url("schedules/review"))
+            .bearer_auth(&key)
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    };
+    put(schedule("Design review", starts)).await;
+    for i in 1..=20 {
+        let moved = if i == 20 {
+            starts + ChronoDuration::hours(1)
+        } else {
+            starts
+        };
+        put(schedule(&format!("Review v{i}"), moved)).await;
+    }
+    // Both edges' notices are out once the trailing one is logged.
+    server.wait_line(
+        |l| l.contains("change notice delivered") && l.contains("trailing"),
+        Duration::from_secs(30),
+    );
+    server.signal("TERM");
+    let mut server = server;
+    assert!(server.wait_exit(Duration::from_secs(20)).await.is_some());
+    let report = toki(&data, &["report", "--json"]);
+    let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
+    for channel in ["mail", "slack", "chat"] {
+        let delivered: u64 = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["channel"] == channel && r["status"] == "delivered")
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            delivered, 4,
+            "2 notices x 2 participants by {channel}: {rows}"
+        );
+    }
+    // Slack's outbox has what each was told: the trailing notice has the final state.
+    let outbox = std::fs::read_to_string(data.join("outbox/slack.jsonl")).unwrap();
+    let texts = |who: &str| -> Vec<String> {
+        outbox
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["channel"] == format!("U{who}"))
+            .map(|v| v["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let ana = texts("ana");
+    assert_eq!(ana.len(), 2, "{ana:?}");
+    assert!(
+        ana[0].contains("Title: Design review → Review v"),
+        "{}",
+        ana[0]
+    );
+    assert!(ana[1].contains("→ Review v20"), "{}", ana[1]);
+    // In her zone: 3 hours from now in Paris, one hour later.
+    let paris = |t: chrono::DateTime<Utc>| {
+        t.with_timezone(&chrono_tz::Europe::Paris)
+            .format("%Y-%m-%d %H:%M")
+            .to_string()
+    };
+    assert!(
+        ana[1].contains(&format!(
+            "Time: {} Europe/Paris → {} Europe/Paris",
+            paris(starts),
+            paris(starts + ChronoDuration::hours(1))
+        )),
+        "{}",
+        ana[1]
+    );
+    let bo = texts("bo");
+    assert_eq!(bo.len(), 2, "{bo:?}");
+    assert!(
+        bo[1].contains("が変更されました") && bo[1].contains("Asia/Tokyo"),
+        "{}",
+        bo[1]
+    );
+}

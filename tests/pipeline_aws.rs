@@ -167,3 +167,13 @@ async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
     let store = aws_support::debounce_store().await;
     common::debounce::both_edges_across_a_daemon_restart(queue, store).await;
 }
+
+/// Two `toki serve --backend aws` processes (DynamoDB rows, SQS checks and
+/// notices on the emulator, Postgres tenant databases) split a burst of
+/// edits of one schedule: one leading and one trailing change notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_editing_one_schedule_notify_once_per_edge() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    common::debounce::two_processes_one_burst(config, aws_support::endpoint_env()).await;
+}

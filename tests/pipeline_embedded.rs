@@ -460,3 +460,16 @@ async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
     let store = Arc::new(toki_sql::SqliteDebounceStore::new(control.pool.clone()));
     common::debounce::both_edges_across_a_daemon_restart(queue, store).await;
 }
+
+/// Two `toki serve` processes on one data folder (SQLite shared between
+/// them) split a burst of edits of one schedule: one leading and one
+/// trailing change notice, never zero, never two of either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_editing_one_schedule_notify_once_per_edge() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = toki_app::Config {
+        data_dir: dir.path().to_path_buf(),
+        ..toki_app::Config::default()
+    };
+    common::debounce::two_processes_one_burst(config, Vec::new()).await;
+}

@@ -100,3 +100,132 @@ pub async fn both_edges_across_a_daemon_restart(
     assert_eq!(queue.depth().await.unwrap().dead_letters, 0);
     second.abort();
 }
+
+/// Two `toki serve` processes on one deployment (`config`), each taking half
+/// of a burst of edits to one schedule at the same moments: the tenant's
+/// participants hear of the burst exactly twice — one leading notice, one
+/// trailing with the final state — whichever process took which edit, and
+/// the debounce row is gone afterwards. `env` reaches the emulator.
+pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String, String)>) {
+    use std::process::Command;
+
+    use toki_core::change::{ChangeNoticeSettings, NoticeEdge, CHANGE_NOTICE};
+    use toki_core::ports::TenantStore;
+    use toki_core::{DeliveryStatus, ScheduleId, TenantId};
+
+    use crate::common::pipeline::{meeting, user};
+    use crate::common::process::{Process, TOKI};
+
+    let toki = toki_app::Toki::open(config.clone()).await.unwrap();
+    let tenant: TenantId = "acme".parse().unwrap();
+    let (mut record, key) = toki.create_tenant(&tenant, true).await.unwrap();
+    // A burst of edits a few ms apart stays one burst however the two
+    // processes contend; the trailing notice follows 2 s after the last.
+    record.change_notices = ChangeNoticeSettings {
+        enabled: true,
+        min_delay_ms: 2_000,
+        max_delay_ms: 5_000,
+        hard_cap_ms: 60_000,
+    };
+    toki.directory.put(&record).await.unwrap();
+    let registrar = toki.registrar();
+    for j in 0..2 {
+        registrar
+            .put_user(&tenant, &format!("u{j}").parse().unwrap(), &user(j))
+            .await
+            .unwrap();
+    }
+    let id: ScheduleId = "review".parse().unwrap();
+    let starts = crate::common::pipeline::due_in(3 * 3600);
+    registrar
+        .put_schedule(&tenant, &id, &meeting(starts))
+        .await
+        .unwrap();
+
+    let file = config.data_dir.join("toki.toml");
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    let serve = || {
+        let mut cmd = Command::new(TOKI);
+        cmd.arg("--config")
+            .arg(&file)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let (process, line) =
+            Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
+        let base = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap()
+            .to_string();
+        (process, base)
+    };
+    let (mut a, a_url) = serve();
+    let (mut b, b_url) = serve();
+    let http = reqwest::Client::new();
+    let logs = || format!("A:\n{}\nB:\n{}", a.log(), b.log());
+    let put = |base: &str, title: String| {
+        let mut body = serde_json::to_value(meeting(starts)).unwrap();
+        body["title"] = title.into();
+        let req = http
+            .put(format!("{base}/v1/tenants/acme/schedules/review"))
+            .bearer_auth(&key)
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+    for round in 0..10 {
+        let (x, y) = futures::join!(
+            put(&a_url, format!("A{round}")),
+            put(&b_url, format!("B{round}"))
+        );
+        for (status, body) in [x, y] {
+            assert_eq!(status, 200, "{body}\n{}", logs());
+        }
+    }
+    // Over once the key's row is gone: a trailing edge, then a quiet delay.
+    let debounce_key = toki_core::change::debounce_key(&tenant, &id);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while toki.debounce.get(&debounce_key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the burst never ended\nA:\n{}\nB:\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for p in [&mut a, &mut b] {
+        p.signal("TERM");
+        assert!(p.wait_exit(Duration::from_secs(30)).await.is_some());
+    }
+    let store = toki_core::ports::TenantStores::open(toki.stores.as_ref(), &tenant)
+        .await
+        .unwrap();
+    let notices = store.change_notices(&id).await.unwrap();
+    let edges: Vec<NoticeEdge> = notices.iter().map(|n| n.edge).collect();
+    assert_eq!(
+        edges,
+        [NoticeEdge::Leading, NoticeEdge::Trailing],
+        "A:\n{}\nB:\n{}",
+        a.log(),
+        b.log()
+    );
+    let final_title = store.get_schedule(&id).await.unwrap().unwrap().title;
+    assert_eq!(
+        notices[1].after.as_ref().map(|s| s.title.as_str()),
+        Some(final_title.as_str())
+    );
+    let rows: Vec<_> = store
+        .deliveries()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.key.minutes_before == CHANGE_NOTICE)
+        .collect();
+    // Two notices to two participants by each channel of the meeting's rules.
+    let channels = meeting(starts).reminders[0].channels.len();
+    assert_eq!(rows.len(), 2 * 2 * channels, "{rows:#?}");
+    assert!(rows.iter().all(|d| d.status == DeliveryStatus::Delivered));
+}

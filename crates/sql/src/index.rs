@@ -48,7 +48,11 @@ impl SqliteReminderIndex {
         now: Instant,
         lease_until: Instant,
     ) -> StoreResult<Vec<bool>> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_err)?;
         let mut claimed = std::collections::HashSet::new();
         for chunk in reminders.chunks(CHUNK) {
             let mut qb: QueryBuilder<Sqlite> =
@@ -156,7 +160,11 @@ impl ReminderIndex for SqliteReminderIndex {
         tenant: &TenantId,
         writes: &[IndexWrite<'_>],
     ) -> StoreResult<Vec<bool>> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_err)?;
         // Each version's claim on its schedule's rows, only where no newer
         // version holds them; the rows an upsert touched come back.
         let mut won = std::collections::HashSet::new();
@@ -289,7 +297,11 @@ impl ReminderIndex for SqliteReminderIndex {
     }
 
     async fn mark_all_enqueued(&self, reminders: &[&Reminder]) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(db_err)?;
         for chunk in reminders.chunks(CHUNK) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "UPDATE reminder_index SET status = 'enqueued', lease_until = NULL

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::future::join_all;
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 use crate::change::RecipientChange;
 use crate::channel::{Notification, SendError};
@@ -157,7 +157,7 @@ impl Daemon {
         }
         store.record_outcomes(&outcomes).await?;
         self.stats.add(&self.stats.notices_delivered, delivered);
-        debug!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice");
+        info!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice delivered");
         Ok(message.fate())
     }
 }

@@ -66,6 +66,19 @@ where
     }
 }
 
+/// A transaction that writes. On SQLite it takes the write lock at once
+/// (`BEGIN IMMEDIATE`), so that another process writing the same file makes
+/// it wait (busy timeout) instead of failing when a read inside it turns
+/// into a write; on Postgres, a plain `BEGIN`.
+async fn begin_write<DB: Database>(pool: &Pool<DB>) -> StoreResult<sqlx::Transaction<'static, DB>> {
+    let begin = if DB::NAME == "SQLite" {
+        "BEGIN IMMEDIATE"
+    } else {
+        "BEGIN"
+    };
+    pool.begin_with(begin).await.map_err(db_err)
+}
+
 /// The process a claim token names (see [`claim_token`]).
 fn claim_holder(token: &str) -> &str {
     token.split('-').next().unwrap_or(token)
@@ -145,7 +158,7 @@ where
         schedules: &[Schedule],
         now: Instant,
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         // Every participant must be a user of this tenant.
         let wanted: Vec<&str> = schedules
             .iter()
@@ -273,7 +286,7 @@ where
     }
 
     async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         let mut s = Statement::new("DELETE FROM schedules WHERE id = ");
         s.bind(id.as_str()).push(" RETURNING id");
         let deleted = s
@@ -352,7 +365,7 @@ where
                 .or_default()
                 .push((id, *version));
         }
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         for (until, marks) in by_until {
             for chunk in marks.chunks(CHUNK) {
                 let mut s =
@@ -436,7 +449,7 @@ where
         let token = claim_token(now);
         let mut out = Claims::default();
         // All chunks or none: a half-made claim would strand `sending` rows.
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         for chunk in claims.chunks(CHUNK) {
             let mut s = Statement::new(
                 "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
@@ -690,7 +703,7 @@ where
         if schedules.is_empty() {
             return Ok(existing);
         }
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         for chunk in schedules.chunks(CHUNK) {
             let ids = || chunk.iter().map(ScheduleId::as_str);
             let mut s = Statement::new("SELECT id FROM schedules WHERE id IN ");
@@ -750,7 +763,7 @@ where
         edge: NoticeEdge,
         now: Instant,
     ) -> StoreResult<Option<ChangeNotice>> {
-        let mut tx = self.pool.begin().await.map_err(db_err)?;
+        let mut tx = begin_write(&self.pool).await?;
         // The row lock first: a concurrent freeze of this schedule waits here
         // and then reads the baseline this one leaves.
         let mut s = Statement::new(
