@@ -232,13 +232,16 @@ impl Daemon {
                 notices,
             } = intake(messages, now, self.settings.lead);
             self.dispose(set_aside).await;
-            if !checks.is_empty() {
-                let fates = self.run_checks(checks).await;
-                self.dispose(fates).await;
-            }
-            if !notices.is_empty() {
-                let fates = self.run_notices(notices).await;
-                self.dispose(fates).await;
+            if !checks.is_empty() || !notices.is_empty() {
+                // In a task of their own: a slow channel sending a change
+                // notice must not hold up the reminders of the same batch.
+                let me = self.clone();
+                deliveries.lock().await.spawn(async move {
+                    let fates = me.run_checks(checks).await;
+                    me.dispose(fates).await;
+                    let fates = me.run_notices(notices).await;
+                    me.dispose(fates).await;
+                });
             }
             let prepared = self.prepare(by_tenant, now).await;
             let held = self.holdings.hold(holdings::Held {
