@@ -71,11 +71,37 @@ impl ChangeNoticeSettings {
 
     /// Checks the parameters; the error names the field (`change_notices.…_ms`).
     pub fn validate(&self) -> Result<(), ValidationError> {
-        self.debounce()
-            .validate()
-            .map_err(|e| ValidationError::new(format!("change_notices.{}_ms", e.field), e.problem))
+        let field = |name: &str| format!("change_notices.{name}");
+        if self.min_delay_ms == 0 {
+            return Err(ValidationError::new(
+                field("min_delay_ms"),
+                "must be more than 0",
+            ));
+        }
+        if self.max_delay_ms < self.min_delay_ms {
+            return Err(ValidationError::new(
+                field("max_delay_ms"),
+                "must not be less than min_delay_ms",
+            ));
+        }
+        if self.hard_cap_ms < self.max_delay_ms {
+            return Err(ValidationError::new(
+                field("hard_cap_ms"),
+                "must not be less than max_delay_ms",
+            ));
+        }
+        if self.hard_cap_ms > MAX_HARD_CAP_MS {
+            return Err(ValidationError::new(
+                field("hard_cap_ms"),
+                format!("must be at most {MAX_HARD_CAP_MS} (one day)"),
+            ));
+        }
+        Ok(())
     }
 }
+
+/// The longest hard cap: a day (a burst longer than that is told daily).
+pub const MAX_HARD_CAP_MS: u64 = 24 * 3600 * 1000;
 
 /// The debounce key of a schedule's change notices.
 pub fn debounce_key(tenant: &TenantId, schedule: &ScheduleId) -> String {
@@ -156,10 +182,10 @@ pub struct Updates {
     pub moved: Option<(Instant, Instant)>,
     /// The repeat rule, old → new (None: a one-off).
     pub repeats: Option<(Option<String>, Option<String>)>,
-    /// Single occurrences moved or cancelled since: (original start, now
-    /// starting at, None if cancelled).
+    /// Single occurrences moved, moved back or cancelled since: (original
+    /// start, now starting at, None if cancelled).
     pub occurrences: Vec<(Instant, Option<Instant>)>,
-    /// The description changed.
+    /// The description changed, or a single occurrence's title or description.
     pub details: bool,
 }
 
@@ -175,29 +201,46 @@ impl Updates {
 
 fn updates(before: &Schedule, after: &Schedule) -> Updates {
     let rule = |s: &Schedule| s.recurrence.as_ref().map(|r| r.rrule.clone());
-    let exceptions = |s: &Schedule| {
+    let exceptions = |s: &Schedule| -> Vec<crate::domain::OccurrenceException> {
         s.recurrence
             .as_ref()
             .map(|r| r.exceptions.clone())
             .unwrap_or_default()
     };
-    let old = exceptions(before);
-    let occurrences = exceptions(after)
-        .into_iter()
-        .filter(|e| !old.contains(e))
-        .filter(|e| e.cancelled || e.starts_at.is_some())
-        .map(|e| {
-            let now = if e.cancelled { None } else { e.starts_at };
-            (e.original, now)
-        })
-        .collect();
+    let (old, new) = (exceptions(before), exceptions(after));
+    let find = |list: &[crate::domain::OccurrenceException], original| {
+        list.iter().find(|e| e.original == original).cloned()
+    };
+    // Where each single occurrence now is (None: cancelled), for every one
+    // whose exception was added, changed or removed (moved back: its own time).
+    let now_at = |e: &Option<crate::domain::OccurrenceException>, original: Instant| match e {
+        Some(e) if e.cancelled => None,
+        Some(e) => Some(e.starts_at.unwrap_or(original)),
+        None => Some(original),
+    };
+    let texts = |e: &Option<crate::domain::OccurrenceException>| {
+        e.as_ref().map(|e| (e.title.clone(), e.body.clone()))
+    };
+    let mut originals: Vec<Instant> = old.iter().chain(&new).map(|e| e.original).collect();
+    originals.sort();
+    originals.dedup();
+    let mut occurrences = Vec::new();
+    let mut occurrence_texts = false;
+    for original in originals {
+        let (was, is) = (find(&old, original), find(&new, original));
+        if now_at(&was, original) != now_at(&is, original) {
+            occurrences.push((original, now_at(&is, original)));
+        } else if texts(&was).unwrap_or_default() != texts(&is).unwrap_or_default() {
+            occurrence_texts = true;
+        }
+    }
     Updates {
         title: after.title.clone(),
         renamed: (before.title != after.title).then(|| (before.title.clone(), after.title.clone())),
         moved: (before.starts_at != after.starts_at).then_some((before.starts_at, after.starts_at)),
         repeats: (rule(before) != rule(after)).then(|| (rule(before), rule(after))),
         occurrences,
-        details: before.body != after.body,
+        details: before.body != after.body || occurrence_texts,
     }
 }
 

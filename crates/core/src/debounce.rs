@@ -363,13 +363,19 @@ impl Debouncer {
                 .arm(key, &entry.token, entry.check_at(settings), settings)
                 .await?;
             if let Some(edge) = edge {
-                action
-                    .act(key, &entry.token, edge)
-                    .await
-                    .map_err(|source| DebounceError::Action {
+                if let Err(source) = action.act(key, &entry.token, edge).await {
+                    // Not lost: the row turns pending under the same token,
+                    // so the check just armed acts on it (as a trailing edge).
+                    let pending = DebounceEntry {
+                        pending: true,
+                        ..entry.clone()
+                    };
+                    self.store.put_if(&pending, Some(&entry.token)).await?;
+                    return Err(DebounceError::Action {
                         key: key.to_owned(),
                         source,
-                    })?;
+                    });
+                }
             }
             debug!(
                 key,

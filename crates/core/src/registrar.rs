@@ -516,15 +516,22 @@ impl Registrar {
     }
 
     /// The change notices to send for this tenant, if it has them on.
+    /// (Its settings are checked when set; the directory is data, so again.)
     fn notices_for(&self, record: &TenantRecord) -> Option<&ChangeNotices> {
-        self.notices
-            .as_ref()
-            .filter(|_| record.change_notices.enabled)
+        let settings = &record.change_notices;
+        if !settings.enabled {
+            return None;
+        }
+        if let Err(e) = settings.validate() {
+            warn!(tenant = %record.id, error = %e, "change notice settings invalid; no notices");
+            return None;
+        }
+        self.notices.as_ref()
     }
 
     /// Tells the debouncer that a schedule changed. The write stands whatever
-    /// happens here: a failure is logged, and the next edit (or the trailing
-    /// check already armed) notifies with the latest state.
+    /// happens here: a failure is logged; a leading notice that could not be
+    /// sent is sent by the check armed with it (the debouncer marks it pending).
     async fn notify_change(&self, notices: &ChangeNotices, record: &TenantRecord, id: &ScheduleId) {
         let key = crate::change::debounce_key(&record.id, id);
         let settings = record.change_notices.debounce();

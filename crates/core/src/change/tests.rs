@@ -149,3 +149,59 @@ fn debounce_keys_split_at_the_first_colon() {
     assert_eq!((t.as_str(), s.as_str()), ("acme", "weekly:sync"));
     assert_eq!(parse_debounce_key("nocolon").unwrap_err().field, "key");
 }
+
+#[test]
+fn single_occurrences_moved_back_or_renamed_are_told_too() {
+    use crate::domain::{OccurrenceException, Recurrence};
+    let series = |exceptions: Vec<OccurrenceException>| {
+        let mut s = schedule("Stand-up", "2026-11-23T00:00:00Z", &["a"]);
+        s.recurrence = Some(Recurrence {
+            rrule: "FREQ=DAILY".into(),
+            exdates: vec![],
+            local_start: "2026-11-23T09:00:00".parse().unwrap(),
+            dst: Default::default(),
+            exceptions,
+        });
+        s
+    };
+    let original = at("2026-11-25T00:00:00Z");
+    let moved = OccurrenceException {
+        original,
+        cancelled: false,
+        starts_at: Some(at("2026-11-25T06:00:00Z")),
+        title: None,
+        body: None,
+    };
+    let update = |before, after| match notice(Some(before), Some(after)).changes().remove(0).1 {
+        RecipientChange::Updated(u) => u,
+        other => panic!("{other:?}"),
+    };
+    let u = update(series(vec![]), series(vec![moved.clone()]));
+    assert_eq!(
+        u.occurrences,
+        vec![(original, Some(at("2026-11-25T06:00:00Z")))]
+    );
+    // Moved back to where the rule puts it: told, at its own time.
+    let u = update(series(vec![moved.clone()]), series(vec![]));
+    assert_eq!(u.occurrences, vec![(original, Some(original))]);
+    // Only renamed: a details change, no move.
+    let renamed = OccurrenceException {
+        title: Some("Stand-up (demo day)".into()),
+        starts_at: None,
+        ..moved
+    };
+    let u = update(series(vec![]), series(vec![renamed]));
+    assert!(u.occurrences.is_empty() && u.details);
+}
+
+#[test]
+fn an_endless_hard_cap_is_refused() {
+    let e = ChangeNoticeSettings {
+        hard_cap_ms: u64::MAX,
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.field, "change_notices.hard_cap_ms");
+    assert!(e.problem.contains("one day"), "{}", e.problem);
+}

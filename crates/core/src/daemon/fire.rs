@@ -137,7 +137,11 @@ impl Daemon {
     /// Sends one due group at `fire_at`: each channel's share as one batch,
     /// all at once. A channel whose circuit is open sends nothing (its
     /// deliveries wait).
-    async fn send_group(&self, group: Vec<ToSend>, fire_at: tokio::time::Instant) -> Vec<Sent> {
+    pub(super) async fn send_group(
+        &self,
+        group: Vec<ToSend>,
+        fire_at: tokio::time::Instant,
+    ) -> Vec<Sent> {
         // Notifications move into per-channel batches: no copies on the hot path.
         let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
         for t in group {

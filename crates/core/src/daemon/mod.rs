@@ -239,7 +239,7 @@ impl Daemon {
                 deliveries.lock().await.spawn(async move {
                     let fates = me.run_checks(checks).await;
                     me.dispose(fates).await;
-                    let fates = me.run_notices(notices).await;
+                    let fates = me.run_notices(notices, hidden_until).await;
                     me.dispose(fates).await;
                 });
             }

@@ -4,7 +4,7 @@
 //! instant. A message received twice finds its notice frozen and its
 //! deliveries claimed or final, so nobody is told twice.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -13,25 +13,35 @@ use tracing::{info, warn};
 use crate::change::RecipientChange;
 use crate::channel::{Notification, SendError};
 use crate::domain::{
-    Channel, DeliveryClaim, DeliveryOutcome, DeliveryStatus, DueAt, Instant, User, UserId,
+    Channel, DeliveryClaim, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant, User,
+    UserId,
 };
 use crate::error::{chain, StoreError};
 use crate::message::NoticeMessage;
 use crate::plan::to_chrono;
-use crate::ports::{OwnedDelivery, ReceivedMessage};
+use crate::ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
 use crate::render::change_text;
 
-use super::plan::undeliverable;
+use super::holdings::Held;
+use super::plan::{undeliverable, ToSend};
 use super::settle::MessageOutcome;
 use super::work::MessageFate;
 use super::{overdue, Daemon};
 
 impl Daemon {
+    /// Freezes and delivers each notice; `hidden_until` is when the messages'
+    /// visibility (from their receive) runs out, renewed while they are held.
     pub(super) async fn run_notices(
         &self,
         notices: Vec<(ReceivedMessage, NoticeMessage)>,
+        hidden_until: tokio::time::Instant,
     ) -> Vec<(ReceivedMessage, MessageFate)> {
-        let fates = join_all(notices.iter().map(|(_, n)| self.deliver_notice(n))).await;
+        let fates = join_all(
+            notices
+                .iter()
+                .map(|(msg, n)| self.deliver_notice(msg, n, hidden_until)),
+        )
+        .await;
         notices
             .into_iter()
             .zip(fates)
@@ -49,7 +59,12 @@ impl Daemon {
             .collect()
     }
 
-    async fn deliver_notice(&self, n: &NoticeMessage) -> Result<MessageFate, StoreError> {
+    async fn deliver_notice(
+        &self,
+        msg: &ReceivedMessage,
+        n: &NoticeMessage,
+        hidden_until: tokio::time::Instant,
+    ) -> Result<MessageFate, StoreError> {
         let store = self.stores.open(&n.tenant).await?;
         let now = self.clock.now();
         let Some(notice) = store
@@ -63,18 +78,56 @@ impl Daemon {
             return Ok(MessageFate::Done);
         }
         let (version, due_at) = (notice.version(), DueAt(notice.at));
+        // Channels behind an open circuit are not claimed: the message waits.
+        let open = self.breakers.open_channels();
         let claims: Vec<DeliveryClaim> = changes
             .keys()
+            .filter(|key| !open.contains(&key.channel))
             .map(|key| DeliveryClaim {
                 key: key.clone(),
                 version,
                 due_at,
             })
             .collect();
+        let mut message = MessageOutcome::default();
+        for c in changes
+            .keys()
+            .map(|k| k.channel)
+            .filter(|c| open.contains(c))
+        {
+            message.parked(c);
+        }
         let takeover_before = now - to_chrono(self.settings.visibility);
         let claimed = store
             .claim_deliveries(&claims, now, takeover_before)
             .await?;
+        // Held like a reminder batch: the heartbeat keeps the message hidden
+        // and the claims renewed however long the channels take.
+        let held = self.holdings.hold(Held {
+            receipts: vec![(msg.receipt.clone(), hidden_until)],
+            claims: vec![(n.tenant.clone(), claimed.token.clone())],
+            renewed: Some(tokio::time::Instant::now()),
+        });
+        let result = self
+            .send_notice(n, &store, &changes, &claimed, version, due_at, message)
+            .await;
+        self.holdings.release(held);
+        result
+    }
+
+    /// Sends what the claim got and records a row per delivery.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_notice(
+        &self,
+        n: &NoticeMessage,
+        store: &Arc<dyn TenantStore>,
+        changes: &HashMap<DeliveryKey, RecipientChange>,
+        claimed: &Claims,
+        version: i64,
+        due_at: DueAt,
+        mut message: MessageOutcome,
+    ) -> Result<MessageFate, StoreError> {
+        let now = self.clock.now();
         let mut users: HashMap<UserId, Option<Arc<User>>> = HashMap::new();
         for o in &claimed.owned {
             if !users.contains_key(&o.key.recipient) {
@@ -93,27 +146,27 @@ impl Daemon {
                 detail,
             };
         let mut outcomes = Vec::new();
-        let mut by_channel: BTreeMap<Channel, Vec<(&OwnedDelivery, Notification)>> =
-            BTreeMap::new();
-        for o in &claimed.owned {
+        let mut group = Vec::new();
+        for (i, o) in claimed.owned.iter().enumerate() {
             let user = users.get(&o.key.recipient).cloned().flatten();
             let why = undeliverable(&o.key, user.as_deref(), &configured);
             match (why, user, changes.get(&o.key)) {
                 (None, Some(user), Some(change)) => {
                     let (subject, text) = change_text(change, &user);
-                    let notification = Notification {
-                        tenant: n.tenant.clone(),
-                        key: o.key.clone(),
-                        version,
-                        due_at,
-                        recipient: user,
-                        subject,
-                        text,
-                    };
-                    by_channel
-                        .entry(o.key.channel)
-                        .or_default()
-                        .push((o, notification));
+                    group.push(ToSend {
+                        message: 0,
+                        delivery: i,
+                        notification: Notification {
+                            tenant: n.tenant.clone(),
+                            key: o.key.clone(),
+                            version,
+                            due_at,
+                            recipient: user,
+                            subject,
+                            text,
+                        },
+                        taken_over: o.taken_over,
+                    });
                 }
                 (why, _, _) => outcomes.push(row(
                     o,
@@ -123,38 +176,43 @@ impl Daemon {
                 )),
             }
         }
-        let sent = join_all(by_channel.into_iter().map(|(channel, batch)| async move {
-            let notifications: Vec<Notification> = batch.iter().map(|(_, n)| n.clone()).collect();
-            let results = self.channels[&channel].send(&notifications).await;
-            (batch, results)
-        }))
-        .await;
-        let mut message = MessageOutcome::default();
-        message.busy = !claimed.busy.is_empty();
+        let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
+        // The reminders' path: open circuits respected, answers fed to the
+        // breakers, a taken-over delivery looked up before it is sent again.
+        let sent = self.send_group(group, tokio::time::Instant::now()).await;
         let now = self.clock.now();
+        let mut answered = HashSet::new();
         let mut delivered = 0;
-        for (batch, results) in sent {
-            for ((o, _), result) in batch.into_iter().zip(results) {
-                outcomes.push(match result {
-                    Ok(at) => {
-                        delivered += 1;
-                        row(o, DeliveryStatus::Delivered, at, None)
-                    }
-                    Err(SendError::Permanent(why)) => {
-                        row(o, DeliveryStatus::Undeliverable, now, Some(why))
-                    }
-                    Err(SendError::Throttled { retry_after }) => {
-                        message.throttled = message.throttled.max(Some(retry_after));
-                        let why = format!("throttled: retry after {} s", retry_after.as_secs());
-                        row(o, DeliveryStatus::Throttled, now, Some(why))
-                    }
-                    Err(SendError::Transient(reason)) => {
-                        message.failed(o.key.channel, reason.clone(), o.failures + 1);
-                        row(o, DeliveryStatus::Failed, now, Some(reason))
-                    }
-                });
-            }
+        for s in sent {
+            answered.insert(s.delivery);
+            let o = &claimed.owned[s.delivery];
+            outcomes.push(match s.result {
+                Ok(at) => {
+                    delivered += 1;
+                    row(o, DeliveryStatus::Delivered, at, None)
+                }
+                Err(SendError::Permanent(why)) => {
+                    row(o, DeliveryStatus::Undeliverable, now, Some(why))
+                }
+                Err(SendError::Throttled { retry_after }) => {
+                    message.throttled = message.throttled.max(Some(retry_after));
+                    let why = format!("throttled: retry after {} s", retry_after.as_secs());
+                    row(o, DeliveryStatus::Throttled, now, Some(why))
+                }
+                Err(SendError::Transient(reason)) => {
+                    message.failed(o.key.channel, reason.clone(), o.failures + 1);
+                    row(o, DeliveryStatus::Failed, now, Some(reason))
+                }
+            });
         }
+        // Not attempted: their circuit opened meanwhile.
+        for i in attempted.difference(&answered) {
+            let o = &claimed.owned[*i];
+            message.parked(o.key.channel);
+            let why = format!("held back: the {} circuit is open", o.key.channel);
+            outcomes.push(row(o, DeliveryStatus::Deferred, now, Some(why)));
+        }
+        message.busy = !claimed.busy.is_empty();
         store.record_outcomes(&outcomes).await?;
         self.stats.add(&self.stats.notices_delivered, delivered);
         info!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice delivered");

@@ -220,7 +220,7 @@ impl MessageOutcome {
         }
     }
 
-    fn parked(&mut self, channel: Channel) {
+    pub(super) fn parked(&mut self, channel: Channel) {
         if !self.parked.contains(&channel) {
             self.parked.push(channel);
         }

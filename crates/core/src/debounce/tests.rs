@@ -324,3 +324,36 @@ fn settings_name_the_field_at_fault() {
     assert_eq!(bad.validate().unwrap_err().field, "hard_cap");
     assert!(DebounceSettings::default().validate().is_ok());
 }
+
+/// Fails its first action, then records like [`RecordingAction`].
+struct FailsFirst {
+    failed: std::sync::atomic::AtomicBool,
+    then: Arc<RecordingAction>,
+}
+
+#[async_trait]
+impl DebounceAction for FailsFirst {
+    async fn act(&self, key: &str, token: &str, edge: Edge) -> Result<(), ActionError> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(ActionError("the queue refused the notice".into()));
+        }
+        self.then.act(key, token, edge).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leading_action_that_fails_is_taken_by_its_check() {
+    let k = kit(DebounceSettings::default());
+    let action = Arc::new(FailsFirst {
+        failed: Default::default(),
+        then: k.action.clone(),
+    });
+    k.timers.run_with(k.debouncer.clone(), action.clone());
+    let failed = k.debouncer.call("t:s", &k.settings, action.as_ref()).await;
+    assert!(matches!(failed, Err(DebounceError::Action { .. })));
+    assert!(k.timeline().is_empty());
+    // One edit, nothing after it: its check acts once the delay is over.
+    advance(Duration::from_secs(600)).await;
+    assert_eq!(k.timeline(), vec![(5.0, Edge::Trailing)]);
+    assert_eq!(k.debouncer.store.get("t:s").await.unwrap(), None);
+}

@@ -459,6 +459,8 @@ impl TenantStore for MemoryTenantStore {
         let Some((before, last)) = state.baselines.get_mut(schedule) else {
             return Ok(None);
         };
+        // Milliseconds, as the SQL stores keep instants.
+        let now = crate::domain::from_millis("now", now.timestamp_millis())?;
         let at = match last {
             Some(l) if *l >= now => *l + chrono::Duration::milliseconds(1),
             _ => now,

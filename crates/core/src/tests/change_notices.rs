@@ -227,3 +227,30 @@ async fn a_tenant_without_change_notices_hears_nothing() {
     assert_eq!(kit.queue.depth().await.unwrap().messages, 0);
     running.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_notice_held_up_by_a_slow_channel_is_not_sent_twice() {
+    let kit = TestKit::new();
+    let (t, id) = setup(&kit).await;
+    let running = kit.run();
+    kit.slack.hold(true);
+    kit.registrar()
+        .put_schedule(&t, &id, &review(&kit, "Renamed", &["u0", "u1"]))
+        .await
+        .unwrap();
+    // Held for three visibility timeouts: the heartbeat keeps the message
+    // hidden and the claims renewed, so nobody takes the notice over.
+    kit.slack.attempted(1).await;
+    tokio::time::sleep(kit.daemon_settings.visibility * 3).await;
+    kit.slack.hold(false);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    for user in ["u0", "u1"] {
+        let n = notices(&kit)
+            .iter()
+            .filter(|s| s.key.recipient.as_str() == user && s.key.channel == Channel::Slack)
+            .count();
+        assert_eq!(n, 1, "{user}");
+    }
+    assert_eq!(kit.slack.attempts(), 1, "one batch, never taken over");
+    running.stop().await;
+}

@@ -792,6 +792,12 @@ where
         {
             return ChangeNotice::try_from(frozen).map(Some);
         }
+        // Waits for a write of the schedule in flight (it holds this row), so
+        // the state read next is one version, not parts of two.
+        let mut s =
+            Statement::new("UPDATE schedule_mirror SET version = version WHERE schedule_id = ");
+        s.bind(schedule.as_str());
+        s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
         let after = load_schedule::<DB>(&mut tx, schedule).await?;
         let at = now.timestamp_millis().max(baseline.last_notice_at + 1);
         let mut s = Statement::new(
