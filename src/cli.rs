@@ -436,6 +436,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                 record.active = a;
             }
             let n = &mut record.change_notices;
+            let turned_on = change_notices == Some(true) && !n.enabled;
             if let Some(on) = change_notices {
                 n.enabled = on;
             }
@@ -452,6 +453,11 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                 .change_notices
                 .validate()
                 .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
+            if turned_on {
+                // What was edited while notices were off is not news now.
+                let store = toki_core::ports::TenantStores::open(toki.stores.as_ref(), &id).await?;
+                store.clear_change_baselines().await?;
+            }
             toki.directory.put(&record).await?;
             println!(
                 "{}: reminders {}, {}, change notices {}",

@@ -1119,6 +1119,14 @@ pub mod store {
             .map(|n| n.token)
             .collect();
         assert_eq!(tokens, ["t1", "t2", "t3", "t4"]);
+        // Turned off and on again: nothing edited meanwhile is told as news.
+        assert_eq!(s.clear_change_baselines().await.unwrap(), 1);
+        assert_eq!(
+            s.freeze_change_notice(&id, "t5", NoticeEdge::Leading, Utc::now())
+                .await
+                .unwrap(),
+            None
+        );
     }
 
     /// Freezes of one schedule racing each other: the change is told by

@@ -576,6 +576,10 @@ pub trait TenantStore: Send + Sync {
         now: Instant,
     ) -> StoreResult<Option<crate::change::ChangeNotice>>;
 
+    /// Forgets every baseline (change notices turned on again: what was
+    /// edited while they were off must not be told as news). Returns how many.
+    async fn clear_change_baselines(&self) -> StoreResult<u64>;
+
     /// A schedule's notices, oldest first.
     async fn change_notices(
         &self,

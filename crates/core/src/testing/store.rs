@@ -479,6 +479,13 @@ impl TenantStore for MemoryTenantStore {
         Ok(Some(notice))
     }
 
+    async fn clear_change_baselines(&self) -> StoreResult<u64> {
+        let mut state = self.lock()?;
+        let n = state.baselines.len() as u64;
+        state.baselines.clear();
+        Ok(n)
+    }
+
     async fn change_notices(&self, schedule: &ScheduleId) -> StoreResult<Vec<ChangeNotice>> {
         Ok(self
             .lock()?

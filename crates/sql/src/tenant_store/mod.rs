@@ -830,6 +830,22 @@ where
         }))
     }
 
+    async fn clear_change_baselines(&self) -> StoreResult<u64> {
+        let mut tx = begin_write(&self.pool).await?;
+        let (n,): (i64,) = Statement::new("SELECT COUNT(*) FROM change_baselines")
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        Statement::new("DELETE FROM change_baselines")
+            .query::<DB>()
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(n as u64)
+    }
+
     async fn change_notices(&self, schedule: &ScheduleId) -> StoreResult<Vec<ChangeNotice>> {
         let mut s = Statement::new(
             "SELECT schedule_id, token, edge, at, before_snapshot, after_snapshot
