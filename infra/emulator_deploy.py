@@ -347,7 +347,8 @@ def policy_statements(iam, role: str) -> list[dict]:
                 continue
             a, r = st["Action"], st.get("Resource", [])
             out.append({"actions": {a} if isinstance(a, str) else set(a),
-                        "resources": [r] if isinstance(r, str) else list(r)})
+                        "resources": [r] if isinstance(r, str) else list(r),
+                        "condition": st.get("Condition")})
     return out
 
 
@@ -456,8 +457,17 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           "repair role: Scan on the tenant directory (registrar: none)")
     daemon = actions(role["daemon-task"])
     check({"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= daemon
-          and not any(a.startswith("dynamodb:") for a in daemon) and resources_for(role["daemon-task"], get) == {runtime},
-          "daemon task role: queue consume, runtime secret, nothing on DynamoDB", str(sorted(daemon)))
+          and resources_for(role["daemon-task"], get) == {runtime},
+          "daemon task role: queue consume, runtime secret", str(sorted(daemon)))
+    # Change notices: the daemon runs debounce checks, whose rows are in the
+    # index table under D#... keys; it may touch those rows and nothing else.
+    dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])]
+    leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
+    check(actions(dynamo) == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+          and all(s["resources"] == [index_arn] for s in dynamo)
+          and all(k in (["D#*"], "D#*") for k in leading),
+          "daemon task role: DynamoDB only on the index table's debounce rows (leading keys D#*)",
+          json.dumps({"actions": sorted(actions(dynamo)), "leading_keys": leading}))
     want_exec = {pre["slack"], pre["smtp"]} if full else set()
     check(resources_for(role["daemon-execution"], get) == want_exec,
           f"daemon execution role: GetSecretValue on {'the Slack and SMTP secrets' if full else 'nothing'} (no database secret)",
