@@ -412,6 +412,8 @@ async fn a_session_the_server_closed_is_replaced_without_failing_the_mail() {
     let mail = pooled_mail(&addr, 2, Duration::from_secs(5));
     let first: Vec<_> = (0..2).map(mail_notification).collect();
     assert!(mail.send(&first).await.iter().all(|r| r.is_ok()));
+    // One or two sessions, as the pool found them free.
+    let before = smtp.stats().connections;
     // The server drops its idle sessions (an idle timeout, a restart).
     smtp.close_sessions();
     let next: Vec<_> = (10..14).map(mail_notification).collect();
@@ -423,8 +425,8 @@ async fn a_session_the_server_closed_is_replaced_without_failing_the_mail() {
     let stats = smtp.stats();
     assert_eq!(stats.unique, 6);
     assert!(
-        (3..=4).contains(&stats.connections),
-        "the closed sessions were replaced: {stats:?}"
+        (before + 1..=before + 2).contains(&stats.connections),
+        "the closed sessions were replaced ({before} before): {stats:?}"
     );
 }
 
