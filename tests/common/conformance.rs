@@ -1174,7 +1174,12 @@ pub mod store {
         let mut u2 = u.clone();
         u2.email = None;
         s.put_user(&u2, Utc::now()).await.unwrap();
-        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u2));
+        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u2.clone()));
+        // Many at once: those that exist.
+        let nobody: UserId = "nobody".parse().unwrap();
+        let found = s.get_users(&[u.id.clone(), nobody]).await.unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found.get(&u.id), Some(&u2));
     }
 
     pub async fn schedule_versions_never_repeat(s: Arc<dyn TenantStore>) {

@@ -109,7 +109,7 @@ pub async fn both_edges_across_a_daemon_restart(
 pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String, String)>) {
     use std::process::Command;
 
-    use toki_core::change::{ChangeNoticeSettings, NoticeEdge, CHANGE_NOTICE};
+    use toki_core::change::{ChangeNoticeSettings, NoticeEdge};
     use toki_core::ports::TenantStore;
     use toki_core::{DeliveryStatus, ScheduleId, TenantId};
 
@@ -222,7 +222,7 @@ pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String,
         .await
         .unwrap()
         .into_iter()
-        .filter(|d| d.key.minutes_before == CHANGE_NOTICE)
+        .filter(|d| d.key.is_change_notice())
         .collect();
     // Two notices to two participants by each channel of the meeting's rules.
     let channels = meeting(starts).reminders[0].channels.len();

@@ -63,7 +63,7 @@ pub(crate) async fn open(
         dynamo.clone(),
         names.directory_table.clone(),
     ));
-    // Tenant databases are found by name: the daemon never reads DynamoDB.
+    // Tenant databases are found by name: the daemon never reads the tenant directory.
     let locator = match databases {
         TenantDatabases::Postgres { runtime, .. } => Locator::Template(runtime.clone()),
         _ => Locator::Unconfigured(

@@ -33,6 +33,13 @@ use crate::ports::{Clock, DelayQueue, OutgoingMessage};
 /// sharing a key. The occurrence of a notice's key is the notice's instant.
 pub const CHANGE_NOTICE: u32 = u32::MAX;
 
+impl DeliveryKey {
+    /// A change notice's delivery, not a reminder's.
+    pub fn is_change_notice(&self) -> bool {
+        self.minutes_before == CHANGE_NOTICE
+    }
+}
+
 /// A tenant's change notifications, part of its contract. Off unless the
 /// tenant turns them on: a product that already mails its own invitations
 /// and updates must not find its users told twice.

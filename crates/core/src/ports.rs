@@ -449,6 +449,17 @@ pub struct ChatMessage {
 pub trait TenantStore: Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
+    /// The users of `ids` that exist. Backends that can read them in one
+    /// round trip do; the default reads them one by one.
+    async fn get_users(&self, ids: &[UserId]) -> StoreResult<HashMap<UserId, User>> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for id in ids {
+            if let Some(u) = self.get_user(id).await? {
+                out.insert(id.clone(), u);
+            }
+        }
+        Ok(out)
+    }
 
     /// Writes a schedule, its participants and rules in one transaction with
     /// the next version, and records that it must be mirrored. Returns it with its version.

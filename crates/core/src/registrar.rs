@@ -5,6 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -243,11 +245,11 @@ impl Registrar {
             }
         };
         if let Some(n) = notices {
-            for w in written.iter().flatten() {
-                if edits.contains(&w.id) {
-                    self.notify_change(n, &record, &w.id).await;
-                }
-            }
+            // A key each: a batch of edits arms its keys side by side.
+            let edited = written.iter().flatten().filter(|w| edits.contains(&w.id));
+            futures::stream::iter(edited)
+                .for_each_concurrent(16, |w| self.notify_change(n, &record, &w.id))
+                .await;
         }
         Ok(written
             .into_iter()

@@ -48,11 +48,7 @@ impl SqliteReminderIndex {
         now: Instant,
         lease_until: Instant,
     ) -> StoreResult<Vec<bool>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_err)?;
+        let mut tx = crate::begin_write(&self.pool).await?;
         let mut claimed = std::collections::HashSet::new();
         for chunk in reminders.chunks(CHUNK) {
             let mut qb: QueryBuilder<Sqlite> =
@@ -160,11 +156,7 @@ impl ReminderIndex for SqliteReminderIndex {
         tenant: &TenantId,
         writes: &[IndexWrite<'_>],
     ) -> StoreResult<Vec<bool>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_err)?;
+        let mut tx = crate::begin_write(&self.pool).await?;
         // Each version's claim on its schedule's rows, only where no newer
         // version holds them; the rows an upsert touched come back.
         let mut won = std::collections::HashSet::new();
@@ -297,11 +289,7 @@ impl ReminderIndex for SqliteReminderIndex {
     }
 
     async fn mark_all_enqueued(&self, reminders: &[&Reminder]) -> StoreResult<()> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_err)?;
+        let mut tx = crate::begin_write(&self.pool).await?;
         for chunk in reminders.chunks(CHUNK) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "UPDATE reminder_index SET status = 'enqueued', lease_until = NULL

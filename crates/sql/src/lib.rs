@@ -29,6 +29,21 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
     }
 }
 
+/// A transaction that writes. On SQLite it takes the write lock at once
+/// (`BEGIN IMMEDIATE`), so that another process writing the same file makes
+/// it wait (busy timeout) instead of failing when a read inside it turns
+/// into a write; on Postgres, a plain `BEGIN`.
+pub(crate) async fn begin_write<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+) -> toki_core::StoreResult<sqlx::Transaction<'static, DB>> {
+    let begin = if DB::NAME == "SQLite" {
+        "BEGIN IMMEDIATE"
+    } else {
+        "BEGIN"
+    };
+    pool.begin_with(begin).await.map_err(db_err)
+}
+
 fn is_transient(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut

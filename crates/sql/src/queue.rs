@@ -55,11 +55,7 @@ impl SqliteDelayQueue {
         visibility: Duration,
     ) -> StoreResult<Vec<ReceivedMessage>> {
         let now = self.clock.now().timestamp_millis();
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db_err)?;
+        let mut tx = crate::begin_write(&self.pool).await?;
         // Received too often: move to the dead-letter queue instead of handing out again.
         sqlx::query(
             "UPDATE queue_messages SET dead = TRUE, dead_at = $1

@@ -79,7 +79,7 @@ fn each_participant_hears_what_changed_for_them() {
     assert_eq!(deliveries.len(), 6);
     assert!(deliveries
         .iter()
-        .all(|(k, _)| k.minutes_before == CHANGE_NOTICE && k.occurrence == Occurrence(n.at)));
+        .all(|(k, _)| k.is_change_notice() && k.occurrence == Occurrence(n.at)));
     assert_eq!(n.version(), 2);
 }
 

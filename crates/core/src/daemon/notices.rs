@@ -128,13 +128,20 @@ impl Daemon {
         mut message: MessageOutcome,
     ) -> Result<MessageFate, StoreError> {
         let now = self.clock.now();
-        let mut users: HashMap<UserId, Option<Arc<User>>> = HashMap::new();
-        for o in &claimed.owned {
-            if !users.contains_key(&o.key.recipient) {
-                let user = store.get_user(&o.key.recipient).await?.map(Arc::new);
-                users.insert(o.key.recipient.clone(), user);
-            }
-        }
+        // One round trip for every recipient (removed ones included).
+        let mut wanted: Vec<UserId> = claimed
+            .owned
+            .iter()
+            .map(|o| o.key.recipient.clone())
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let users: HashMap<UserId, Arc<User>> = store
+            .get_users(&wanted)
+            .await?
+            .into_iter()
+            .map(|(id, u)| (id, Arc::new(u)))
+            .collect();
         let configured: BTreeSet<Channel> = self.channels.keys().copied().collect();
         let row =
             |o: &OwnedDelivery, status, at: Instant, detail: Option<String>| DeliveryOutcome {
@@ -148,7 +155,7 @@ impl Daemon {
         let mut outcomes = Vec::new();
         let mut group = Vec::new();
         for (i, o) in claimed.owned.iter().enumerate() {
-            let user = users.get(&o.key.recipient).cloned().flatten();
+            let user = users.get(&o.key.recipient).cloned();
             let why = undeliverable(&o.key, user.as_deref(), &configured);
             match (why, user, changes.get(&o.key)) {
                 (None, Some(user), Some(change)) => {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Duration as Span;
 
-use crate::change::{ChangeNoticeSettings, CHANGE_NOTICE};
+use crate::change::ChangeNoticeSettings;
 use crate::channel::SendError;
 use crate::debounce::Edge;
 use crate::domain::{Channel, DeliveryStatus, ScheduleId, TenantId};
@@ -15,7 +15,7 @@ use crate::testing::{meeting, SentNotification, TestKit};
 fn notices(kit: &TestKit) -> Vec<SentNotification> {
     kit.sent()
         .into_iter()
-        .filter(|s| s.key.minutes_before == CHANGE_NOTICE)
+        .filter(|s| s.key.is_change_notice())
         .collect()
 }
 
@@ -102,7 +102,7 @@ async fn twenty_edits_in_a_minute_make_two_notices_per_participant_and_channel()
         .await
         .unwrap()
         .into_iter()
-        .filter(|d| d.key.minutes_before == CHANGE_NOTICE)
+        .filter(|d| d.key.is_change_notice())
         .collect();
     assert_eq!(rows.len(), 8);
     assert!(rows.iter().all(|d| d.status == DeliveryStatus::Delivered));
@@ -192,7 +192,7 @@ async fn a_notice_sent_twice_tells_once_and_a_failed_send_is_retried() {
     let rows = kit.stores.get(&t).unwrap().deliveries().await.unwrap();
     let failed_then_sent = rows
         .iter()
-        .find(|d| d.key.minutes_before == CHANGE_NOTICE && d.key.channel == Channel::Slack)
+        .find(|d| d.key.is_change_notice() && d.key.channel == Channel::Slack)
         .unwrap();
     assert_eq!(failed_then_sent.status, DeliveryStatus::Delivered);
     assert_eq!(
@@ -252,5 +252,39 @@ async fn a_notice_held_up_by_a_slow_channel_is_not_sent_twice() {
         assert_eq!(n, 1, "{user}");
     }
     assert_eq!(kit.slack.attempts(), 1, "one batch, never taken over");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_notifies_for_the_schedules_it_edits_not_those_it_creates() {
+    let kit = TestKit::new();
+    let (t, id) = setup(&kit).await;
+    let other: ScheduleId = "retro".parse().unwrap();
+    kit.registrar()
+        .put_schedule(&t, &other, &review(&kit, "Retro", &["u0"]))
+        .await
+        .unwrap();
+    let running = kit.run();
+    let fresh: ScheduleId = "planning".parse().unwrap();
+    kit.registrar()
+        .put_schedules(
+            &t,
+            &[
+                (id.clone(), review(&kit, "Review, moved", &["u0", "u1"])),
+                (other.clone(), review(&kit, "Retro, moved", &["u0"])),
+                (fresh.clone(), review(&kit, "Planning", &["u0", "u1"])),
+            ],
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let mail_subjects: Vec<String> = notices(&kit)
+        .into_iter()
+        .filter(|s| s.key.channel == Channel::Mail && s.key.recipient.as_str() == "u0")
+        .map(|s| s.subject)
+        .collect();
+    assert_eq!(mail_subjects.len(), 2, "{mail_subjects:?}");
+    assert!(mail_subjects.contains(&"Changed: Review, moved".to_string()));
+    assert!(mail_subjects.contains(&"Changed: Retro, moved".to_string()));
     running.stop().await;
 }

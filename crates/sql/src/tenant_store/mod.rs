@@ -19,7 +19,7 @@ use toki_core::{
     ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId, ValidationError,
 };
 
-use crate::db_err;
+use crate::{begin_write, db_err};
 use rows::{
     participant, recurrence, recurrence_json, snapshot, snapshot_json, BaselineRow, ChatRow,
     ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
@@ -64,19 +64,6 @@ where
             .await
             .map_err(|e| StoreError::backend("migrating a tenant database", e))
     }
-}
-
-/// A transaction that writes. On SQLite it takes the write lock at once
-/// (`BEGIN IMMEDIATE`), so that another process writing the same file makes
-/// it wait (busy timeout) instead of failing when a read inside it turns
-/// into a write; on Postgres, a plain `BEGIN`.
-async fn begin_write<DB: Database>(pool: &Pool<DB>) -> StoreResult<sqlx::Transaction<'static, DB>> {
-    let begin = if DB::NAME == "SQLite" {
-        "BEGIN IMMEDIATE"
-    } else {
-        "BEGIN"
-    };
-    pool.begin_with(begin).await.map_err(db_err)
 }
 
 /// The process a claim token names (see [`claim_token`]).
@@ -151,6 +138,26 @@ where
             .await
             .map_err(db_err)?;
         row.map(User::try_from).transpose()
+    }
+
+    async fn get_users(&self, ids: &[UserId]) -> StoreResult<HashMap<UserId, User>> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(CHUNK) {
+            let mut s = Statement::new(
+                "SELECT id, name, email, slack_user_id, time_zone, locale FROM users WHERE id IN ",
+            );
+            s.list(chunk.iter().map(UserId::as_str));
+            let rows = s
+                .query_as::<DB, UserRow>()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+            for row in rows {
+                let user = User::try_from(row)?;
+                out.insert(user.id.clone(), user);
+            }
+        }
+        Ok(out)
     }
 
     async fn put_schedules(
