@@ -98,14 +98,22 @@ impl Daemon {
             message.parked(c);
         }
         let takeover_before = now - to_chrono(self.settings.visibility);
-        let claimed = store
-            .claim_deliveries(&claims, now, takeover_before)
-            .await?;
+        // As the reminders' path: nothing to claim (every channel open), no claim.
+        let claimed = if claims.is_empty() {
+            Claims::default()
+        } else {
+            store
+                .claim_deliveries(&claims, now, takeover_before)
+                .await?
+        };
         // Held like a reminder batch: the heartbeat keeps the message hidden
         // and the claims renewed however long the channels take.
         let held = self.holdings.hold(Held {
             receipts: vec![(msg.receipt.clone(), hidden_until)],
-            claims: vec![(n.tenant.clone(), claimed.token.clone())],
+            claims: Some((n.tenant.clone(), claimed.token.clone()))
+                .filter(|(_, token)| !token.is_empty())
+                .into_iter()
+                .collect(),
             renewed: Some(tokio::time::Instant::now()),
         });
         let result = self
