@@ -9,6 +9,7 @@ pub mod debounce;
 pub mod domain;
 pub mod enqueue;
 pub mod error;
+pub mod flow;
 pub mod input;
 pub mod message;
 pub mod plan;

@@ -40,6 +40,7 @@ use tracing::{debug, error, info, warn};
 use crate::channel::ChannelSender;
 use crate::domain::{Channel, Instant, TenantId};
 use crate::error::{chain, StoreError};
+use crate::flow::{tenantdb_key, Flow};
 use crate::plan::to_chrono;
 use crate::ports::{Claims, Clock, DelayQueue, DeliveryContext, TenantStore, TenantStores};
 
@@ -120,6 +121,8 @@ pub struct Daemon {
     /// Runs the debounce checks that arrive on the queue (none: they come
     /// back until a daemon that has one takes them, or dead-letter).
     debounce: Option<checks::DebounceChecks>,
+    /// Limits on the services deliveries spend (none: nothing is limited).
+    flow: Option<Arc<Flow>>,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -156,7 +159,19 @@ impl Daemon {
             holdings: holdings::Holdings::default(),
             warmed: Mutex::default(),
             debounce: None,
+            flow: None,
         }
+    }
+
+    /// Sends through the gates of `flow`'s limits.
+    pub fn with_flow(mut self, flow: Arc<Flow>) -> Self {
+        self.flow = Some(flow);
+        self
+    }
+
+    /// The limits' figures now (empty without flow control).
+    pub fn flow_stats(&self) -> Vec<crate::flow::KeyStats> {
+        self.flow.as_ref().map(|f| f.stats()).unwrap_or_default()
     }
 
     /// Runs the debounce checks the queue brings with `checks`.
@@ -187,6 +202,9 @@ impl Daemon {
         while deliveries.join_next().await.is_some() {}
         heartbeat.abort_all();
         self.probes.lock().expect("probes lock").abort_all();
+        if let Some(flow) = &self.flow {
+            flow.close().await; // leases go back to the fleet
+        }
     }
 
     /// receive → intake → read and claim per tenant → plan; then, in a task of
@@ -205,6 +223,13 @@ impl Daemon {
                 p = room.clone().acquire_many_owned(batch as u32) => p.expect("never closed"),
                 _ = shutdown.changed() => break,
             };
+            // A key refusing work: the queue keeps the rest a little longer.
+            if let Some(pause) = self.flow.as_ref().and_then(|f| f.hold_off()) {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
             let received = tokio::select! {
                 r = self.queue.receive(batch, self.settings.wait, self.settings.visibility) => r,
                 _ = shutdown.changed() => break,
@@ -286,7 +311,28 @@ impl Daemon {
         let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
             let channels = &channels;
             async move {
-                match self.read_and_claim(&tenant, &work, channels, now).await {
+                // The tenant database's permits (if limited), held for the
+                // round trips; none free within the wait: the messages go
+                // back to the queue for a while, without using any budget.
+                let permit = match &self.flow {
+                    Some(flow) => {
+                        match flow.admit(&[tenantdb_key(tenant.as_str())], tenant.as_str()).await {
+                            Ok(grants) => grants,
+                            Err(no_room) => {
+                                let fate = MessageFate::Throttled {
+                                    retry_after: no_room.retry_after,
+                                };
+                                self.dispose(work.into_iter().map(|w| (w.msg, fate.clone())).collect())
+                                    .await;
+                                return None;
+                            }
+                        }
+                    }
+                    None => Vec::new(),
+                };
+                let read = self.read_and_claim(&tenant, &work, channels, now).await;
+                drop(permit);
+                match read {
                     Ok((store, ctx, claims)) => Some(Prepared {
                         store,
                         token: claims.token.clone(),

@@ -10,6 +10,7 @@ mod channel;
 mod clock;
 mod debounce;
 mod index;
+mod lease;
 mod queue;
 mod store;
 
@@ -23,6 +24,7 @@ pub use channel::{RecordingChannel, SentNotification};
 pub use clock::TokioClock;
 pub use debounce::{Acted, Armed, MemoryDebounceStore, RecordingAction, TokioTimers};
 pub use index::{MemoryDirectory, MemoryIndex};
+pub use lease::MemoryLeaseStore;
 pub use queue::MemoryQueue;
 pub use store::{MemoryTenantStore, MemoryTenantStores};
 
@@ -31,6 +33,7 @@ use crate::channel::ChannelSender;
 use crate::daemon::{Daemon, DaemonSettings, DebounceChecks};
 use crate::debounce::{Debouncer, QueueTimer};
 use crate::domain::{Channel, Instant, TenantId, TenantRecord};
+use crate::flow::{Flow, FlowSettings};
 use crate::input::{RuleInput, ScheduleInput, UserInput};
 use crate::ports::{Clock, TenantDirectory};
 use crate::registrar::{ChangeNotices, Registrar};
@@ -60,6 +63,10 @@ pub struct TestKit {
     pub scan_every: Duration,
     /// Change notices' debounce rows (checks and notices go on `queue`).
     pub debounce: Arc<MemoryDebounceStore>,
+    /// Flow control for the daemons `daemon()` makes (none: unlimited).
+    pub flow: Option<FlowSettings>,
+    /// Where their shared rates are leased.
+    pub leases: Arc<MemoryLeaseStore>,
 }
 
 impl Default for TestKit {
@@ -96,6 +103,8 @@ impl TestKit {
             pipeline,
             scan_every: Duration::from_secs(60),
             debounce: Arc::default(),
+            flow: None,
+            leases: Arc::default(),
             clock,
         }
     }
@@ -198,20 +207,31 @@ impl TestKit {
         let channels: Vec<Arc<dyn ChannelSender>> =
             vec![self.mail.clone(), self.chat.clone(), self.slack.clone()];
         let notices = self.change_notices();
-        Arc::new(
-            Daemon::new(
-                self.queue.clone(),
-                self.stores.clone(),
-                channels,
-                self.clock.clone(),
-                self.daemon_settings.clone(),
-            )
-            .with_debounce(DebounceChecks {
-                debouncer: notices.debouncer,
-                settings: Default::default(),
-                action: notices.action,
-            }),
+        let daemon = Daemon::new(
+            self.queue.clone(),
+            self.stores.clone(),
+            channels,
+            self.clock.clone(),
+            self.daemon_settings.clone(),
         )
+        .with_debounce(DebounceChecks {
+            debouncer: notices.debouncer,
+            settings: Default::default(),
+            action: notices.action,
+        });
+        let daemon = match &self.flow {
+            Some(settings) => {
+                let leases: Arc<dyn crate::flow::LeaseStore> = self.leases.clone();
+                daemon.with_flow(Flow::new(
+                    settings.clone(),
+                    Some(leases),
+                    self.clock.clone(),
+                    "kit",
+                ))
+            }
+            None => daemon,
+        };
+        Arc::new(daemon)
     }
 
     /// Starts the daemon and a scanner that runs every `scan_every`.

@@ -3,6 +3,7 @@
 mod change_notices;
 mod daemon;
 mod debounce;
+mod flow;
 mod registrar;
 mod scanner;
 mod series;

@@ -1,0 +1,289 @@
+//! Flow control across the fleet: limits per resource key, rates leased in
+//! partitions and released in small slices, fair permits per key.
+//!
+//! A delivery passes the gates of every limited key it spends (a Slack DM:
+//! the recipient's channel and the workspace) before it is sent. A gate
+//! grants at once while there is room, lets a delivery wait a short while
+//! (fairly, round-robin across tenants) when there is not, and otherwise
+//! says when to come back: the message then returns to the queue with that
+//! delay instead of waiting in memory. A shared key's rate is the fleet's:
+//! each instance spends only the partitions it leases.
+
+mod gate;
+mod lease;
+mod limits;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::info;
+
+pub use gate::{Gate, GateView, Grant, NoRoom};
+pub use lease::{LeaseStore, PartitionLease};
+pub use limits::{
+    default_limits, slack_channel_key, slack_workspace_key, smtp_key, tenantdb_key, FlowSettings,
+    Limit,
+};
+
+use crate::ports::Clock;
+
+/// One key's figures, for logs, metrics and `toki bench`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KeyStats {
+    pub key: String,
+    /// What this instance may spend now, per second (its leased share).
+    pub granted_rate: f64,
+    pub leases: u32,
+    pub partitions: u32,
+    pub waiting: usize,
+    pub granted: u64,
+    /// Deliveries sent back to the queue for want of capacity.
+    pub refused: u64,
+    pub throttle_answers: u64,
+    pub revoked: u64,
+}
+
+/// The gates of one instance, with their guide and leasers.
+pub struct Flow {
+    settings: FlowSettings,
+    /// Where shared rates are leased; none: this instance spends them whole.
+    leases: Option<Arc<dyn LeaseStore>>,
+    clock: Arc<dyn Clock>,
+    /// This instance, as lease rows name it.
+    holder: String,
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+    tasks: Mutex<JoinSet<()>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Flow {
+    pub fn new(
+        settings: FlowSettings,
+        leases: Option<Arc<dyn LeaseStore>>,
+        clock: Arc<dyn Clock>,
+        holder: impl Into<String>,
+    ) -> Arc<Flow> {
+        let flow = Arc::new(Flow {
+            settings,
+            leases,
+            clock,
+            holder: holder.into(),
+            gates: Mutex::default(),
+            tasks: Mutex::default(),
+            stop: watch::channel(false).0,
+        });
+        let guide = Arc::downgrade(&flow);
+        let slice = flow.settings.slice();
+        let stop = flow.stop.subscribe();
+        flow.tasks
+            .lock()
+            .expect("flow tasks")
+            .spawn(Self::guide(guide, slice, stop));
+        // Keys known ahead hold their reserved partitions before the first send.
+        flow.warm(&[
+            slack_workspace_key(&flow.settings.slack_workspace),
+            smtp_key(&flow.settings.smtp_account),
+        ]);
+        flow
+    }
+
+    pub fn settings(&self) -> &FlowSettings {
+        &self.settings
+    }
+
+    /// Ticks every slice: revokes stuck holders and hands out capacity; says
+    /// in the log, now and then, how the busy keys are doing.
+    async fn guide(flow: std::sync::Weak<Flow>, slice: Duration, mut stop: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(slice);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let report_every = (Duration::from_secs(5).as_millis() / slice.as_millis().max(1)) as u64;
+        let mut n: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.changed() => return,
+            }
+            let Some(flow) = flow.upgrade() else { return };
+            let now = tokio::time::Instant::now();
+            let gates: Vec<Arc<Gate>> = flow
+                .gates
+                .lock()
+                .expect("gates")
+                .values()
+                .cloned()
+                .collect();
+            for gate in &gates {
+                gate.tick(now);
+            }
+            n += 1;
+            if n.is_multiple_of(report_every.max(1)) {
+                // Per-recipient keys come and go: forget the idle ones so the
+                // map and the tick stay as small as what is in use.
+                let mut gates = flow.gates.lock().expect("gates");
+                gates.retain(|_, g| g.limit.leased() || !g.is_idle());
+            }
+            if n.is_multiple_of(report_every.max(1)) {
+                for s in flow.stats() {
+                    if s.waiting > 0 || s.refused > 0 || s.throttle_answers > 0 {
+                        info!(
+                            key = %s.key,
+                            rate_per_s = s.granted_rate,
+                            leases = s.leases,
+                            partitions = s.partitions,
+                            waiting = s.waiting,
+                            granted = s.granted,
+                            refused = s.refused,
+                            throttle_answers = s.throttle_answers,
+                            revoked = s.revoked,
+                            "flow"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gate of `key`, if it is limited (made at first use; a shared key
+    /// starts its leaser then, with no share until its first lease).
+    pub fn gate(&self, key: &str) -> Option<Arc<Gate>> {
+        let mut gates = self.gates.lock().expect("gates");
+        if let Some(g) = gates.get(key) {
+            return Some(g.clone());
+        }
+        let limit = self.settings.limit_for(key)?.clone();
+        let leased = limit.leased() && self.leases.is_some();
+        let gate = Gate::new(
+            key,
+            limit,
+            if leased { 0.0 } else { 1.0 },
+            if leased { self.settings.partitions } else { 1 },
+            self.settings.slice(),
+            self.settings.hold_deadline(),
+            tokio::time::Instant::now(),
+        );
+        if let (true, Some(store)) = (leased, &self.leases) {
+            let leaser = lease::Leaser {
+                key: key.to_owned(),
+                holder: self.holder.clone(),
+                store: store.clone(),
+                clock: self.clock.clone(),
+                gate: gate.clone(),
+                settings: self.settings.clone(),
+            };
+            self.tasks
+                .lock()
+                .expect("flow tasks")
+                .spawn(leaser.run(self.stop.subscribe()));
+        }
+        gates.insert(key.to_owned(), gate.clone());
+        Some(gate)
+    }
+
+    /// Makes the gates of keys known ahead (the workspace, the mail
+    /// account), so their reserved leases are held before the first send.
+    pub fn warm(&self, keys: &[String]) {
+        for key in keys {
+            self.gate(key);
+        }
+    }
+
+    /// Passes every gate of `keys` for `tenant`, waiting at most the
+    /// configured while: the grants (held until the send is done), or when
+    /// to come back.
+    pub async fn admit(&self, keys: &[String], tenant: &str) -> Result<Vec<Grant>, NoRoom> {
+        let mut grants = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(gate) = self.gate(key) else { continue };
+            grants.push(gate.acquire(tenant, self.settings.max_wait()).await?);
+        }
+        Ok(grants)
+    }
+
+    /// How long to hold off receiving more work: a slice or two while some
+    /// key refuses deliveries (the queue keeps what cannot be sent now),
+    /// else nothing.
+    pub fn hold_off(&self) -> Option<Duration> {
+        let slice = self.settings.slice();
+        let since = tokio::time::Instant::now() - slice;
+        let gates = self.gates.lock().expect("gates");
+        gates
+            .values()
+            .any(|g| g.refused_since(since))
+            .then_some(slice * 2)
+    }
+
+    /// Whether any of `keys` is limited.
+    pub fn limits_any(&self, keys: &[String]) -> bool {
+        keys.iter().any(|k| self.settings.limit_for(k).is_some())
+    }
+
+    /// The service answered "slow down" on `keys`.
+    pub fn throttled(&self, keys: &[String], retry_after: Duration) {
+        for key in keys {
+            if let Some(gate) = self.gate(key) {
+                gate.throttled(retry_after);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> Vec<KeyStats> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let gates: Vec<Arc<Gate>> = self
+            .gates
+            .lock()
+            .expect("gates")
+            .values()
+            .cloned()
+            .collect();
+        let mut stats: Vec<KeyStats> = gates
+            .iter()
+            .map(|g| {
+                let view = g.view();
+                let partitions = if g.limit.leased() && self.leases.is_some() {
+                    self.settings.partitions
+                } else {
+                    1
+                };
+                let leases = (g.share() * f64::from(partitions)).round() as u32;
+                KeyStats {
+                    key: g.key.clone(),
+                    granted_rate: view.per_second,
+                    leases,
+                    partitions,
+                    waiting: view.waiting,
+                    granted: g.counters.granted.load(Relaxed),
+                    refused: g.counters.refused.load(Relaxed),
+                    throttle_answers: g.counters.throttle_answers.load(Relaxed),
+                    revoked: g.counters.revoked.load(Relaxed),
+                }
+            })
+            .collect();
+        stats.sort_by(|a, b| a.key.cmp(&b.key));
+        stats
+    }
+
+    /// Stops everything at once without giving leases back, as a process
+    /// that dies does.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn crash(&self) {
+        self.tasks.lock().expect("flow tasks").abort_all();
+    }
+
+    /// Stops the guide and the leasers; leases are given back.
+    pub async fn close(&self) {
+        let _ = self.stop.send(true);
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().expect("flow tasks"));
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}

@@ -1,0 +1,254 @@
+//! Limits per resource key, as configured: which key a delivery spends, and
+//! how much of it there is.
+//!
+//! Keys are `kind:part:part`: `slack:<workspace>`, `slack:<workspace>:<channel
+//! or user>`, `smtp:<account>`, `tenantdb:<tenant>`. A limit is configured for
+//! a key pattern in which `*` stands for one part; the most specific pattern
+//! that matches a key wins (fewest `*`, then the longest).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ValidationError;
+
+/// How much of a resource there is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    /// Operations per second (fleet-wide when `shared`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Operations allowed at once on top of the rate after a quiet spell.
+    #[serde(default)]
+    pub burst: u32,
+    /// Operations in flight at once, per instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// The rate is the fleet's, leased in partitions (true), or each
+    /// instance's own (false: per-recipient keys, too many to lease).
+    #[serde(default = "yes")]
+    pub shared: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Limit {
+    pub fn rate(per_second: f64, burst: u32) -> Self {
+        Limit {
+            rate: Some(per_second),
+            burst,
+            permits: None,
+            shared: true,
+        }
+    }
+
+    pub fn permits(n: u32) -> Self {
+        Limit {
+            rate: None,
+            burst: 0,
+            permits: Some(n),
+            shared: false,
+        }
+    }
+
+    /// Per instance, not leased.
+    pub fn local(mut self) -> Self {
+        self.shared = false;
+        self
+    }
+
+    /// Whether this limit leases partitions of a fleet-wide rate.
+    pub fn leased(&self) -> bool {
+        self.shared && self.rate.is_some()
+    }
+
+    fn validate(&self, field: &str) -> Result<(), ValidationError> {
+        if let Some(rate) = self.rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(ValidationError::new(
+                    format!("{field}.rate"),
+                    "must be a number of operations per second above 0",
+                ));
+            }
+        }
+        if self.permits == Some(0) {
+            return Err(ValidationError::new(
+                format!("{field}.permits"),
+                "must be at least 1",
+            ));
+        }
+        if self.rate.is_none() && self.permits.is_none() {
+            return Err(ValidationError::new(
+                field.to_owned(),
+                "needs a rate, permits or both",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The limits and how they are shared out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FlowSettings {
+    /// Key pattern → limit. Keys no pattern matches are not limited.
+    pub limits: BTreeMap<String, Limit>,
+    /// Partitions a shared rate is split into.
+    pub partitions: u32,
+    /// Partitions an instance keeps while it uses a key, even idle, so its
+    /// first sends after a quiet spell go at once.
+    pub reserved_partitions: u32,
+    /// How long a lease lasts unless renewed.
+    pub lease_ms: u64,
+    /// Capacity is released every slice, not once a second.
+    pub slice_ms: u64,
+    /// How long a delivery may wait in memory for capacity; beyond it its
+    /// message goes back to the queue until there is room.
+    pub max_wait_ms: u64,
+    /// A permit held this long is revoked (its delivery abandoned, its
+    /// message back to the queue).
+    pub hold_deadline_ms: u64,
+    /// The Slack workspace Toki's token posts to (the `slack:<workspace>` key).
+    pub slack_workspace: String,
+    /// The mail account Toki sends from (the `smtp:<account>` key).
+    pub smtp_account: String,
+}
+
+impl Default for FlowSettings {
+    fn default() -> Self {
+        FlowSettings {
+            limits: default_limits(),
+            partitions: 10,
+            reserved_partitions: 1,
+            lease_ms: 5_000,
+            slice_ms: 150,
+            max_wait_ms: 2_000,
+            hold_deadline_ms: 15_000,
+            slack_workspace: "default".into(),
+            smtp_account: "default".into(),
+        }
+    }
+}
+
+/// Slack documents one `chat.postMessage` per second per channel with short
+/// bursts (a DM is a channel); its workspace-wide limit has no published
+/// figure, so none is set. Amazon SES starts production accounts at 14
+/// messages per second. Nothing else is limited until configured.
+pub fn default_limits() -> BTreeMap<String, Limit> {
+    BTreeMap::from([
+        ("slack:*:*".to_owned(), Limit::rate(1.0, 3).local()),
+        ("smtp:ses".to_owned(), Limit::rate(14.0, 0)),
+    ])
+}
+
+impl FlowSettings {
+    pub fn slice(&self) -> Duration {
+        Duration::from_millis(self.slice_ms)
+    }
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.max_wait_ms)
+    }
+    pub fn hold_deadline(&self) -> Duration {
+        Duration::from_millis(self.hold_deadline_ms)
+    }
+
+    /// The limit of `key`, by its most specific matching pattern.
+    pub fn limit_for(&self, key: &str) -> Option<&Limit> {
+        let parts: Vec<&str> = key.split(':').collect();
+        self.limits
+            .iter()
+            .filter(|(pattern, _)| matches(pattern, &parts))
+            .min_by_key(|(pattern, _)| {
+                let wild = pattern.split(':').filter(|p| *p == "*").count();
+                (wild, std::cmp::Reverse(pattern.len()))
+            })
+            .map(|(_, limit)| limit)
+    }
+
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        for (pattern, limit) in &self.limits {
+            let field = format!("flow.limits.\"{pattern}\"");
+            let parts: Vec<&str> = pattern.split(':').collect();
+            if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
+                return Err(ValidationError::new(
+                    field,
+                    "a key is kind:part[:part] (slack:<workspace>[:<channel>], smtp:<account>, tenantdb:<tenant>)",
+                ));
+            }
+            if !["slack", "smtp", "tenantdb"].contains(&parts[0]) {
+                return Err(ValidationError::new(
+                    field,
+                    "the kind must be slack, smtp or tenantdb",
+                ));
+            }
+            limit.validate(&field)?;
+        }
+        let positive = [
+            ("partitions", u64::from(self.partitions)),
+            ("lease_ms", self.lease_ms),
+            ("slice_ms", self.slice_ms),
+            ("max_wait_ms", self.max_wait_ms),
+            ("hold_deadline_ms", self.hold_deadline_ms),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(ValidationError::new(
+                    format!("flow.{name}"),
+                    "must be more than 0",
+                ));
+            }
+        }
+        if self.reserved_partitions > self.partitions {
+            return Err(ValidationError::new(
+                "flow.reserved_partitions",
+                "must not be more than partitions",
+            ));
+        }
+        if !(50..=1_000).contains(&self.slice_ms) {
+            return Err(ValidationError::new(
+                "flow.slice_ms",
+                "must be between 50 and 1000",
+            ));
+        }
+        Ok(())
+    }
+
+    /// These limits with `overrides` (a tenant's contract) on top.
+    pub fn with_overrides(&self, overrides: &BTreeMap<String, Limit>) -> FlowSettings {
+        let mut merged = self.clone();
+        merged
+            .limits
+            .extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+        merged
+    }
+}
+
+fn matches(pattern: &str, parts: &[&str]) -> bool {
+    let pattern: Vec<&str> = pattern.split(':').collect();
+    pattern.len() == parts.len() && pattern.iter().zip(parts).all(|(p, k)| *p == "*" || p == k)
+}
+
+/// The key of a Slack workspace.
+pub fn slack_workspace_key(workspace: &str) -> String {
+    format!("slack:{workspace}")
+}
+
+/// The key of one Slack channel or user (a DM) in a workspace.
+pub fn slack_channel_key(workspace: &str, channel: &str) -> String {
+    format!("slack:{workspace}:{channel}")
+}
+
+pub fn smtp_key(account: &str) -> String {
+    format!("smtp:{account}")
+}
+
+pub fn tenantdb_key(tenant: &str) -> String {
+    format!("tenantdb:{tenant}")
+}

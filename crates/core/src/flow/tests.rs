@@ -1,0 +1,486 @@
+//! The flow's logic on tokio's paused clock: slices, fairness, hand-off,
+//! revocation, throttle answers, and leases shared by two instances.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::testing::{monday_morning, MemoryLeaseStore, TokioClock};
+
+const SLICE: Duration = Duration::from_millis(150);
+
+fn rate_gate(per_second: f64, burst: u32) -> Arc<Gate> {
+    Gate::new(
+        "slack:ws",
+        Limit::rate(per_second, burst),
+        1.0,
+        1,
+        SLICE,
+        Duration::from_secs(15),
+        Instant::now(),
+    )
+}
+
+fn permit_gate(permits: u32, deadline: Duration) -> Arc<Gate> {
+    Gate::new(
+        "tenantdb:t",
+        Limit::permits(permits),
+        1.0,
+        1,
+        SLICE,
+        deadline,
+        Instant::now(),
+    )
+}
+
+/// Ticks `gate` every slice, as the guide does, until the test ends.
+fn guide(gate: &Arc<Gate>) -> tokio::task::JoinHandle<()> {
+    let gate = gate.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(SLICE);
+        loop {
+            ticks.tick().await;
+            gate.tick(Instant::now());
+        }
+    })
+}
+
+/// Asks for `n` grants for `tenant` at once; the instants they came, in order of asking.
+async fn grant_times(gate: &Arc<Gate>, tenant: &str, n: usize, wait: Duration) -> Vec<Duration> {
+    let start = Instant::now();
+    let asks = (0..n).map(|_| {
+        let gate = gate.clone();
+        let tenant = tenant.to_owned();
+        async move {
+            let grant = gate.acquire(&tenant, wait).await.expect("granted");
+            drop(grant);
+            Instant::now() - start
+        }
+    });
+    futures::future::join_all(asks).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn capacity_is_released_every_slice_not_once_a_second() {
+    let gate = rate_gate(20.0, 0);
+    let _guide = guide(&gate);
+    let times = grant_times(&gate, "t", 41, Duration::from_secs(10)).await;
+    // One token to start with, then 3 per 150 ms slice (20/s).
+    assert_eq!(times[0], Duration::ZERO, "the first goes at once");
+    let within = |ms: u64| {
+        times
+            .iter()
+            .filter(|t| **t <= Duration::from_millis(ms))
+            .count()
+    };
+    assert_eq!(within(149), 1);
+    assert_eq!(within(150), 4, "the first slice releases three");
+    assert_eq!(within(1_050), 1 + 7 * 3, "seven slices in the first 1.05 s");
+    let last = *times.iter().max().unwrap();
+    assert!(
+        last == Duration::from_millis(2_100),
+        "1 + 40 at three per slice: 14 slices: {last:?}"
+    );
+    // Never more than one slice's release in any slice.
+    for w in 0..14u64 {
+        let (a, b) = (w * 150, (w + 1) * 150);
+        let n = times
+            .iter()
+            .filter(|t| **t > Duration::from_millis(a) && **t <= Duration::from_millis(b))
+            .count();
+        assert!(n <= 3, "{n} granted in ({a}, {b}] ms");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_key_saves_up_its_burst_and_no_more() {
+    let gate = rate_gate(10.0, 5);
+    let _guide = guide(&gate);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let times = grant_times(&gate, "t", 8, Duration::from_secs(10)).await;
+    let at_once = times.iter().filter(|t| t.is_zero()).count();
+    assert_eq!(at_once, 5, "the burst goes at once, not ten seconds' worth");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_tenants_take_turns_so_a_large_burst_does_not_starve_a_small_tenant() {
+    let gate = rate_gate(10.0, 0);
+    let _guide = guide(&gate);
+    let wait = Duration::from_secs(60);
+    let large = {
+        let gate = gate.clone();
+        tokio::spawn(async move { grant_times(&gate, "large", 40, wait).await })
+    };
+    tokio::task::yield_now().await;
+    let small = grant_times(&gate, "small", 4, wait).await;
+    let large = large.await.unwrap();
+    // Alone, the small tenant's 4th would come after the large tenant's 40 (4 s).
+    let small_last = *small.iter().max().unwrap();
+    assert!(
+        small_last <= Duration::from_millis(900),
+        "the small tenant is served every other grant: {small:?}"
+    );
+    // Within one tenant: first come, first served.
+    let mut sorted = large.clone();
+    sorted.sort();
+    assert_eq!(large, sorted, "the large tenant's waiters in their order");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_beyond_its_fair_share_is_told_when_to_come_back() {
+    let gate = rate_gate(10.0, 0);
+    let _guide = guide(&gate);
+    let wait = Duration::from_secs(1);
+    // 1 s at 10/s (+1 token): about 11 fit; the rest are refused at once.
+    let mut waiting = Vec::new();
+    for _ in 0..11 {
+        let gate = gate.clone();
+        waiting.push(tokio::spawn(async move {
+            gate.acquire("large", wait).await.is_ok()
+        }));
+    }
+    tokio::task::yield_now().await;
+    let refused = gate
+        .acquire("large", wait)
+        .await
+        .expect_err("beyond the share");
+    assert!(refused.retry_after >= SLICE, "{refused:?}");
+    assert!(
+        refused.retry_after >= Duration::from_millis(600)
+            && refused.retry_after < Duration::from_millis(1_100),
+        "comes back as the 11 ahead (1.1 s at 10/s) are nearly through: {refused:?}"
+    );
+    // Another tenant still has its share.
+    let t0 = Instant::now();
+    gate.acquire("small", wait)
+        .await
+        .expect("a share of its own");
+    assert!(Instant::now() - t0 <= Duration::from_millis(300));
+    for w in waiting {
+        w.await.unwrap();
+    }
+    assert!(
+        gate.counters
+            .refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_holder_hands_its_permit_straight_to_the_next_waiter() {
+    let gate = permit_gate(1, Duration::from_secs(30));
+    // No guide: the hand-off alone must do it.
+    let first = gate.acquire("a", Duration::from_secs(5)).await.unwrap();
+    let next = {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            let g = gate.acquire("b", Duration::from_secs(5)).await.unwrap();
+            (Instant::now(), g)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(gate.view().waiting, 1);
+    let released = Instant::now();
+    drop(first);
+    let (granted, second) = next.await.unwrap();
+    assert_eq!(
+        granted, released,
+        "handed over at the release, not at a tick"
+    );
+    assert_eq!(gate.view().free_permits, 0);
+    drop(second);
+    assert_eq!(gate.view().free_permits, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_stuck_past_its_deadline_is_revoked_and_its_permit_goes_on() {
+    let gate = permit_gate(1, Duration::from_secs(2));
+    let _guide = guide(&gate);
+    let stuck = gate.acquire("a", Duration::from_secs(5)).await.unwrap();
+    let start = Instant::now();
+    let waiter = {
+        let gate = gate.clone();
+        tokio::spawn(async move { gate.acquire("b", Duration::from_secs(5)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(3), stuck.revoked())
+        .await
+        .expect("the stuck holder hears it was revoked");
+    assert!(stuck.is_revoked());
+    let next = waiter.await.unwrap().expect("the permit went on");
+    let waited = Instant::now() - start;
+    assert!(waited >= Duration::from_secs(2) && waited <= Duration::from_millis(2_200));
+    // The stuck holder finishing late gives nothing back: still one permit.
+    drop(stuck);
+    assert_eq!(gate.view().free_permits, 0);
+    drop(next);
+    assert_eq!(gate.view().free_permits, 1);
+    assert_eq!(
+        gate.counters
+            .revoked
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+/// Holders finishing while the guide revokes them, on two threads: every
+/// permit comes back exactly once.
+#[test]
+fn release_racing_revocation_never_gives_a_permit_back_twice() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let permits = 4;
+    let gate = rt.block_on(async { permit_gate(permits, Duration::ZERO) });
+    for _ in 0..500 {
+        let grants: Vec<Grant> = rt.block_on(async {
+            let mut g = Vec::new();
+            for _ in 0..permits {
+                g.push(gate.acquire("t", Duration::ZERO).await.unwrap());
+            }
+            g
+        });
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let releaser = {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                drop(grants);
+            })
+        };
+        let revoker = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                gate.tick(Instant::now() + Duration::from_millis(1));
+            })
+        };
+        releaser.join().unwrap();
+        revoker.join().unwrap();
+        let view = gate.view();
+        assert_eq!(view.holders, 0);
+        assert_eq!(view.free_permits, permits, "no permit lost or doubled");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_answer_releases_nothing_until_the_service_said() {
+    let gate = rate_gate(10.0, 3);
+    let _guide = guide(&gate);
+    gate.throttled(Duration::from_secs(2));
+    assert_eq!(gate.view().per_second, 0.0);
+    let start = Instant::now();
+    gate.acquire("t", Duration::from_secs(5)).await.unwrap();
+    let waited = Instant::now() - start;
+    assert!(
+        waited >= Duration::from_secs(2) && waited <= Duration::from_millis(2_300),
+        "{waited:?}"
+    );
+    assert_eq!(
+        gate.counters
+            .throttle_answers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+// ------------------------------------------------------------ leases
+
+fn shared_settings() -> FlowSettings {
+    FlowSettings {
+        limits: [("slack:*".to_owned(), Limit::rate(50.0, 10))].into(),
+        partitions: 10,
+        reserved_partitions: 1,
+        lease_ms: 3_000,
+        ..FlowSettings::default()
+    }
+}
+
+/// Instances and the test on one clock (made once, at the test's start).
+fn clock() -> Arc<TokioClock> {
+    thread_local! {
+        static CLOCK: std::cell::OnceCell<Arc<TokioClock>> = const { std::cell::OnceCell::new() };
+    }
+    CLOCK.with(|c| {
+        c.get_or_init(|| Arc::new(TokioClock::starting_at(monday_morning())))
+            .clone()
+    })
+}
+
+fn instance(store: &Arc<MemoryLeaseStore>, name: &str) -> Arc<Flow> {
+    Flow::new(shared_settings(), Some(store.clone()), clock(), name)
+}
+
+fn held_by(store: &MemoryLeaseStore, holder: &str, key: &str) -> usize {
+    let now = crate::ports::Clock::now(clock().as_ref());
+    futures::executor::block_on(store.leases(key))
+        .unwrap()
+        .iter()
+        .filter(|l| l.holder == holder && l.expires_at > now)
+        .count()
+}
+
+/// Keeps asking `flow` for `key` until the test ends: the grant instants.
+fn keep_sending(
+    flow: &Arc<Flow>,
+    key: &str,
+    until: Duration,
+) -> tokio::task::JoinHandle<Vec<Instant>> {
+    let flow = flow.clone();
+    let keys = vec![key.to_owned()];
+    tokio::spawn(async move {
+        let end = Instant::now() + until;
+        let mut times = Vec::new();
+        while Instant::now() < end {
+            match flow.admit(&keys, "t").await {
+                Ok(_) => times.push(Instant::now()),
+                Err(no) => tokio::time::sleep(no.retry_after.min(Duration::from_millis(100))).await,
+            }
+        }
+        times
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_instance_keeps_only_its_reserved_partition() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    a.warm(&["slack:ws".to_owned()]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(held_by(&store, "a", "slack:ws"), 1, "reserved at once");
+    let g = a.gate("slack:ws").unwrap();
+    assert!((g.share() - 0.1).abs() < 1e-9);
+    // Renewed while idle, however long.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(held_by(&store, "a", "slack:ws"), 1);
+    a.close().await;
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        0,
+        "given back at shutdown"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_instances_never_spend_more_than_the_fleet_rate() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    let b = instance(&store, "b");
+    let run = Duration::from_secs(20);
+    let (ta, tb) = (
+        keep_sending(&a, "slack:ws", run),
+        keep_sending(&b, "slack:ws", run),
+    );
+    let start = Instant::now();
+    let mut times: Vec<Instant> = ta.await.unwrap();
+    let from_a = times.len();
+    times.extend(tb.await.unwrap());
+    let from_b = times.len() - from_a;
+    times.sort();
+    // Every 1-second window (sliding by 50 ms): at most rate + burst.
+    let mut w = start;
+    while w < start + run {
+        let n = times
+            .iter()
+            .filter(|t| **t >= w && **t < w + Duration::from_secs(1))
+            .count();
+        assert!(n <= 60, "{n} granted in the second from {:?}", w - start);
+        w += Duration::from_millis(50);
+    }
+    // And the rate is used: 50/s for 20 s, less the first lease round trips.
+    assert!(times.len() >= 900, "{} granted in 20 s", times.len());
+    assert!(
+        from_a > 0 && from_b > 0,
+        "both instances sent ({from_a}, {from_b})"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_instances_partitions_expire_and_are_taken_over() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    let sending = keep_sending(&a, "slack:ws", Duration::from_secs(3));
+    sending.await.unwrap();
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        10,
+        "a busy instance takes every free partition"
+    );
+    // It dies without giving anything back.
+    a.crash();
+    let b = instance(&store, "b");
+    let g = b.gate("slack:ws").unwrap();
+    let sending = keep_sending(&b, "slack:ws", Duration::from_secs(1));
+    sending.await.unwrap();
+    assert!(
+        g.share() <= 0.01,
+        "nothing to take while the leases live: {}",
+        g.share()
+    );
+    let sending = keep_sending(&b, "slack:ws", Duration::from_secs(4));
+    sending.await.unwrap();
+    assert_eq!(
+        held_by(&store, "b", "slack:ws"),
+        10,
+        "taken over once expired"
+    );
+    assert!((g.share() - 1.0).abs() < 1e-9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_taken_over_is_no_longer_spent() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    a.warm(&["slack:ws".to_owned()]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let g = a.gate("slack:ws").unwrap();
+    assert!(g.share() > 0.0);
+    // Someone else holds every partition (a's lease ran out while it was paused).
+    let now = crate::ports::Clock::now(clock().as_ref()) + chrono::Duration::seconds(10);
+    for partition in 0..10 {
+        assert!(store
+            .acquire(
+                "slack:ws",
+                partition,
+                "thief",
+                now + chrono::Duration::seconds(60),
+                now
+            )
+            .await
+            .unwrap());
+    }
+    // At its next renewal a finds out and stops spending it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(g.share(), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_per_recipient_gates_are_forgotten() {
+    let settings = FlowSettings {
+        limits: [("slack:*:*".to_owned(), Limit::rate(1.0, 3).local())].into(),
+        ..FlowSettings::default()
+    };
+    let flow = Flow::new(settings, None, clock(), "a");
+    let keys: Vec<String> = (0..100)
+        .map(|u| slack_channel_key("ws", &format!("U{u}")))
+        .collect();
+    for key in &keys {
+        flow.admit(std::slice::from_ref(key), "t").await.unwrap();
+    }
+    assert_eq!(flow.stats().len(), 100);
+    // Three seconds refill a burst of three at 1/s; the next sweep drops them.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(flow.stats().is_empty(), "{:?}", flow.stats().len());
+    // A key whose burst was spent just before the next sweep (every 33
+    // ticks: at 9.9 s) is kept.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let busy = slack_channel_key("ws", "busy");
+    for _ in 0..3 {
+        flow.admit(std::slice::from_ref(&busy), "t").await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(flow.stats().len(), 1, "still saving up after its burst");
+}

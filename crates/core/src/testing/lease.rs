@@ -1,0 +1,60 @@
+//! Partition leases in memory (the same conditions as the stored rows).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::domain::Instant;
+use crate::flow::{LeaseStore, PartitionLease};
+use crate::StoreResult;
+
+#[derive(Default)]
+pub struct MemoryLeaseStore {
+    rows: Mutex<BTreeMap<(String, u32), PartitionLease>>,
+}
+
+#[async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    async fn acquire(
+        &self,
+        key: &str,
+        partition: u32,
+        holder: &str,
+        until: Instant,
+        now: Instant,
+    ) -> StoreResult<bool> {
+        let mut rows = self.rows.lock().expect("lease rows lock");
+        let id = (key.to_owned(), partition);
+        let free = rows
+            .get(&id)
+            .is_none_or(|l| l.holder == holder || l.expires_at <= now);
+        if free {
+            rows.insert(
+                id,
+                PartitionLease {
+                    key: key.to_owned(),
+                    partition,
+                    holder: holder.to_owned(),
+                    expires_at: until,
+                },
+            );
+        }
+        Ok(free)
+    }
+
+    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool> {
+        let mut rows = self.rows.lock().expect("lease rows lock");
+        let id = (key.to_owned(), partition);
+        if rows.get(&id).is_some_and(|l| l.holder == holder) {
+            rows.remove(&id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>> {
+        let rows = self.rows.lock().expect("lease rows lock");
+        Ok(rows.values().filter(|l| l.key == key).cloned().collect())
+    }
+}
