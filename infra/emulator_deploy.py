@@ -459,15 +459,21 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     check({"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} <= daemon
           and resources_for(role["daemon-task"], get) == {runtime},
           "daemon task role: queue consume, runtime secret", str(sorted(daemon)))
-    # Change notices: the daemon runs debounce checks, whose rows are in the
-    # index table under D#... keys; it may touch those rows and nothing else.
+    # The daemon's rows in the index table, under keys of their own: debounce
+    # checks (D#...) and partition leases (L#..., also read by Query); it may
+    # touch those rows and nothing else.
     dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])]
     leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
-    check(actions(dynamo) == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
-          and all(s["resources"] == [index_arn] for s in dynamo)
-          and all(k in (["D#*"], "D#*") for k in leading),
-          "daemon task role: DynamoDB only on the index table's debounce rows (leading keys D#*)",
-          json.dumps({"actions": sorted(actions(dynamo)), "leading_keys": leading}))
+    by_keys: dict[str, set[str]] = {}
+    for s, k in zip(dynamo, leading):
+        k = "unconditioned" if k is None else ",".join([k] if isinstance(k, str) else k)
+        by_keys[k] = by_keys.get(k, set()) | s["actions"]
+    check(by_keys == {"D#*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
+                      "L#*": {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"}}
+          and all(s["resources"] == [index_arn] for s in dynamo),
+          "daemon task role: DynamoDB only on the index table's debounce rows (D#*: Get/Put/Update/DeleteItem) "
+          "and lease rows (L#*: PutItem, DeleteItem, Query)",
+          json.dumps({k: sorted(v) for k, v in by_keys.items()}))
     want_exec = {pre["slack"], pre["smtp"]} if full else set()
     check(resources_for(role["daemon-execution"], get) == want_exec,
           f"daemon execution role: GetSecretValue on {'the Slack and SMTP secrets' if full else 'nothing'} (no database secret)",

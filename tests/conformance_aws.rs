@@ -42,6 +42,7 @@ queue_conformance!(queue);
 index_conformance!(index);
 directory_conformance!(directory);
 debounce_conformance!(aws_support::debounce_store);
+lease_conformance!(aws_support::lease_store);
 
 // ---------------------------------------------------------------- resources
 

@@ -43,8 +43,13 @@ async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
     Arc::new(toki_sql::SqliteDebounceStore::new(control().await.pool))
 }
 
+async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+    Arc::new(toki_sql::SqliteLeaseStore::new(control().await.pool))
+}
+
 queue_conformance!(queue);
 debounce_conformance!(debounce_store);
+lease_conformance!(lease_store);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

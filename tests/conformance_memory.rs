@@ -29,8 +29,13 @@ async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
     Arc::new(toki_core::testing::MemoryDebounceStore::default())
 }
 
+async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+    Arc::new(toki_core::testing::MemoryLeaseStore::default())
+}
+
 queue_conformance!(queue);
 debounce_conformance!(debounce_store);
+lease_conformance!(lease_store);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

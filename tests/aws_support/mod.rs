@@ -281,6 +281,16 @@ pub async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
     Arc::new(toki_aws::DynamoDebounceStore::new(client, table))
 }
 
+/// Lease rows in a fresh index table (where they live in production).
+pub async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+    let client = dynamo().await;
+    let table = unique("ix");
+    toki_aws::ensure_index_table(&client, &table)
+        .await
+        .expect("create the index table");
+    Arc::new(toki_aws::DynamoLeaseStore::new(client, table))
+}
+
 /// A configuration of the whole aws backend on the emulator: unique table and
 /// queue names, tenant databases on the test Postgres (`toki_test_<prefix>_…`),
 /// resources created on open. `data_dir` holds the outboxes.

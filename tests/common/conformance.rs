@@ -2078,3 +2078,220 @@ macro_rules! debounce_conformance {
         }
     };
 }
+
+// ---------------------------------------------------------------- lease store
+
+pub mod lease {
+    use super::*;
+    use toki_core::flow::{LeaseStore, PartitionLease};
+
+    /// Now, to the millisecond (what every store keeps).
+    fn now() -> Instant {
+        from_millis("now", Utc::now().timestamp_millis()).unwrap()
+    }
+
+    /// An instant with a millisecond part, so that a store rounding to
+    /// seconds would not read it back.
+    fn at(base: Instant, ms: i64) -> Instant {
+        base + ChronoDuration::milliseconds(ms)
+    }
+
+    fn row(key: &str, partition: u32, holder: &str, expires_at: Instant) -> PartitionLease {
+        PartitionLease {
+            key: key.into(),
+            partition,
+            holder: holder.into(),
+            expires_at,
+        }
+    }
+
+    pub async fn a_free_partition_is_acquired(s: Arc<dyn LeaseStore>) {
+        let key = unique("limit:");
+        let t0 = now();
+        assert_eq!(s.leases(&key).await.unwrap(), vec![], "nothing yet");
+        let until = at(t0, 10_137);
+        assert!(s.acquire(&key, 3, "a", until, t0).await.unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 3, "a", until)],
+            "holder and expiry read back to the millisecond"
+        );
+    }
+
+    pub async fn a_live_lease_is_refused_to_others_and_renewed_by_its_holder(
+        s: Arc<dyn LeaseStore>,
+    ) {
+        let key = unique("limit:");
+        let t0 = now();
+        let first = at(t0, 10_001);
+        assert!(s.acquire(&key, 0, "a", first, t0).await.unwrap());
+        // Live until `first`, even a millisecond before it.
+        assert!(!s
+            .acquire(&key, 0, "b", at(t0, 20_000), at(t0, 10_000))
+            .await
+            .unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 0, "a", first)]
+        );
+        let renewed = at(t0, 25_503);
+        assert!(s
+            .acquire(&key, 0, "a", renewed, at(t0, 5_000))
+            .await
+            .unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 0, "a", renewed)],
+            "the renewal's expiry reads back"
+        );
+        assert!(
+            !s.acquire(&key, 0, "b", at(t0, 30_000), at(t0, 20_000))
+                .await
+                .unwrap(),
+            "still refused past the first expiry: the renewal counts"
+        );
+    }
+
+    pub async fn an_expired_lease_is_taken_over(s: Arc<dyn LeaseStore>) {
+        let key = unique("limit:");
+        let t0 = now();
+        let a_until = at(t0, 1_250);
+        assert!(s.acquire(&key, 7, "a", a_until, t0).await.unwrap());
+        // Expired at its own instant (expires_at <= now).
+        let b_until = at(t0, 11_250);
+        assert!(s.acquire(&key, 7, "b", b_until, a_until).await.unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 7, "b", b_until)]
+        );
+        assert!(
+            !s.acquire(&key, 7, "a", at(t0, 12_000), at(t0, 2_000))
+                .await
+                .unwrap(),
+            "the old holder cannot renew what it lost"
+        );
+        assert!(!s.release(&key, 7, "a").await.unwrap(), "nor give it back");
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 7, "b", b_until)]
+        );
+    }
+
+    pub async fn released_only_by_its_holder(s: Arc<dyn LeaseStore>) {
+        let key = unique("limit:");
+        let t0 = now();
+        assert!(!s.release(&key, 1, "a").await.unwrap(), "nothing there");
+        let a_until = at(t0, 60_000);
+        assert!(s.acquire(&key, 1, "a", a_until, t0).await.unwrap());
+        assert!(!s.release(&key, 1, "b").await.unwrap());
+        assert!(!s.release(&key, 2, "a").await.unwrap(), "another partition");
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 1, "a", a_until)]
+        );
+        assert!(s.release(&key, 1, "a").await.unwrap());
+        assert_eq!(s.leases(&key).await.unwrap(), vec![], "the row is gone");
+        assert!(!s.release(&key, 1, "a").await.unwrap(), "once");
+        // Free again well before the old lease would have expired.
+        let b_until = at(t0, 30_000);
+        assert!(s.acquire(&key, 1, "b", b_until, at(t0, 1)).await.unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 1, "b", b_until)]
+        );
+    }
+
+    /// Many holders race for one free partition: exactly one gets it, and the
+    /// row names the winner.
+    pub async fn racing_holders_make_one_winner(s: Arc<dyn LeaseStore>) {
+        let key = unique("limit:");
+        let t0 = now();
+        let until = at(t0, 30_000);
+        let tries = (0..16).map(|i| {
+            let (s, key) = (s.clone(), key.clone());
+            tokio::spawn(async move {
+                let holder = format!("h{i}");
+                let won = s.acquire(&key, 5, &holder, until, t0).await.unwrap();
+                (holder, won)
+            })
+        });
+        let outcomes: Vec<_> = futures::future::join_all(tries)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let winners: Vec<_> = outcomes.iter().filter(|(_, won)| *won).collect();
+        assert_eq!(winners.len(), 1, "{outcomes:?}");
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![row(&key, 5, &winners[0].0, until)]
+        );
+    }
+
+    /// A key's leases, by partition; a key sharing its prefix is another key.
+    pub async fn leases_lists_one_keys_partitions(s: Arc<dyn LeaseStore>) {
+        let key = unique("limit:");
+        let other = format!("{key}:x");
+        let t0 = now();
+        let live = at(t0, 60_000);
+        let expired = at(t0, -5_000);
+        // Written out of order, and 12 < 3 were they compared as text.
+        for (p, holder, until) in [(12, "a", live), (3, "b", expired), (0, "a", live)] {
+            assert!(s
+                .acquire(&key, p, holder, until, at(t0, -10_000))
+                .await
+                .unwrap());
+        }
+        assert!(s.acquire(&other, 1, "c", live, t0).await.unwrap());
+        assert_eq!(
+            s.leases(&key).await.unwrap(),
+            vec![
+                row(&key, 0, "a", live),
+                row(&key, 3, "b", expired),
+                row(&key, 12, "a", live),
+            ],
+            "live and expired rows, by partition, none of {other}"
+        );
+        assert_eq!(
+            s.leases(&other).await.unwrap(),
+            vec![row(&other, 1, "c", live)]
+        );
+    }
+}
+
+#[macro_export]
+macro_rules! lease_conformance {
+    ($factory:path) => {
+        mod lease_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_free_partition_is_acquired() {
+                common::conformance::lease::a_free_partition_is_acquired($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_live_lease_is_refused_to_others_and_renewed_by_its_holder() {
+                common::conformance::lease::a_live_lease_is_refused_to_others_and_renewed_by_its_holder(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_expired_lease_is_taken_over() {
+                common::conformance::lease::an_expired_lease_is_taken_over($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn released_only_by_its_holder() {
+                common::conformance::lease::released_only_by_its_holder($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_holders_make_one_winner() {
+                common::conformance::lease::racing_holders_make_one_winner($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn leases_lists_one_keys_partitions() {
+                common::conformance::lease::leases_lists_one_keys_partitions($factory().await)
+                    .await
+            }
+        }
+    };
+}

@@ -11,6 +11,7 @@
 //!   queue's `RedrivePolicy`.
 //! - [`DynamoTenantDirectory`]: one item per tenant.
 //! - [`DynamoDebounceStore`]: debounce rows, in the index table (`pk` = `D#<key>`).
+//! - [`DynamoLeaseStore`]: partition leases, in the index table (`pk` = `L#<key>`).
 //! - [`ensure_resources`] / [`sdk_config`]: create what is missing, honouring
 //!   the standard AWS environment (`AWS_ENDPOINT_URL`, `AWS_REGION`, credentials).
 //!
@@ -20,6 +21,7 @@ pub mod debounce;
 pub mod directory;
 pub mod error;
 pub mod index;
+pub mod lease;
 pub mod queue;
 pub mod resources;
 #[cfg(feature = "secrets")]
@@ -29,6 +31,7 @@ pub use debounce::DynamoDebounceStore;
 pub use directory::DynamoTenantDirectory;
 pub use error::AwsError;
 pub use index::DynamoReminderIndex;
+pub use lease::DynamoLeaseStore;
 pub use queue::SqsDelayQueue;
 pub use resources::{
     ensure_directory_table, ensure_index_table, ensure_queue, ensure_resources, sdk_config,

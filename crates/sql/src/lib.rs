@@ -13,6 +13,8 @@ pub mod directory;
 #[cfg(feature = "sqlite")]
 pub mod index;
 #[cfg(feature = "sqlite")]
+pub mod lease;
+#[cfg(feature = "sqlite")]
 pub mod queue;
 pub mod stores;
 pub mod tenant_store;
@@ -82,6 +84,8 @@ pub use debounce::SqliteDebounceStore;
 pub use directory::SqliteTenantDirectory;
 #[cfg(feature = "sqlite")]
 pub use index::SqliteReminderIndex;
+#[cfg(feature = "sqlite")]
+pub use lease::SqliteLeaseStore;
 #[cfg(feature = "sqlite")]
 pub use queue::SqliteDelayQueue;
 pub use stores::{
