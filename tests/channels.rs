@@ -19,25 +19,26 @@ fn clock() -> std::sync::Arc<dyn toki_core::ports::Clock> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slack_waits_out_a_short_retry_after() {
+async fn slack_answers_a_throttle_at_once_instead_of_waiting_in_memory() {
     let (standin, url) = slack_standin(StandinOptions {
         throttle_first: 2,
         retry_after_s: 1,
+        ..Default::default()
     })
     .await;
+    // One request at a time: the first two meet the 429s.
     let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
     let batch: Vec<_> = (0..3).map(|i| notification(i, &format!("U{i}"))).collect();
-    let started = Instant::now();
     let results = slack.send(&batch).await;
-    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "Retry-After was not honoured"
-    );
+    let throttled = SendError::Throttled {
+        retry_after: Duration::from_secs(1),
+    };
+    assert_eq!(results[0], Err(throttled.clone()), "{results:?}");
+    assert_eq!(results[1], Err(throttled), "{results:?}");
+    assert!(results[2].is_ok(), "{results:?}");
     let stats = standin.stats();
-    assert_eq!(stats.unique, 3);
-    assert_eq!(stats.duplicates, 0);
-    assert_eq!(stats.requests, 5, "2 throttled + 3 delivered");
+    assert_eq!(stats.unique, 1);
+    assert_eq!(stats.requests, 3, "no request repeated in place");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,6 +46,7 @@ async fn slack_long_retry_after_sends_the_message_back_later() {
     let (_standin, url) = slack_standin(StandinOptions {
         throttle_first: 100,
         retry_after_s: 30,
+        ..Default::default()
     })
     .await;
     let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
@@ -132,6 +134,7 @@ async fn the_pipeline_rides_out_slack_throttling_without_loss_or_duplicates() {
     let (standin, url) = slack_standin(StandinOptions {
         throttle_first: 6,
         retry_after_s: 1,
+        ..Default::default()
     })
     .await;
     let h = Harness::start(|c| {

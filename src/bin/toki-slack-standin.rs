@@ -2,7 +2,7 @@
 //! address on the first line of stdout, serves until killed.
 
 use clap::Parser;
-use toki_devtools::slack_standin::{Standin, StandinOptions};
+use toki_devtools::slack_standin::{RateLimit, Standin, StandinOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -16,9 +16,18 @@ struct Args {
     /// Answer the first N requests with HTTP 429.
     #[arg(long, default_value_t = 0)]
     throttle_first: u64,
-    /// Retry-After seconds on a 429.
+    /// Retry-After seconds on a 429 from --throttle-first.
     #[arg(long, default_value_t = 1)]
     retry_after: u64,
+    /// Limit chat.postMessage, across all clients, to N + B accepted in any
+    /// sliding 1-second window; beyond it answer as Slack does (HTTP 429,
+    /// Retry-After: 1, "ratelimited") and record nothing. Off by default.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    rate_limit: Option<u32>,
+    /// With --rate-limit: B more allowed in any 1-second window on top of N
+    /// (0: never more than N in any second).
+    #[arg(long, value_name = "B", default_value_t = 0, requires = "rate_limit")]
+    burst: u32,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -29,6 +38,10 @@ async fn main() -> anyhow::Result<()> {
     let standin = Standin::new(StandinOptions {
         throttle_first: args.throttle_first,
         retry_after_s: args.retry_after,
+        rate_limit: args.rate_limit.map(|per_second| RateLimit {
+            per_second,
+            burst: args.burst,
+        }),
     });
     toki_devtools::slack_standin::serve(standin, listener).await?;
     Ok(())

@@ -17,10 +17,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 use tracing::debug;
 
-/// A 429 asking for at most this long is waited out in place; longer, the message comes back later.
-const INLINE_RETRY_LIMIT: Duration = Duration::from_secs(5);
-const MAX_ATTEMPTS: u32 = 3;
-
 /// The part of a Web API reply Toki reads.
 #[derive(serde::Deserialize)]
 struct SlackReply {
@@ -161,63 +157,56 @@ impl SlackChannel {
         body: bytes::Bytes,
     ) -> Result<Instant, SendError> {
         let transient = |reason: String| SendError::Transient(reason);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let response = client
-                .post(url.clone())
-                .header(reqwest::header::AUTHORIZATION, token)
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    "application/json; charset=utf-8",
-                )
-                .body(body.clone())
-                .send()
-                .await
-                .map_err(|e| transient(format!("slack: {e}")))?;
-            let status = response.status();
-            if status.as_u16() == 429 {
-                let wait = response
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs)
-                    .unwrap_or(Duration::from_secs(1));
-                if wait <= INLINE_RETRY_LIMIT && attempt < MAX_ATTEMPTS {
-                    debug!(?wait, "slack rate limited; waiting as asked");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                return Err(SendError::Throttled { retry_after: wait });
-            }
-            if status.is_server_error() {
-                return Err(transient(format!("slack: HTTP {status}")));
-            }
-            let at = clock.now();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
-            let reply: SlackReply = serde_json::from_slice(&bytes)
-                .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
-            if reply.ok {
-                return Ok(at);
-            }
-            let error = reply.error.unwrap_or_else(|| "unknown_error".into());
-            return Err(match error.as_str() {
-                // The recipient cannot be reached this way: retrying will not help.
-                "channel_not_found" | "user_not_found" | "is_archived" | "not_in_channel"
-                | "msg_too_long" | "no_text" | "cannot_dm_bot" | "user_disabled" => {
-                    SendError::Permanent(format!("slack: {error}"))
-                }
-                "ratelimited" => SendError::Throttled {
-                    retry_after: Duration::from_secs(1),
-                },
-                // Token and service problems are fixed by operators; keep the message.
-                _ => transient(format!("slack: {error}")),
-            });
+        let response = client
+            .post(url.clone())
+            .header(reqwest::header::AUTHORIZATION, token)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/json; charset=utf-8",
+            )
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transient(format!("slack: {e}")))?;
+        let status = response.status();
+        if status.as_u16() == 429 {
+            let wait = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .unwrap_or(Duration::from_secs(1));
+            // Not waited out here: the daemon's flow control pauses the
+            // key and the message returns to the queue for that long.
+            return Err(SendError::Throttled { retry_after: wait });
         }
+        if status.is_server_error() {
+            return Err(transient(format!("slack: HTTP {status}")));
+        }
+        let at = clock.now();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
+        let reply: SlackReply = serde_json::from_slice(&bytes)
+            .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
+        if reply.ok {
+            return Ok(at);
+        }
+        let error = reply.error.unwrap_or_else(|| "unknown_error".into());
+        Err(match error.as_str() {
+            // The recipient cannot be reached this way: retrying will not help.
+            "channel_not_found" | "user_not_found" | "is_archived" | "not_in_channel"
+            | "msg_too_long" | "no_text" | "cannot_dm_bot" | "user_disabled" => {
+                SendError::Permanent(format!("slack: {error}"))
+            }
+            "ratelimited" => SendError::Throttled {
+                retry_after: Duration::from_secs(1),
+            },
+            // Token and service problems are fixed by operators; keep the message.
+            _ => transient(format!("slack: {error}")),
+        })
     }
 }
 

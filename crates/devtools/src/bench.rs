@@ -38,6 +38,60 @@ pub struct BenchOptions {
     /// own process) and, optionally, the Maildir its capture writes.
     pub smtp_url: Option<String>,
     pub maildir: Option<PathBuf>,
+    /// The daemons' limits (`TOKI_FLOW_LIMITS`, JSON): none by default, so
+    /// that runs measure the pipeline, not a limit.
+    pub limits: String,
+    /// The Slack stand-in answers 429 beyond this many a second (+ burst).
+    pub standin_limit: Option<(u32, u32)>,
+    /// One more tenant with this many deliveries on top (a large tenant's
+    /// burst beside the others'): lateness is then reported per group.
+    pub large: Option<usize>,
+}
+
+/// `slack:default=50/10,smtp:ses=14` → the limits' JSON table.
+pub fn parse_limits(s: &str) -> anyhow::Result<String> {
+    let mut table = serde_json::Map::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, spec) = part
+            .split_once('=')
+            .with_context(|| format!("--limit: {part:?} is not KEY=RATE[/BURST]"))?;
+        let (rate, burst) = spec.split_once('/').unwrap_or((spec, "0"));
+        let rate: f64 = rate
+            .parse()
+            .ok()
+            .filter(|r: &f64| *r > 0.0)
+            .with_context(|| format!("--limit: {key}: rate {rate:?} is not a number above 0"))?;
+        let burst: u32 = burst
+            .parse()
+            .with_context(|| format!("--limit: {key}: burst {burst:?} is not a whole number"))?;
+        table.insert(
+            key.to_owned(),
+            serde_json::json!({ "rate": rate, "burst": burst }),
+        );
+    }
+    Ok(serde_json::Value::Object(table).to_string())
+}
+
+/// `50/10` → (50, 10).
+pub fn parse_rate(field: &str, s: &str) -> anyhow::Result<(u32, u32)> {
+    let (rate, burst) = s.split_once('/').unwrap_or((s, "0"));
+    let rate = rate
+        .parse::<u32>()
+        .ok()
+        .filter(|r| *r > 0)
+        .with_context(|| format!("{field}: {rate:?} is not a rate above 0"))?;
+    let burst = burst
+        .parse::<u32>()
+        .with_context(|| format!("{field}: burst {burst:?} is not a whole number"))?;
+    Ok((rate, burst))
+}
+
+/// Lateness of one group of tenants' deliveries.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupLateness {
+    pub group: String,
+    pub deliveries: usize,
+    pub lateness_ms: Lateness,
 }
 
 /// One run, as printed (`--json`: one object per line).
@@ -61,6 +115,15 @@ pub struct BenchRun {
     pub enqueue_s: f64,
     /// SMTP sessions the stand-in accepted (mail through it only).
     pub smtp_sessions: Option<u64>,
+    /// 429s the Slack stand-in answered (its rate limit and `throttle_first`).
+    pub throttle_answers: Option<u64>,
+    /// The most deliveries the Slack stand-in accepted in any 1-second window.
+    pub max_per_second: Option<u64>,
+    /// With a large tenant: lateness of its deliveries and of the others'.
+    pub groups: Vec<GroupLateness>,
+    /// Deliveries the Slack stand-in accepted per second from the due
+    /// instant (second 0 holds the due instant), for a look at the pacing.
+    pub per_second: Vec<u64>,
     /// Where lateness was measured: "sink" (the stand-in's arrival clock) or "rows" (delivery rows).
     pub measured_at: &'static str,
 }
@@ -89,8 +152,9 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts a stand-in process; returns it and the first line it printed.
-fn start_process(name: &str) -> anyhow::Result<(Guard, String)> {
+fn start_process(name: &str, args: &[String]) -> anyhow::Result<(Guard, String)> {
     let mut child = Command::new(sibling_binary(name)?)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -102,8 +166,17 @@ fn start_process(name: &str) -> anyhow::Result<(Guard, String)> {
 }
 
 /// Starts the Slack stand-in process; returns it and its API base URL.
-fn start_standin() -> anyhow::Result<(Guard, String)> {
-    let (guard, base) = start_process("toki-slack-standin")?;
+fn start_standin(limit: Option<(u32, u32)>) -> anyhow::Result<(Guard, String)> {
+    let args: Vec<String> = match limit {
+        Some((rate, burst)) => vec![
+            "--rate-limit".into(),
+            rate.to_string(),
+            "--burst".into(),
+            burst.to_string(),
+        ],
+        None => Vec::new(),
+    };
+    let (guard, base) = start_process("toki-slack-standin", &args)?;
     if !base.starts_with("http://") {
         bail!("the Slack stand-in did not print its address (got {base:?})");
     }
@@ -112,7 +185,7 @@ fn start_standin() -> anyhow::Result<(Guard, String)> {
 
 /// Starts the SMTP stand-in process; returns it, its SMTP URL and its HTTP base URL.
 fn start_smtp_standin() -> anyhow::Result<(Guard, String, String)> {
-    let (guard, line) = start_process("toki-smtp-standin")?;
+    let (guard, line) = start_process("toki-smtp-standin", &[])?;
     match line.split_once(' ') {
         Some((smtp, http)) if smtp.starts_with("smtp://") && http.starts_with("http://") => {
             Ok((guard, smtp.to_owned(), http.to_owned()))
@@ -219,7 +292,7 @@ pub async fn run_once(
     config.aws.create_resources = true;
     let (standin, sink) = match (opts.channel, &opts.smtp_url) {
         (Channel::Slack, _) => {
-            let (g, url) = start_standin()?;
+            let (g, url) = start_standin(opts.standin_limit)?;
             config.slack.token = Some("xoxb-toki-bench".into());
             config.slack.api_url = format!("{url}/api");
             (Some(g), Sink::Slack(url))
@@ -270,6 +343,7 @@ pub async fn run_once(
                 },
             )
             .env("TOKI_LEAD_MS", config.pipeline.lead_ms.to_string())
+            .env("TOKI_FLOW_LIMITS", &opts.limits)
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(t) = &config.tenant_database_template {
@@ -289,7 +363,27 @@ pub async fn run_once(
     let mut progress = Progress::new(!opts.json);
     let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
     let due = scenario::due_instant(lead);
-    let meetings = scenario::plan_meetings(n, &tenants, &[opts.channel], due);
+    let (mut meetings, large_tenant) = match opts.large {
+        // The large tenant is the first; the others share `n`.
+        Some(_) if tenants.len() < 2 => bail!("--large needs --tenants 2 or more"),
+        Some(_) => (
+            scenario::plan_meetings(n, &tenants[1..], &[opts.channel], due),
+            Some(tenants[0].clone()),
+        ),
+        None => (
+            scenario::plan_meetings(n, &tenants, &[opts.channel], due),
+            None,
+        ),
+    };
+    if let (Some(large), Some(t)) = (opts.large, &large_tenant) {
+        meetings.extend(scenario::plan_meetings(
+            large,
+            std::slice::from_ref(t),
+            &[opts.channel],
+            due,
+        ));
+    }
+    let n = n + opts.large.unwrap_or(0);
     let started = StdInstant::now();
     let expected = scenario::register(&toki, meetings, &mut progress).await?;
     let enqueue_s = started.elapsed().as_secs_f64();
@@ -341,10 +435,39 @@ pub async fn run_once(
     progress.finish(&format!("n={n} w={workers}: done"));
 
     let mut smtp_sessions = None;
+    let (mut throttle_answers, mut max_per_second, mut groups) = (None, None, Vec::new());
+    let mut per_second: Vec<u64> = Vec::new();
     let (mut lateness, missing, duplicates, measured_at, last_ms) = match &sink {
         Sink::Slack(url) => {
             let arrivals: Vec<Arrival> = get_json(&http, &format!("{url}/arrivals")).await?;
             let stats: StandinStats = get_json(&http, &format!("{url}/stats")).await?;
+            throttle_answers = Some(stats.rate_limited + stats.throttled);
+            let seconds: Vec<(i64, u64)> = get_json(&http, &format!("{url}/per_second")).await?;
+            let first = due.timestamp_millis().div_euclid(1000);
+            for (second, accepted) in seconds {
+                if let Ok(i) = usize::try_from(second - first) {
+                    if per_second.len() <= i {
+                        per_second.resize(i + 1, 0);
+                    }
+                    per_second[i] = accepted;
+                }
+            }
+            max_per_second = Some(stats.max_per_second);
+            if let Some(large) = &large_tenant {
+                let prefix = format!("{large}/");
+                let (big, rest): (Vec<&Arrival>, Vec<&Arrival>) = arrivals
+                    .iter()
+                    .partition(|a| a.delivery.starts_with(&prefix));
+                for (group, part) in [("large tenant", big), ("other tenants", rest)] {
+                    groups.push(GroupLateness {
+                        group: group.into(),
+                        deliveries: part.len(),
+                        lateness_ms: Lateness::from_millis(
+                            part.iter().map(|a| a.arrived_ms - a.due_at_ms).collect(),
+                        ),
+                    });
+                }
+            }
             let at_sink = arrivals.iter().map(|a| (a.arrived_ms, a.due_at_ms));
             measured_at_sink(at_sink, due, n, stats.unique, stats.duplicates)
         }
@@ -398,6 +521,10 @@ pub async fn run_once(
         cpu_s,
         enqueue_s: (enqueue_s * 100.0).round() / 100.0,
         smtp_sessions,
+        throttle_answers,
+        max_per_second,
+        groups,
+        per_second,
         measured_at,
     })
 }
@@ -441,6 +568,8 @@ pub fn header() -> Vec<&'static str> {
         "CPU s",
         "sessions",
         "share %",
+        "429s",
+        "max/s",
     ]
 }
 
@@ -464,7 +593,31 @@ pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
         r.smtp_sessions
             .map_or_else(|| "-".to_owned(), |s| s.to_string()),
         share_percent(&r.share),
+        r.throttle_answers
+            .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        r.max_per_second
+            .map_or_else(|| "-".to_owned(), |s| s.to_string()),
     ]
+}
+
+/// Lateness per group of tenants, as a table.
+pub fn groups_table(groups: &[GroupLateness]) -> String {
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.group.clone(),
+                g.deliveries.to_string(),
+                g.lateness_ms.p50.to_string(),
+                g.lateness_ms.p99.to_string(),
+                g.lateness_ms.max.to_string(),
+            ]
+        })
+        .collect();
+    toki_app::table::table(
+        &["tenants", "deliveries", "p50 ms", "p99 ms", "max ms"],
+        &rows,
+    )
 }
 
 /// Each daemon's part of the deliveries, in percent: `34/33/33`.
@@ -504,6 +657,9 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
             if !opts.json {
                 // Each run as it finishes: a long sweep shows results as it goes.
                 eprintln!("{}", toki_app::table::table(&header(), &[row(&r, None)]));
+                if !r.groups.is_empty() {
+                    eprintln!("{}", groups_table(&r.groups));
+                }
             }
             runs.push(r);
         }
@@ -526,7 +682,7 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
     }
     if !opts.json {
         println!("{}", toki_app::table::table(&header(), &rows));
-        println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; D = daemon processes, RSS = the largest one's peak, CPU = all of theirs; sessions = SMTP connections the stand-in accepted; share = each daemon's part of the delivered rows");
+        println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; D = daemon processes, RSS = the largest one's peak, CPU = all of theirs; sessions = SMTP connections the stand-in accepted; share = each daemon's part of the delivered rows; 429s = throttle answers the Slack stand-in gave, max/s = the most it accepted in any 1-second window");
     }
     Ok(clean)
 }

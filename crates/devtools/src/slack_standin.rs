@@ -5,8 +5,13 @@
 //! `Retry-After`). It records when each delivery arrived, so missing and
 //! duplicate deliveries can be counted, and can be told to fail (5xx,
 //! `ok:false`) while it runs, in process or through `POST /control/mode`.
+//!
+//! With [`StandinOptions::rate_limit`] it also limits `chat.postMessage`
+//! fleet-wide as Slack does, and counts the most deliveries it accepted in
+//! any one second (`max_per_second`), so a test can check that a client kept
+//! under the limit rather than leaning on the 429s.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +30,35 @@ pub struct StandinOptions {
     /// Answer the first N requests with 429 and `Retry-After: retry_after_s`.
     pub throttle_first: u64,
     pub retry_after_s: u64,
+    /// Slack's rate limit on `chat.postMessage`, across every client.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A limit on accepted `chat.postMessage` requests: at most
+/// `per_second + burst` in any sliding window of 1,000 ms.
+///
+/// Precisely: a request arriving at `t` (ms, the stand-in's clock) is
+/// accepted iff fewer than `per_second + burst` requests were accepted in
+/// `(t - 1000, t]`; otherwise it is answered HTTP 429, `Retry-After: 1`,
+/// `{"ok":false,"error":"ratelimited"}` and not recorded. So no 1,000 ms
+/// window ever holds more than `per_second + burst` deliveries, and a client
+/// whose requests never put more than that in one window (say a token bucket
+/// of `burst` tokens refilled at `per_second`) is never throttled. A window
+/// rather than a bucket of `per_second + burst` tokens: such a bucket, full,
+/// lets through that many at once and then `per_second` more within the same
+/// second. `Retry-After: 1` is always enough: by then every request in the
+/// window that was full has left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// Most accepted requests in any 1,000 ms window.
+    pub fn per_window(&self) -> u64 {
+        u64::from(self.per_second) + u64::from(self.burst)
+    }
 }
 
 /// How every Web API method answers, changeable while the stand-in runs.
@@ -56,17 +90,52 @@ struct Recorded {
     arrivals: HashMap<String, Vec<i64>>,
     /// Direct-message channel (the user id) → messages posted to it, oldest first.
     history: HashMap<String, Vec<Posted>>,
+    /// Accepted `chat.postMessage` arrivals (ms) in the last 1,000 ms, oldest
+    /// first: the rate limit's window, and `max_per_second`'s.
+    window: VecDeque<i64>,
+    /// The latest arrival handed out, so arrivals never go back in time.
+    last_ms: Option<i64>,
+    /// Most accepted in any 1,000 ms window so far (`window`'s longest).
+    max_per_second: u64,
+    /// Second since the epoch → accepted `chat.postMessage` requests in it.
+    per_second: BTreeMap<i64, u64>,
+}
+
+impl Recorded {
+    /// Now (ms) as arrivals see it, with the window moved up to it. Taken
+    /// under the lock and never before the last one, so `window` stays sorted
+    /// (a wall clock stepping back holds arrivals at the last instant).
+    fn arrive(&mut self, clock_ms: i64) -> i64 {
+        let now = self.last_ms.map_or(clock_ms, |last| last.max(clock_ms));
+        self.last_ms = Some(now);
+        while self.window.front().is_some_and(|&t| t <= now - 1000) {
+            self.window.pop_front();
+        }
+        now
+    }
+
+    /// Counts an accepted `chat.postMessage` arriving at `now` (from `arrive`).
+    fn accept(&mut self, now: i64) {
+        self.window.push_back(now);
+        // The busiest window ends at an arrival, so checking at each is enough.
+        self.max_per_second = self.max_per_second.max(self.window.len() as u64);
+        *self.per_second.entry(now.div_euclid(1000)).or_default() += 1;
+    }
 }
 
 #[derive(Clone)]
 pub struct Standin {
     options: StandinOptions,
+    /// Arrival times (and the rate limit's window) come from here.
+    clock: Arc<dyn Clock>,
     behaviour: Arc<Mutex<Behaviour>>,
     requests: Arc<AtomicU64>,
     /// Requests answered with a failure (any behaviour but `Ok`).
     failed: Arc<AtomicU64>,
     /// `chat.postMessage` requests that came over HTTP/2.
     http2: Arc<AtomicU64>,
+    /// `chat.postMessage` requests answered 429 by `options.rate_limit`.
+    rate_limited: Arc<AtomicU64>,
     recorded: Arc<Mutex<Recorded>>,
     /// Woken at every delivery that arrives.
     arrived: Arc<tokio::sync::Notify>,
@@ -76,7 +145,15 @@ pub struct Standin {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct StandinStats {
     pub requests: u64,
+    /// Requests answered 429 by `throttle_first` (the rate limit's are `rate_limited`).
     pub throttled: u64,
+    /// `chat.postMessage` requests answered 429 by the rate limit.
+    #[serde(default)]
+    pub rate_limited: u64,
+    /// Most `chat.postMessage` deliveries accepted in any 1,000 ms sliding
+    /// window (by arrival at the stand-in), whatever the rate limit.
+    #[serde(default)]
+    pub max_per_second: u64,
     /// Requests answered with a failure on purpose (`Behaviour` other than `Ok`).
     #[serde(default)]
     pub failed: u64,
@@ -100,12 +177,20 @@ pub struct Arrival {
 
 impl Standin {
     pub fn new(options: StandinOptions) -> Self {
+        Self::with_clock(options, Arc::new(toki_core::ports::SystemClock))
+    }
+
+    /// A stand-in whose arrivals (and rate-limit window) follow `clock`, so a
+    /// test can move time across the window without sleeping.
+    pub fn with_clock(options: StandinOptions, clock: Arc<dyn Clock>) -> Self {
         Standin {
             options,
+            clock,
             behaviour: Arc::default(),
             requests: Arc::default(),
             failed: Arc::default(),
             http2: Arc::default(),
+            rate_limited: Arc::default(),
             recorded: Arc::default(),
             arrived: Arc::default(),
         }
@@ -123,6 +208,7 @@ impl Standin {
             .route("/control/mode", post(set_mode))
             .route("/stats", get(stats))
             .route("/arrivals", get(arrivals))
+            .route("/per_second", get(per_second))
             .with_state(self.clone())
     }
 
@@ -143,12 +229,7 @@ impl Standin {
             )
                 .into_response(),
             Behaviour::NotOk(error) => slack_error(&error),
-            Behaviour::Throttle(after) => (
-                StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", after.to_string())],
-                Json(json!({ "ok": false, "error": "ratelimited" })),
-            )
-                .into_response(),
+            Behaviour::Throttle(after) => ratelimited(after),
         };
         self.failed.fetch_add(1, Ordering::Relaxed);
         Some(answer)
@@ -162,6 +243,8 @@ impl Standin {
             failed: self.failed.load(Ordering::Relaxed),
             http2: self.http2.load(Ordering::Relaxed),
             throttled: requests.min(self.options.throttle_first),
+            rate_limited: self.rate_limited.load(Ordering::Relaxed),
+            max_per_second: rec.max_per_second,
             unique: rec.arrivals.len() as u64,
             duplicates: rec
                 .arrivals
@@ -187,6 +270,13 @@ impl Standin {
         }
     }
 
+    /// Accepted `chat.postMessage` requests per second since the epoch (by
+    /// arrival), oldest first; seconds with none are left out.
+    pub fn per_second(&self) -> Vec<(i64, u64)> {
+        let rec = self.recorded.lock().expect("stand-in lock");
+        rec.per_second.iter().map(|(&s, &n)| (s, n)).collect()
+    }
+
     /// Every delivery received, with its first arrival and the due instant it carried.
     pub fn arrivals(&self) -> Vec<Arrival> {
         let rec = self.recorded.lock().expect("stand-in lock");
@@ -206,49 +296,66 @@ fn slack_error(error: &str) -> Response {
     Json(json!({ "ok": false, "error": error })).into_response()
 }
 
+fn ratelimited(retry_after_s: u64) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [("retry-after", retry_after_s.to_string())],
+        Json(json!({ "ok": false, "error": "ratelimited" })),
+    )
+        .into_response()
+}
+
 async fn post_message(
     State(s): State<Standin>,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Json<Value>,
 ) -> Response {
-    // The sink's own clock: arrival as the receiver sees it.
-    let arrived_ms = toki_core::ports::SystemClock.now().timestamp_millis();
     let n = s.requests.fetch_add(1, Ordering::Relaxed) + 1;
     if version == axum::http::Version::HTTP_2 {
         s.http2.fetch_add(1, Ordering::Relaxed);
     }
     if n <= s.options.throttle_first {
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", s.options.retry_after_s.to_string())],
-            Json(json!({ "ok": false, "error": "ratelimited" })),
-        )
-            .into_response();
+        return ratelimited(s.options.retry_after_s);
     }
     if let Some(failure) = s.failure() {
         return failure;
     }
-    if !authorized(&headers) {
-        return slack_error("not_authed");
-    }
     let channel = body["channel"].as_str().unwrap_or_default();
-    if channel.is_empty() {
-        return slack_error("channel_not_found");
+    let text = body["text"].as_str().unwrap_or_default();
+    let invalid = if !authorized(&headers) {
+        Some("not_authed")
+    } else if channel.is_empty() || channel.starts_with("UNKNOWN") {
+        Some("channel_not_found")
+    } else if text.is_empty() {
+        Some("no_text")
+    } else {
+        None
+    };
+    // The sink's own clock: arrival as the receiver sees it, read under the
+    // lock so the rate limit's window sees arrivals in order.
+    let clock_ms = s.clock.now().timestamp_millis();
+    let mut rec = s.recorded.lock().expect("stand-in lock");
+    let arrived_ms = rec.arrive(clock_ms);
+    // Slack throttles before it looks at the request; only accepted
+    // deliveries fill the window, so it bounds exactly what was delivered.
+    if let Some(limit) = s.options.rate_limit {
+        if rec.window.len() as u64 >= limit.per_window() {
+            drop(rec);
+            s.rate_limited.fetch_add(1, Ordering::Relaxed);
+            return ratelimited(1);
+        }
     }
-    if channel.starts_with("UNKNOWN") {
-        return slack_error("channel_not_found");
+    if let Some(error) = invalid {
+        return slack_error(error);
     }
-    if body["text"].as_str().unwrap_or_default().is_empty() {
-        return slack_error("no_text");
-    }
+    rec.accept(arrived_ms);
     let ts = format!(
         "{}.{:06}",
         arrived_ms / 1000,
         (arrived_ms % 1000) * 1000 + (n % 1000) as i64
     );
     let payload = &body["metadata"]["event_payload"];
-    let mut rec = s.recorded.lock().expect("stand-in lock");
     if let (Some(t), Some(d)) = (payload["tenant"].as_str(), payload["delivery"].as_str()) {
         let due = payload["due_at_ms"].as_i64().unwrap_or(0);
         // First element: the due instant; then one arrival per copy.
@@ -262,7 +369,7 @@ async fn post_message(
         .or_default()
         .push(Posted {
             ts: ts.clone(),
-            text: body["text"].as_str().unwrap_or_default().to_owned(),
+            text: text.to_owned(),
             metadata: body["metadata"].clone(),
         });
     drop(rec);
@@ -373,6 +480,11 @@ async fn stats(State(s): State<Standin>) -> Json<StandinStats> {
 
 async fn arrivals(State(s): State<Standin>) -> Json<Vec<Arrival>> {
     Json(s.arrivals())
+}
+
+/// `GET /per_second`: `[[second since the epoch, accepted], ...]`.
+async fn per_second(State(s): State<Standin>) -> Json<Vec<(i64, u64)>> {
+    Json(s.per_second())
 }
 
 /// Serves the stand-in on `listener` until the future is dropped.
