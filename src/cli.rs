@@ -93,6 +93,17 @@ pub enum Command {
         /// The Maildir an --smtp-url capture server writes, to count duplicates (optional).
         #[arg(long)]
         maildir: Option<PathBuf>,
+        /// Limits for the daemons, KEY=RATE[/BURST],... (e.g. slack:default=50/10);
+        /// default none, so that a run measures the pipeline rather than a limit.
+        #[arg(long)]
+        limit: Option<String>,
+        /// The Slack stand-in answers 429 beyond RATE[/BURST] a second, as Slack does.
+        #[arg(long)]
+        standin_limit: Option<String>,
+        /// One more tenant with this many deliveries (e.g. 10000 beside --tenants 10
+        /// --deliveries 900): lateness is reported for it and for the others.
+        #[arg(long)]
+        large: Option<usize>,
         /// One JSON object per run per line.
         #[arg(long)]
         json: bool,
@@ -277,6 +288,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             data_dir,
             smtp_url,
             maildir,
+            limit,
+            standin_limit,
+            large,
             json,
         } => {
             let opts = toki_devtools::bench::BenchOptions {
@@ -292,6 +306,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 json,
                 smtp_url,
                 maildir,
+                limits: match &limit {
+                    Some(l) => toki_devtools::bench::parse_limits(l)?,
+                    None => "{}".into(),
+                },
+                standin_limit: standin_limit
+                    .as_deref()
+                    .map(|s| toki_devtools::bench::parse_rate("--standin-limit", s))
+                    .transpose()?,
+                large,
             };
             let clean = toki_devtools::bench::run(Config::load(file)?, opts).await?;
             Ok(if clean { 0 } else { 1 })

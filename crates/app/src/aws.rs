@@ -76,6 +76,11 @@ pub(crate) async fn open(
             dynamo.clone(),
             names.index_table.clone(),
         )),
+        // Rate-limit partitions' leases, under keys of their own (`L#<key>`).
+        leases: Arc::new(toki_aws::DynamoLeaseStore::new(
+            dynamo.clone(),
+            names.index_table.clone(),
+        )),
         stores: Arc::new(SqlTenantStores::with_locator(locator)),
         directory,
         index: Arc::new(DynamoReminderIndex::new(

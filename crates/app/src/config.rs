@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
+use toki_core::flow::FlowSettings;
 use toki_core::settings::PipelineSettings;
 
 /// A setting that holds a credential (a token, a URL with a password): it
@@ -95,6 +96,8 @@ pub struct Config {
     pub mail: MailConfig,
     pub slack: SlackConfig,
     pub aws: AwsConfig,
+    /// Limits on Slack, mail and tenant databases, shared by the fleet.
+    pub flow: FlowSettings,
 }
 
 /// Tenant databases on a Postgres server: each tenant's database is named by
@@ -263,6 +266,7 @@ impl Default for Config {
             mail: MailConfig::default(),
             slack: SlackConfig::default(),
             aws: AwsConfig::default(),
+            flow: FlowSettings::default(),
         }
     }
 }
@@ -495,6 +499,18 @@ impl Config {
         if let Some(v) = env_parse("TOKI_SLACK_HTTP2_PRIOR_KNOWLEDGE")? {
             self.slack.http2_prior_knowledge = v;
         }
+        if let Some(v) = env("TOKI_FLOW_LIMITS") {
+            // JSON, the whole table: {"slack:T0123": {"rate": 50, "burst": 10}};
+            // `{}` turns every limit off.
+            self.flow.limits =
+                serde_json::from_str(&v).map_err(|e| anyhow::anyhow!("TOKI_FLOW_LIMITS: {e}"))?;
+        }
+        if let Some(v) = env("TOKI_SLACK_WORKSPACE") {
+            self.flow.slack_workspace = v;
+        }
+        if let Some(v) = env_parse("TOKI_FLOW_PARTITIONS")? {
+            self.flow.partitions = v;
+        }
         if let Some(v) = env("TOKI_SLACK_API_URL") {
             self.slack.api_url = v;
         }
@@ -517,6 +533,15 @@ impl Config {
     }
 
     pub fn validate(&mut self) -> anyhow::Result<()> {
+        if self.mail.effective_transport() == MailTransport::Ses
+            && self.flow.smtp_account == "default"
+        {
+            // SES's sending rate is the account's: the smtp:ses limit.
+            self.flow.smtp_account = "ses".into();
+        }
+        self.flow
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
         if self.pipeline.shards == 0 || self.pipeline.shards > 1000 {
             bail!(
                 "pipeline.shards: {} is out of range 1..=1000",

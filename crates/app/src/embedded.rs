@@ -36,6 +36,7 @@ pub(crate) async fn open(
     };
     Ok(Ports {
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
+        leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),
         stores: Arc::new(stores),
         directory,
         index: Arc::new(SqliteReminderIndex::new(

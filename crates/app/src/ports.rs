@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use toki_core::debounce::DebounceStore;
+use toki_core::flow::LeaseStore;
 use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory};
 use toki_sql::SqlTenantStores;
 
@@ -14,4 +15,6 @@ pub(crate) struct Ports {
     pub queue: Arc<dyn DelayQueue>,
     /// Change notices' debounce rows.
     pub debounce: Arc<dyn DebounceStore>,
+    /// Leases on the partitions of the fleet's rate limits.
+    pub leases: Arc<dyn LeaseStore>,
 }

@@ -8,6 +8,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use toki_core::change::NoticeAction;
 use toki_core::debounce::{DebounceStore, Debouncer, QueueTimer};
+use toki_core::flow::LeaseStore;
 use toki_core::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 use toki_core::registrar::ChangeNotices;
 use toki_core::registrar::Registrar;
@@ -30,6 +31,8 @@ pub struct Toki {
     pub queue: Arc<dyn DelayQueue>,
     /// Change notices' debounce rows.
     pub debounce: Arc<dyn DebounceStore>,
+    /// Leases on the partitions of the fleet's rate limits.
+    pub leases: Arc<dyn LeaseStore>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -67,6 +70,7 @@ impl Toki {
             index: ports.index,
             queue: ports.queue,
             debounce: ports.debounce,
+            leases: ports.leases,
             clock,
         })
     }
@@ -181,9 +185,11 @@ mod delivery {
     use std::sync::Arc;
 
     use anyhow::Context;
+    use rand::RngCore;
     use toki_channels::{ChatChannel, MailChannel, SlackChannel};
     use toki_core::channel::ChannelSender;
     use toki_core::daemon::{Daemon, DebounceChecks};
+    use toki_core::flow::Flow;
 
     use super::Toki;
     use crate::config::MailTransport;
@@ -233,6 +239,23 @@ mod delivery {
             Ok(vec![Arc::new(mail), Arc::new(chat), Arc::new(slack)])
         }
 
+        /// This process's flow control: gates on the configured limits,
+        /// shared rates leased from the control store (SQLite) or DynamoDB.
+        pub fn flow(&self) -> Arc<Flow> {
+            let holder = format!(
+                "{}-{}-{:08x}",
+                hostname(),
+                std::process::id(),
+                rand::thread_rng().next_u32()
+            );
+            Flow::new(
+                self.config.flow.clone(),
+                Some(self.leases.clone()),
+                self.clock.clone(),
+                holder,
+            )
+        }
+
         pub async fn daemon(&self) -> anyhow::Result<Arc<Daemon>> {
             let notices = self.change_notices();
             Ok(Arc::new(
@@ -247,8 +270,22 @@ mod delivery {
                     debouncer: notices.debouncer,
                     settings: Default::default(),
                     action: notices.action,
-                }),
+                })
+                .with_flow(self.flow()),
             ))
         }
+    }
+
+    /// This machine's name, for lease rows (who holds what).
+    fn hostname() -> String {
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "toki".to_owned())
     }
 }

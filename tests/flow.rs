@@ -1,0 +1,120 @@
+//! Flow control on the real parts, as a user runs it: `toki bench` with its
+//! daemons as separate processes on one embedded store (SQLite: queue,
+//! index and the rate-limit leases), and the Slack stand-in process set to
+//! answer 429 beyond the limit, as Slack does.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const TOKI: &str = env!("CARGO_BIN_EXE_toki");
+
+/// `toki bench ARGS --json` in a fresh folder: its run, once it succeeded.
+fn bench(args: &[&str]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(TOKI)
+        .arg("bench")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(dir.path().join("bench"))
+        .env("RUST_LOG", "warn,toki_core::flow=info")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+}
+
+/// Three daemons share a 50/s limit (burst 10) on one Slack workspace; the
+/// stand-in answers 429 above 50/s + 10: 1,500 deliveries due at one instant
+/// go out in about 30 s, never more than 60 in any second, none lost or
+/// repeated, and next to no 429s (the fleet paced itself).
+#[test]
+fn three_daemons_share_one_workspace_limit() {
+    let run = bench(&[
+        "--deliveries",
+        "1500",
+        "--daemons",
+        "3",
+        "--workers",
+        "4",
+        "--tenants",
+        "3",
+        "--lead",
+        "8",
+        "--limit",
+        "slack:default=50/10",
+        "--standin-limit",
+        "50/10",
+    ]);
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    let busiest = run["max_per_second"].as_u64().unwrap();
+    assert!(
+        busiest <= 60,
+        "the stand-in saw {busiest} in one second: {run}"
+    );
+    let throttled = run["throttle_answers"].as_u64().unwrap();
+    assert!(throttled <= 15, "{throttled} 429s of 1,500: {run}");
+    let last = run["lateness_ms"]["max"].as_i64().unwrap();
+    assert!(
+        (27_000..=33_000).contains(&last),
+        "1,500 at 50/s: the last within 10 % of 30 s, was {last} ms: {run}"
+    );
+    let share: Vec<u64> = run["share"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert_eq!(share.iter().sum::<u64>(), 1_500, "{run}");
+}
+
+/// One tenant with 2,000 deliveries beside nine with 20 each, all due at
+/// one instant under 100/s: the small tenants are served beside the large
+/// tenant's backlog (their fair share is at least a tenth of the rate:
+/// 180 deliveries in under 2 s of it), not behind it (20 s).
+#[test]
+fn small_tenants_are_not_stuck_behind_a_large_tenants_burst() {
+    let run = bench(&[
+        "--deliveries",
+        "180",
+        "--tenants",
+        "10",
+        "--large",
+        "2000",
+        "--workers",
+        "4",
+        "--lead",
+        "8",
+        "--limit",
+        "slack:default=100/10",
+    ]);
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    let groups = run["groups"].as_array().unwrap();
+    let group = |name: &str| {
+        groups
+            .iter()
+            .find(|g| g["group"] == name)
+            .unwrap_or_else(|| panic!("no {name} group: {run}"))
+    };
+    let (large, small) = (group("large tenant"), group("other tenants"));
+    assert_eq!(large["deliveries"], 2_000, "{run}");
+    assert_eq!(small["deliveries"], 180, "{run}");
+    let large_max = large["lateness_ms"]["max"].as_i64().unwrap();
+    let small_p99 = small["lateness_ms"]["p99"].as_i64().unwrap();
+    assert!(
+        large_max >= 18_000,
+        "the large tenant's backlog at 100/s: {run}"
+    );
+    assert!(
+        small_p99 <= 5_000,
+        "the small tenants' p99 {small_p99} ms: within their share, not behind 20 s: {run}"
+    );
+}
