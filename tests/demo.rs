@@ -8,6 +8,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use common::bench;
+
 const TOKI: &str = env!("CARGO_BIN_EXE_toki");
 
 fn check(out: std::process::Output, deliveries: u64) -> Value {
@@ -108,27 +110,6 @@ fn demo_against_the_aws_emulator() {
         .unwrap();
     let report = check(out, 300);
     assert_eq!(report["backend"], "aws");
-}
-
-/// `toki bench ARGS --json` in a fresh folder: its run, once it succeeded.
-fn bench(args: &[&str], env: &[(&str, &str)]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(TOKI)
-        .arg("bench")
-        .args(args)
-        .args(["--json", "--data-dir"])
-        .arg(dir.path().join("bench"))
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
 }
 
 /// `toki bench --channel mail` as a user runs it: the daemon and the SMTP

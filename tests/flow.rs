@@ -3,31 +3,11 @@
 //! index and the rate-limit leases), and the Slack stand-in process set to
 //! answer 429 beyond the limit, as Slack does.
 
-use std::process::Command;
+mod common;
 
-use serde_json::Value;
-
-const TOKI: &str = env!("CARGO_BIN_EXE_toki");
-
-/// `toki bench ARGS --json` in a fresh folder: its run, once it succeeded.
-fn bench(args: &[&str]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(TOKI)
-        .arg("bench")
-        .args(args)
-        .args(["--json", "--data-dir"])
-        .arg(dir.path().join("bench"))
-        .env("RUST_LOG", "warn,toki_core::flow=info")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+/// `toki bench ARGS --json`, with the flow's log lines in the daemons' logs.
+fn bench(args: &[&str]) -> serde_json::Value {
+    common::bench(args, &[("RUST_LOG", "warn,toki_core::flow=info")])
 }
 
 /// Three daemons share a 50/s limit (burst 10) on one Slack workspace; the

@@ -85,6 +85,9 @@ impl Sinks {
         c.slack.token = Some("xoxb-fault-suite-token".into());
         c.slack.api_url = self.slack_url.clone();
         c.mail.smtp_url = Some(format!("smtp://{}", self.smtp_addr).into());
+        // The stand-ins take everything at once; the faults are measured
+        // without pacing (flow control has tests of its own: tests/flow.rs).
+        c.flow.limits.clear();
     }
 
     /// The same as environment variables, for a daemon in its own process.
@@ -93,6 +96,7 @@ impl Sinks {
             ("TOKI_SLACK_TOKEN", "xoxb-fault-suite-token".into()),
             ("TOKI_SLACK_API_URL", self.slack_url.clone()),
             ("TOKI_SMTP_URL", format!("smtp://{}", self.smtp_addr)),
+            ("TOKI_FLOW_LIMITS", "{}".into()),
         ]
     }
 }

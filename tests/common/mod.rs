@@ -11,6 +11,28 @@ pub mod process;
 pub mod proxy;
 pub mod services;
 
+/// `toki bench ARGS --json` in a fresh folder (with `env` set): its run,
+/// once it succeeded.
+pub fn bench(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
+        .arg("bench")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(dir.path().join("bench"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+}
+
 /// A notification to recipient `u{i}` (mail `u{i}@example.com`, Slack user
 /// `slack`) about meeting `s{i}`, as the daemon hands it to a channel.
 #[allow(dead_code)]

@@ -34,6 +34,8 @@ impl Harness {
         config.pipeline.scan_interval_s = 1;
         config.pipeline.lead_ms = 1000;
         config.daemon.workers = 2;
+        // Unpaced unless a test sets limits (the sinks take everything at once).
+        config.flow.limits.clear();
         tweak(&mut config);
         config.validate().unwrap();
         let toki = Toki::open(config).await.unwrap();

@@ -248,8 +248,16 @@ mod delivery {
                 std::process::id(),
                 rand::thread_rng().next_u32()
             );
+            // Outboxes (no Slack token, mail to files) have no limits to respect.
+            let mut settings = self.config.flow.clone();
+            if self.config.slack.token.is_none() {
+                settings.limits.retain(|key, _| !key.starts_with("slack:"));
+            }
+            if self.config.mail.effective_transport() == MailTransport::Outbox {
+                settings.limits.retain(|key, _| !key.starts_with("smtp:"));
+            }
             Flow::new(
-                self.config.flow.clone(),
+                settings,
                 Some(self.leases.clone()),
                 self.clock.clone(),
                 holder,

@@ -165,18 +165,7 @@ impl Leaser {
                 }
                 continue;
             }
-            let now = self.clock.now();
-            match self
-                .store
-                .acquire(
-                    &self.key,
-                    partition,
-                    &self.holder,
-                    now + to_chrono(self.settings.lease()),
-                    now,
-                )
-                .await
-            {
+            match self.lease(partition).await {
                 Ok(true) => {
                     held.get_mut(&partition).expect("held").until = self.until(now_t);
                 }
@@ -225,18 +214,7 @@ impl Leaser {
                 break;
             }
             let now_t = tokio::time::Instant::now();
-            let now = self.clock.now();
-            match self
-                .store
-                .acquire(
-                    &self.key,
-                    partition,
-                    &self.holder,
-                    now + to_chrono(self.settings.lease()),
-                    now,
-                )
-                .await
-            {
+            match self.lease(partition).await {
                 Ok(true) => {
                     held.insert(
                         partition,
@@ -253,6 +231,15 @@ impl Leaser {
                 }
             }
         }
+    }
+
+    /// Takes or renews `partition` for a lease from now.
+    async fn lease(&self, partition: u32) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let until = now + to_chrono(self.settings.lease());
+        self.store
+            .acquire(&self.key, partition, &self.holder, until, now)
+            .await
     }
 
     fn set_share(&self, held: &BTreeMap<u32, Held>) {
