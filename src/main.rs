@@ -11,7 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toki_app::init_tracing("warn,toki=info,toki_app=info,toki_core=warn");
+    toki_app::init_tracing("warn,toki=info,toki_app=info,toki_core=warn,toki_core::flow=info");
     let code = cli::run(cli::Cli::parse()).await?;
     std::process::exit(code);
 }

@@ -57,6 +57,8 @@ pub struct Flow {
     /// This instance, as lease rows name it.
     holder: String,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
+    /// When a delivery was last refused (receives hold off just after).
+    refused_at: Mutex<Option<tokio::time::Instant>>,
     tasks: Mutex<JoinSet<()>>,
     stop: watch::Sender<bool>,
 }
@@ -74,6 +76,7 @@ impl Flow {
             clock,
             holder: holder.into(),
             gates: Mutex::default(),
+            refused_at: Mutex::default(),
             tasks: Mutex::default(),
             stop: watch::channel(false).0,
         });
@@ -199,7 +202,14 @@ impl Flow {
         let mut grants = Vec::with_capacity(keys.len());
         for key in keys {
             let Some(gate) = self.gate(key) else { continue };
-            grants.push(gate.acquire(tenant, self.settings.max_wait()).await?);
+            match gate.acquire(tenant, self.settings.max_wait()).await {
+                Ok(grant) => grants.push(grant),
+                Err(no_room) => {
+                    *self.refused_at.lock().expect("refused_at") =
+                        Some(tokio::time::Instant::now());
+                    return Err(no_room);
+                }
+            }
         }
         Ok(grants)
     }
@@ -209,17 +219,19 @@ impl Flow {
     /// else nothing.
     pub fn hold_off(&self) -> Option<Duration> {
         let slice = self.settings.slice();
-        let since = tokio::time::Instant::now() - slice;
-        let gates = self.gates.lock().expect("gates");
-        gates
-            .values()
-            .any(|g| g.refused_since(since))
+        let refused = *self.refused_at.lock().expect("refused_at");
+        refused
+            .is_some_and(|at| at.elapsed() < slice)
             .then_some(slice * 2)
     }
 
-    /// Whether any of `keys` is limited.
-    pub fn limits_any(&self, keys: &[String]) -> bool {
-        keys.iter().any(|k| self.settings.limit_for(k).is_some())
+    /// Whether any key of `kind` (`slack`, `smtp`, `tenantdb`) is limited:
+    /// if not, its deliveries skip the gates altogether.
+    pub fn limits_kind(&self, kind: &str) -> bool {
+        self.settings
+            .limits
+            .keys()
+            .any(|k| k.split(':').next() == Some(kind))
     }
 
     /// The service answered "slow down" on `keys`.
@@ -244,11 +256,7 @@ impl Flow {
             .iter()
             .map(|g| {
                 let view = g.view();
-                let partitions = if g.limit.leased() && self.leases.is_some() {
-                    self.settings.partitions
-                } else {
-                    1
-                };
+                let partitions = g.partitions;
                 let leases = (g.share() * f64::from(partitions)).round() as u32;
                 KeyStats {
                     key: g.key.clone(),

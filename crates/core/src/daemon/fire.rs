@@ -202,11 +202,10 @@ impl Daemon {
             }
         }
         let found: HashSet<usize> = (0..n).filter(|i| results[*i].is_some()).collect();
-        let gated = self.flow.as_ref().filter(|flow| {
-            batch
-                .notifications
-                .iter()
-                .any(|n| flow.limits_any(&flow_keys(flow.settings(), channel, n)))
+        let gated = self.flow.as_ref().filter(|flow| match channel {
+            Channel::Slack => flow.limits_kind("slack"),
+            Channel::Mail => flow.limits_kind("smtp"),
+            Channel::Chat => false,
         });
         if let Some(flow) = gated {
             let rest: Vec<usize> = (0..n).filter(|i| !found.contains(i)).collect();

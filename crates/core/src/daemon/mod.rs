@@ -373,16 +373,23 @@ impl Daemon {
         let store = self.stores.open(tenant).await?;
         let ctx = store.delivery_context(&reads_for(work)).await?;
         let claims = claims_for(work, &ctx, channels);
-        // A claim not renewed for a lease is its holder's no more: it stopped.
-        let takeover_before = now - to_chrono(self.settings.visibility);
-        let claimed = if claims.is_empty() {
-            Claims::default()
-        } else {
-            store
-                .claim_deliveries(&claims, now, takeover_before)
-                .await?
-        };
+        let claimed = self.claim(store.as_ref(), &claims, now).await?;
         Ok((store, ctx, claimed))
+    }
+
+    /// Claims `claims` (nothing to claim: no claim, no round trip). A claim
+    /// not renewed for a lease is its holder's no more: it stopped.
+    async fn claim(
+        &self,
+        store: &dyn TenantStore,
+        claims: &[crate::domain::DeliveryClaim],
+        now: Instant,
+    ) -> Result<Claims, StoreError> {
+        if claims.is_empty() {
+            return Ok(Claims::default());
+        }
+        let takeover_before = now - to_chrono(self.settings.visibility);
+        store.claim_deliveries(claims, now, takeover_before).await
     }
 
     /// Fires, settles and records every tenant's part of a batch, then

@@ -18,7 +18,6 @@ use crate::domain::{
 };
 use crate::error::{chain, StoreError};
 use crate::message::NoticeMessage;
-use crate::plan::to_chrono;
 use crate::ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
 use crate::render::change_text;
 
@@ -97,15 +96,8 @@ impl Daemon {
         {
             message.parked(c);
         }
-        let takeover_before = now - to_chrono(self.settings.visibility);
         // As the reminders' path: nothing to claim (every channel open), no claim.
-        let claimed = if claims.is_empty() {
-            Claims::default()
-        } else {
-            store
-                .claim_deliveries(&claims, now, takeover_before)
-                .await?
-        };
+        let claimed = self.claim(store.as_ref(), &claims, now).await?;
         // Held like a reminder batch: the heartbeat keeps the message hidden
         // and the claims renewed however long the channels take.
         let held = self.holdings.hold(Held {

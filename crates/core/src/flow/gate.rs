@@ -114,8 +114,6 @@ struct State {
     waiting: usize,
     /// When a delivery last waited or was refused here: demand for leases.
     pressed_at: Option<Instant>,
-    /// When a delivery was last refused here.
-    refused_at: Option<Instant>,
 }
 
 /// Counters, for logs and `toki bench`.
@@ -135,7 +133,7 @@ pub struct Gate {
     /// Its rate is leased in partitions (it may grow while deliveries wait).
     leased: bool,
     /// How many (1: a local key).
-    partitions: u32,
+    pub partitions: u32,
     slice: Duration,
     hold_deadline: Duration,
     state: Mutex<State>,
@@ -192,7 +190,6 @@ impl Gate {
                 turn: VecDeque::new(),
                 waiting: 0,
                 pressed_at: None,
-                refused_at: None,
             }),
             limit,
             counters: GateCounters::default(),
@@ -381,7 +378,6 @@ impl Gate {
             s.pressed_at = Some(now);
             self.demand.notify_one();
             if let Some(refused) = self.admit(&s, tenant, max_wait) {
-                s.refused_at = Some(now);
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(refused);
             }
@@ -405,8 +401,7 @@ impl Gate {
                     return Ok(grant); // granted as the wait ran out
                 }
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                let mut s = self.state.lock().expect("gate lock");
-                s.refused_at = Some(Instant::now());
+                let s = self.state.lock().expect("gate lock");
                 Err(NoRoom {
                     retry_after: self.drain_time(&s, s.waiting),
                 })
@@ -488,12 +483,6 @@ impl Gate {
         s.tokens = 0.0;
         s.released_at = now;
         s.pressed_at = Some(now);
-    }
-
-    /// Whether a delivery was refused here since `since`.
-    pub fn refused_since(&self, since: Instant) -> bool {
-        let s = self.state.lock().expect("gate lock");
-        s.refused_at.is_some_and(|r| r >= since)
     }
 
     /// Whether deliveries waited or were refused here since `since`.
