@@ -104,6 +104,10 @@ pub enum Command {
         /// --deliveries 900): lateness is reported for it and for the others.
         #[arg(long)]
         large: Option<usize>,
+        /// The large tenant's contract limits, as `toki tenant set --limits`
+        /// takes them (e.g. slack=20/5): its own cap, beside the others'.
+        #[arg(long, requires = "large")]
+        large_limits: Option<String>,
         /// One JSON object per run per line.
         #[arg(long)]
         json: bool,
@@ -218,6 +222,11 @@ pub enum TenantCommand {
         /// Change notices: a schedule never quiet is notified at least this often, ms.
         #[arg(long)]
         notice_hard_cap_ms: Option<u64>,
+        /// Limits the contract sets, over the configured ones:
+        /// `slack=10/5,mail=2,tenantdb=permits:4` (per second, /burst;
+        /// permits in flight; `R/B+permits:N`; `RESOURCE=none` drops one).
+        #[arg(long)]
+        limits: Option<String>,
     },
     /// List tenants and their contracts.
     List {
@@ -291,6 +300,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             limit,
             standin_limit,
             large,
+            large_limits,
             json,
         } => {
             let opts = toki_devtools::bench::BenchOptions {
@@ -315,6 +325,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     .map(|s| toki_devtools::bench::parse_rate("--standin-limit", s))
                     .transpose()?,
                 large,
+                large_limits: match &large_limits {
+                    Some(spec) => {
+                        let mut limits = toki_core::flow::ContractLimits::default();
+                        limits.edit(spec).map_err(|e| {
+                            anyhow::anyhow!("--large-limits: {}: {}", e.field, e.problem)
+                        })?;
+                        Some(limits)
+                    }
+                    None => None,
+                },
             };
             let clean = toki_devtools::bench::run(Config::load(file)?, opts).await?;
             Ok(if clean { 0 } else { 1 })
@@ -445,6 +465,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             notice_min_delay_ms,
             notice_max_delay_ms,
             notice_hard_cap_ms,
+            limits,
         } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
             let mut record = toki
@@ -476,6 +497,12 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                 .change_notices
                 .validate()
                 .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
+            if let Some(spec) = &limits {
+                record
+                    .limits
+                    .edit(spec)
+                    .map_err(|e| anyhow::anyhow!("--limits: {}: {}", e.field, e.problem))?;
+            }
             if turned_on {
                 // What was edited while notices were off is not news now.
                 let store = toki_core::ports::TenantStores::open(toki.stores.as_ref(), &id).await?;
@@ -483,7 +510,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             }
             toki.directory.put(&record).await?;
             println!(
-                "{}: reminders {}, {}, change notices {}",
+                "{}: reminders {}, {}, change notices {}, limits {}",
                 id,
                 if record.reminders_enabled {
                     "on"
@@ -491,7 +518,8 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                     "off"
                 },
                 if record.active { "active" } else { "suspended" },
-                notices_summary(&record.change_notices)
+                notices_summary(&record.change_notices),
+                record.limits
             );
             Ok(0)
         }
@@ -512,6 +540,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                         },
                         if t.active { "yes".into() } else { "no".into() },
                         notices_summary(&t.change_notices),
+                        t.limits.to_string(),
                         t.database,
                     ]
                 })
@@ -524,6 +553,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
                         "reminders",
                         "active",
                         "change notices",
+                        "limits",
                         "database"
                     ],
                     &rows

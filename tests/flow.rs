@@ -98,3 +98,45 @@ fn small_tenants_are_not_stuck_behind_a_large_tenants_burst() {
         "the small tenants' p99 {small_p99} ms: within their share, not behind 20 s: {run}"
     );
 }
+
+/// A tenant whose contract caps its Slack deliveries at 10/s (no limit
+/// configured for anyone) beside three without one: its 150 go out over
+/// about 15 s, the others' at once, through the real daemon reading the
+/// contract from the tenant directory.
+#[test]
+fn a_tenants_contract_caps_its_own_deliveries() {
+    let run = bench(&[
+        "--deliveries",
+        "60",
+        "--tenants",
+        "4",
+        "--large",
+        "150",
+        "--large-limits",
+        "slack=10/2",
+        "--workers",
+        "4",
+        "--lead",
+        "8",
+    ]);
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    let groups = run["groups"].as_array().unwrap();
+    let group = |name: &str| {
+        groups
+            .iter()
+            .find(|g| g["group"] == name)
+            .unwrap_or_else(|| panic!("no {name} group: {run}"))
+    };
+    let (capped, others) = (group("large tenant"), group("other tenants"));
+    let capped_max = capped["lateness_ms"]["max"].as_i64().unwrap();
+    assert!(
+        (13_000..=18_000).contains(&capped_max),
+        "150 at 10/s: the last about 15 s after due, was {capped_max} ms: {run}"
+    );
+    let others_p99 = others["lateness_ms"]["p99"].as_i64().unwrap();
+    assert!(
+        others_p99 <= 2_000,
+        "the others are not capped: p99 {others_p99} ms: {run}"
+    );
+}

@@ -944,6 +944,7 @@ pub mod directory {
             database: "/tmp/x.sqlite".into(),
             api_key_sha256: "ab".repeat(32),
             change_notices: Default::default(),
+            limits: Default::default(),
         };
         d.put(&rec).await.unwrap();
         assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
@@ -954,11 +955,17 @@ pub mod directory {
             max_delay_ms: 2_000,
             hard_cap_ms: 60_000,
         };
+        rec.limits.edit("slack=2.5/4,tenantdb=permits:3").unwrap();
         d.put(&rec).await.unwrap();
         let back = d.get(&id).await.unwrap().unwrap();
         assert!(!back.reminders_enabled);
         assert_eq!(back.change_notices, rec.change_notices);
+        assert_eq!(back.limits, rec.limits);
         assert!(d.list().await.unwrap().contains(&rec));
+        // Limits taken off the contract are gone from the stored record.
+        rec.limits = Default::default();
+        d.put(&rec).await.unwrap();
+        assert!(d.get(&id).await.unwrap().unwrap().limits.is_empty());
     }
 }
 

@@ -174,6 +174,7 @@ impl Toki {
             database,
             api_key_sha256: api_key_hash(&key),
             change_notices: Default::default(),
+            limits: Default::default(),
         };
         self.directory.put(&record).await?;
         Ok((record, key))
@@ -256,12 +257,14 @@ mod delivery {
             if self.config.mail.effective_transport() == MailTransport::Outbox {
                 settings.limits.retain(|key, _| !key.starts_with("smtp:"));
             }
-            Flow::new(
+            let flow = Flow::new(
                 settings,
                 Some(self.leases.clone()),
                 self.clock.clone(),
                 holder,
-            )
+            );
+            flow.read_contracts_from(self.directory.clone());
+            flow
         }
 
         pub async fn daemon(&self) -> anyhow::Result<Arc<Daemon>> {

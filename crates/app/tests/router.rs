@@ -27,6 +27,7 @@ async fn kit_with_tenant() -> TestKit {
             database: "memory:acme".into(),
             api_key_sha256: api_key_hash(KEY),
             change_notices: Default::default(),
+            limits: Default::default(),
         })
         .await
         .unwrap();

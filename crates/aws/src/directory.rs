@@ -64,6 +64,14 @@ fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsErr
                     ))
                 }
             },
+            // JSON; absent when the contract sets no limits.
+            limits: match item.get("limits") {
+                None => Default::default(),
+                Some(AttributeValue::S(json)) => {
+                    serde_json::from_str(json).map_err(|e| ("limits", e.to_string()))?
+                }
+                Some(other) => return Err(("limits", format!("expected a string, got {other:?}"))),
+            },
         })
     };
     parse().map_err(|(field, problem)| {
@@ -90,21 +98,30 @@ impl TenantDirectory for DynamoTenantDirectory {
     }
 
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
+        let mut item = HashMap::from([
+            ("tenant".to_owned(), s(r.id.as_str())),
+            (
+                "reminders_enabled".to_owned(),
+                AttributeValue::Bool(r.reminders_enabled),
+            ),
+            ("active".to_owned(), AttributeValue::Bool(r.active)),
+            ("database".to_owned(), s(r.database.as_str())),
+            ("api_key_sha256".to_owned(), s(r.api_key_sha256.as_str())),
+            (
+                "change_notices".to_owned(),
+                s(serde_json::to_string(&r.change_notices).expect("settings serialise")),
+            ),
+        ]);
+        if !r.limits.is_empty() {
+            item.insert(
+                "limits".to_owned(),
+                s(serde_json::to_string(&r.limits).expect("limits serialise")),
+            );
+        }
         self.client
             .put_item()
             .table_name(&self.table)
-            .item("tenant", s(r.id.as_str()))
-            .item(
-                "reminders_enabled",
-                AttributeValue::Bool(r.reminders_enabled),
-            )
-            .item("active", AttributeValue::Bool(r.active))
-            .item("database", s(r.database.as_str()))
-            .item("api_key_sha256", s(r.api_key_sha256.as_str()))
-            .item(
-                "change_notices",
-                s(serde_json::to_string(&r.change_notices).expect("settings serialise")),
-            )
+            .set_item(Some(item))
             .send()
             .await
             .map_err(|e| sdk("PutItem", e))?;

@@ -586,6 +586,10 @@ pub struct TenantRecord {
     /// Whether and how participants hear of changes to their schedules.
     #[serde(default)]
     pub change_notices: crate::change::ChangeNoticeSettings,
+    /// Limits the contract sets on the tenant's own resources (its
+    /// database, its caps on Slack and mail), over the configured ones.
+    #[serde(default, skip_serializing_if = "crate::flow::ContractLimits::is_empty")]
+    pub limits: crate::flow::ContractLimits,
 }
 
 impl TenantRecord {

@@ -26,11 +26,12 @@ use tracing::info;
 pub use gate::{Gate, GateView, Grant, NoRoom};
 pub use lease::{LeaseStore, PartitionLease};
 pub use limits::{
-    default_limits, slack_channel_key, slack_workspace_key, smtp_key, tenantdb_key, FlowSettings,
-    Limit,
+    default_limits, slack_channel_key, slack_workspace_key, smtp_key, tenant_key, tenantdb_key,
+    ContractLimits, FlowSettings, Limit, CONTRACT_RESOURCES,
 };
 
-use crate::ports::Clock;
+use crate::error::chain;
+use crate::ports::{Clock, TenantDirectory};
 
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -61,6 +62,16 @@ pub struct Flow {
     refused_at: Mutex<Option<tokio::time::Instant>>,
     tasks: Mutex<JoinSet<()>>,
     stop: watch::Sender<bool>,
+    /// Where tenants' contracts are read (none: the configured limits only).
+    contracts: std::sync::OnceLock<Arc<dyn TenantDirectory>>,
+    /// Contracts as last read, by tenant, with when.
+    contract_cache: Mutex<HashMap<String, (tokio::time::Instant, Arc<ContractLimits>)>>,
+    /// Some contract caps Slack / mail (their deliveries then pass the gates
+    /// even with no configured limit of that kind).
+    contracts_cap_slack: std::sync::atomic::AtomicBool,
+    contracts_cap_mail: std::sync::atomic::AtomicBool,
+    /// Stops the leaser of a gate replaced after its tenant's contract changed.
+    retire: Mutex<HashMap<String, watch::Sender<bool>>>,
 }
 
 impl Flow {
@@ -79,6 +90,11 @@ impl Flow {
             refused_at: Mutex::default(),
             tasks: Mutex::default(),
             stop: watch::channel(false).0,
+            contracts: Default::default(),
+            contract_cache: Mutex::default(),
+            contracts_cap_slack: Default::default(),
+            contracts_cap_mail: Default::default(),
+            retire: Mutex::default(),
         });
         let guide = Arc::downgrade(&flow);
         let slice = flow.settings.slice();
@@ -97,6 +113,79 @@ impl Flow {
 
     pub fn settings(&self) -> &FlowSettings {
         &self.settings
+    }
+
+    /// Reads each tenant's contract limits from `directory` (cached, read
+    /// again every `contract_refresh_ms`).
+    pub fn read_contracts_from(&self, directory: Arc<dyn TenantDirectory>) {
+        let _ = self.contracts.set(directory);
+    }
+
+    /// `tenant`'s contract limits (none without a directory, or while its
+    /// directory cannot be read and nothing was read before).
+    pub async fn contract(&self, tenant: &str) -> Option<Arc<ContractLimits>> {
+        let directory = self.contracts.get()?;
+        let now = tokio::time::Instant::now();
+        let cached = self
+            .contract_cache
+            .lock()
+            .expect("contracts")
+            .get(tenant)
+            .cloned();
+        if let Some((at, c)) = &cached {
+            if now.duration_since(*at) < self.settings.contract_refresh() {
+                return Some(c.clone());
+            }
+        }
+        let id: crate::TenantId = tenant.parse().ok()?;
+        let read = match directory.get(&id).await {
+            Ok(record) => Arc::new(record.map(|r| r.limits).unwrap_or_default()),
+            Err(e) => {
+                tracing::warn!(%tenant, error = %chain(&e), "reading the tenant's contract limits failed; the last read (or the configured limits) apply");
+                // Not again before the next refresh.
+                let keep = cached.map(|(_, c)| c).unwrap_or_default();
+                self.contract_cache
+                    .lock()
+                    .expect("contracts")
+                    .insert(tenant.to_owned(), (now, keep.clone()));
+                return Some(keep);
+            }
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        if read.caps("slack") {
+            self.contracts_cap_slack.store(true, Relaxed);
+        }
+        if read.caps("mail") {
+            self.contracts_cap_mail.store(true, Relaxed);
+        }
+        let previous = self
+            .contract_cache
+            .lock()
+            .expect("contracts")
+            .insert(tenant.to_owned(), (now, read.clone()));
+        if previous.is_some_and(|(_, p)| p != read) {
+            self.retire_tenant_gates(tenant);
+        }
+        Some(read)
+    }
+
+    /// A tenant's contract changed: its own gates are made again with the
+    /// new limits (deliveries waiting at the old ones are refused when
+    /// their wait ends and come back through the queue).
+    fn retire_tenant_gates(&self, tenant: &str) {
+        let own = |key: &str| {
+            key == tenantdb_key(tenant) || key.starts_with(&format!("tenant:{tenant}:"))
+        };
+        self.gates.lock().expect("gates").retain(|key, _| !own(key));
+        self.retire.lock().expect("retire").retain(|key, stop| {
+            if own(key) {
+                let _ = stop.send(true);
+                false
+            } else {
+                true
+            }
+        });
+        info!(%tenant, "the tenant's contract limits changed; its gates follow them");
     }
 
     /// Ticks every slice: revokes stuck holders and hands out capacity; says
@@ -154,11 +243,20 @@ impl Flow {
     /// The gate of `key`, if it is limited (made at first use; a shared key
     /// starts its leaser then, with no share until its first lease).
     pub fn gate(&self, key: &str) -> Option<Arc<Gate>> {
+        self.gate_with(key, None)
+    }
+
+    /// The gate of `key`, with the limit of `contract` (of `tenant`) when
+    /// the key is the tenant's own and the contract limits it.
+    fn gate_with(&self, key: &str, contract: Option<(&str, &ContractLimits)>) -> Option<Arc<Gate>> {
         let mut gates = self.gates.lock().expect("gates");
         if let Some(g) = gates.get(key) {
             return Some(g.clone());
         }
-        let limit = self.settings.limit_for(key)?.clone();
+        let limit = contract
+            .and_then(|(tenant, c)| c.limit_for(key, tenant))
+            .or_else(|| self.settings.limit_for(key))?
+            .clone();
         let leased = limit.leased() && self.leases.is_some();
         let gate = Gate::new(
             key,
@@ -178,10 +276,15 @@ impl Flow {
                 gate: gate.clone(),
                 settings: self.settings.clone(),
             };
+            let (retire, retired) = watch::channel(false);
+            self.retire
+                .lock()
+                .expect("retire")
+                .insert(key.to_owned(), retire);
             self.tasks
                 .lock()
                 .expect("flow tasks")
-                .spawn(leaser.run(self.stop.subscribe()));
+                .spawn(leaser.run(self.stop.subscribe(), retired));
         }
         gates.insert(key.to_owned(), gate.clone());
         Some(gate)
@@ -199,9 +302,13 @@ impl Flow {
     /// configured while: the grants (held until the send is done), or when
     /// to come back.
     pub async fn admit(&self, keys: &[String], tenant: &str) -> Result<Vec<Grant>, NoRoom> {
+        let contract = self.contract(tenant).await;
+        let contract = contract.as_deref().map(|c| (tenant, c));
         let mut grants = Vec::with_capacity(keys.len());
         for key in keys {
-            let Some(gate) = self.gate(key) else { continue };
+            let Some(gate) = self.gate_with(key, contract) else {
+                continue;
+            };
             match gate.acquire(tenant, self.settings.max_wait()).await {
                 Ok(grant) => grants.push(grant),
                 Err(no_room) => {
@@ -225,13 +332,25 @@ impl Flow {
             .then_some(slice * 2)
     }
 
-    /// Whether any key of `kind` (`slack`, `smtp`, `tenantdb`) is limited:
-    /// if not, its deliveries skip the gates altogether.
+    /// Whether any key of `kind` (`slack`, `smtp`, `tenantdb`) is limited,
+    /// by configuration or by a contract read so far: if not, its
+    /// deliveries skip the gates altogether.
     pub fn limits_kind(&self, kind: &str) -> bool {
-        self.settings
-            .limits
-            .keys()
-            .any(|k| k.split(':').next() == Some(kind))
+        use std::sync::atomic::Ordering::Relaxed;
+        let by_contract = match kind {
+            "slack" => self.contracts_cap_slack.load(Relaxed),
+            "smtp" => self.contracts_cap_mail.load(Relaxed),
+            _ => false,
+        };
+        let channel = if kind == "smtp" { "mail" } else { kind };
+        by_contract
+            || self.settings.limits.keys().any(|k| {
+                let mut parts = k.split(':');
+                match parts.next() {
+                    Some("tenant") => parts.nth(1) == Some(channel),
+                    first => first == Some(kind),
+                }
+            })
     }
 
     /// The service answered "slow down" on `keys`.

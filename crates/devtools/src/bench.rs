@@ -46,6 +46,8 @@ pub struct BenchOptions {
     /// One more tenant with this many deliveries on top (a large tenant's
     /// burst beside the others'): lateness is then reported per group.
     pub large: Option<usize>,
+    /// The large tenant's contract limits (its own caps).
+    pub large_limits: Option<toki_core::flow::ContractLimits>,
 }
 
 /// `slack:default=50/10,smtp:ses=14` → the limits' JSON table.
@@ -326,6 +328,15 @@ pub async fn run_once(
         }
     }
     scenario::create_tenants(&toki, &tenants).await?;
+    if let Some(limits) = &opts.large_limits {
+        let mut record = toki
+            .directory
+            .get(&tenants[0])
+            .await?
+            .context("the large tenant was just created")?;
+        record.limits = limits.clone();
+        toki.directory.put(&record).await?;
+    }
 
     // The daemons: each its own process, configured through the environment.
     let mut fleet = Vec::with_capacity(daemons);

@@ -37,6 +37,12 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
                 )
             })?,
         },
+        limits: match row.get::<Option<String>, _>("limits") {
+            None => Default::default(),
+            Some(json) => serde_json::from_str(&json).map_err(|e| {
+                toki_core::StoreError::corrupt("tenant directory column limits", e.to_string())
+            })?,
+        },
     })
 }
 
@@ -53,11 +59,12 @@ impl TenantDirectory for SqliteTenantDirectory {
 
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, change_notices)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, change_notices, limits)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (id) DO UPDATE SET reminders_enabled = excluded.reminders_enabled,
                active = excluded.active, database = excluded.database,
-               api_key_sha256 = excluded.api_key_sha256, change_notices = excluded.change_notices",
+               api_key_sha256 = excluded.api_key_sha256, change_notices = excluded.change_notices,
+               limits = excluded.limits",
         )
         .bind(r.id.as_str())
         .bind(r.reminders_enabled)
@@ -65,6 +72,7 @@ impl TenantDirectory for SqliteTenantDirectory {
         .bind(&r.database)
         .bind(&r.api_key_sha256)
         .bind(serde_json::to_string(&r.change_notices).expect("settings serialise"))
+        .bind((!r.limits.is_empty()).then(|| serde_json::to_string(&r.limits).expect("limits serialise")))
         .execute(&self.pool)
         .await
         .map_err(db_err)?;

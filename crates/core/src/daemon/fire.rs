@@ -13,7 +13,9 @@ use tracing::warn;
 use crate::channel::{ChannelSender, Notification, SendError, SendResult};
 use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
 use crate::error::chain;
-use crate::flow::{slack_channel_key, slack_workspace_key, smtp_key, Flow, FlowSettings};
+use crate::flow::{
+    slack_channel_key, slack_workspace_key, smtp_key, tenant_key, Flow, FlowSettings,
+};
 use crate::ports::TenantStore;
 
 use super::breaker::probe_until_closed;
@@ -366,10 +368,16 @@ pub(super) fn flow_keys(
             if let Some(user) = n.recipient.slack_user_id.as_deref() {
                 keys.push(slack_channel_key(ws, user));
             }
+            // Then the tenant's own cap (if its contract sets one), then
+            // the workspace: a key that refuses spends nothing after it.
+            keys.push(tenant_key(n.tenant.as_str(), "slack"));
             keys.push(slack_workspace_key(ws));
             keys
         }
-        Channel::Mail => vec![smtp_key(&settings.smtp_account)],
+        Channel::Mail => vec![
+            tenant_key(n.tenant.as_str(), "mail"),
+            smtp_key(&settings.smtp_account),
+        ],
         _ => Vec::new(),
     }
 }

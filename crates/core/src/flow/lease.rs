@@ -87,7 +87,13 @@ impl Leaser {
         self.settings.lease() * 3
     }
 
-    pub(super) async fn run(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+    /// Until the flow stops or the gate is retired (its tenant's contract
+    /// changed); either way its partitions are given back.
+    pub(super) async fn run(
+        self,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        mut retired: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut held: BTreeMap<u32, Held> = BTreeMap::new();
         let mut cooling: HashMap<u32, tokio::time::Instant> = HashMap::new();
         let all = self.settings.partitions as usize;
@@ -119,6 +125,7 @@ impl Leaser {
                         self.set_share(&held);
                     }
                     _ = stop.changed() => break 'run,
+                    _ = retired.changed() => break 'run,
                 }
             }
         }

@@ -2,9 +2,12 @@
 //! how much of it there is.
 //!
 //! Keys are `kind:part:part`: `slack:<workspace>`, `slack:<workspace>:<channel
-//! or user>`, `smtp:<account>`, `tenantdb:<tenant>`. A limit is configured for
-//! a key pattern in which `*` stands for one part; the most specific pattern
-//! that matches a key wins (fewest `*`, then the longest).
+//! or user>`, `smtp:<account>`, `tenantdb:<tenant>`, and a tenant's own cap on
+//! a channel, `tenant:<tenant>:slack` / `tenant:<tenant>:mail`. A limit is
+//! configured for a key pattern in which `*` stands for one part; the most
+//! specific pattern that matches a key wins (fewest `*`, then the longest).
+//! A tenant's contract ([`ContractLimits`]) overrides the configured limits of
+//! that tenant's own keys.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -116,6 +119,9 @@ pub struct FlowSettings {
     pub slack_workspace: String,
     /// The mail account Toki sends from (the `smtp:<account>` key).
     pub smtp_account: String,
+    /// A tenant's contract limits are read again after this long, so an
+    /// edit (`toki tenant set --limit`) takes effect without a restart.
+    pub contract_refresh_ms: u64,
 }
 
 impl Default for FlowSettings {
@@ -130,6 +136,7 @@ impl Default for FlowSettings {
             hold_deadline_ms: 15_000,
             slack_workspace: "default".into(),
             smtp_account: "default".into(),
+            contract_refresh_ms: 30_000,
         }
     }
 }
@@ -158,6 +165,9 @@ impl FlowSettings {
     pub fn hold_deadline(&self) -> Duration {
         Duration::from_millis(self.hold_deadline_ms)
     }
+    pub fn contract_refresh(&self) -> Duration {
+        Duration::from_millis(self.contract_refresh_ms)
+    }
 
     /// The limit of `key`, by its most specific matching pattern.
     pub fn limit_for(&self, key: &str) -> Option<&Limit> {
@@ -179,13 +189,21 @@ impl FlowSettings {
             if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
                 return Err(ValidationError::new(
                     field,
-                    "a key is kind:part[:part] (slack:<workspace>[:<channel>], smtp:<account>, tenantdb:<tenant>)",
+                    "a key is kind:part[:part] (slack:<workspace>[:<channel>], smtp:<account>, tenantdb:<tenant>, tenant:<tenant>:slack|mail)",
                 ));
             }
-            if !["slack", "smtp", "tenantdb"].contains(&parts[0]) {
+            if !["slack", "smtp", "tenantdb", "tenant"].contains(&parts[0]) {
                 return Err(ValidationError::new(
                     field,
-                    "the kind must be slack, smtp or tenantdb",
+                    "the kind must be slack, smtp, tenantdb or tenant",
+                ));
+            }
+            if parts[0] == "tenant"
+                && (parts.len() != 3 || !["slack", "mail", "*"].contains(&parts[2]))
+            {
+                return Err(ValidationError::new(
+                    field,
+                    "a tenant's own cap is tenant:<tenant>:slack or tenant:<tenant>:mail",
                 ));
             }
             limit.validate(&field)?;
@@ -196,6 +214,7 @@ impl FlowSettings {
             ("slice_ms", self.slice_ms),
             ("max_wait_ms", self.max_wait_ms),
             ("hold_deadline_ms", self.hold_deadline_ms),
+            ("contract_refresh_ms", self.contract_refresh_ms),
         ];
         for (name, value) in positive {
             if value == 0 {
@@ -218,15 +237,6 @@ impl FlowSettings {
             ));
         }
         Ok(())
-    }
-
-    /// These limits with `overrides` (a tenant's contract) on top.
-    pub fn with_overrides(&self, overrides: &BTreeMap<String, Limit>) -> FlowSettings {
-        let mut merged = self.clone();
-        merged
-            .limits
-            .extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-        merged
     }
 }
 
@@ -251,4 +261,144 @@ pub fn smtp_key(account: &str) -> String {
 
 pub fn tenantdb_key(tenant: &str) -> String {
     format!("tenantdb:{tenant}")
+}
+
+/// The key of a tenant's own cap on one channel (`slack`, `mail`).
+pub fn tenant_key(tenant: &str, channel: &str) -> String {
+    format!("tenant:{tenant}:{channel}")
+}
+
+/// What a tenant's contract says about its limits: resource → limit, where
+/// the resource is `tenantdb` (its database: usually permits), `slack` or
+/// `mail` (its own cap on that channel, fleet-wide unless `shared: false`).
+/// Each overrides the configured limit of that tenant's key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ContractLimits(pub BTreeMap<String, Limit>);
+
+// Rates are validated finite, so equality is an equivalence.
+impl Eq for ContractLimits {}
+
+/// The resources a contract may limit.
+pub const CONTRACT_RESOURCES: [&str; 3] = ["tenantdb", "slack", "mail"];
+
+impl ContractLimits {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The key `resource` limits for `tenant`.
+    pub fn key(resource: &str, tenant: &str) -> String {
+        match resource {
+            "tenantdb" => tenantdb_key(tenant),
+            channel => tenant_key(tenant, channel),
+        }
+    }
+
+    /// The contract's limit of `key`, if the key is one of `tenant`'s own.
+    pub fn limit_for(&self, key: &str, tenant: &str) -> Option<&Limit> {
+        let resource = if let Some(t) = key.strip_prefix("tenantdb:") {
+            (t == tenant).then_some("tenantdb")?
+        } else {
+            let rest = key.strip_prefix("tenant:")?.strip_prefix(tenant)?;
+            rest.strip_prefix(':')?
+        };
+        self.0.get(resource)
+    }
+
+    /// Whether the contract caps `channel` (`slack`, `mail`).
+    pub fn caps(&self, channel: &str) -> bool {
+        self.0.contains_key(channel)
+    }
+
+    /// Checks every limit; the error names the field (`limits.slack.rate`).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        for (resource, limit) in &self.0 {
+            let field = format!("limits.{resource}");
+            if !CONTRACT_RESOURCES.contains(&resource.as_str()) {
+                return Err(ValidationError::new(
+                    field,
+                    "a contract limits tenantdb, slack or mail",
+                ));
+            }
+            limit.validate(&field)?;
+        }
+        Ok(())
+    }
+
+    /// `slack=10/5,tenantdb=permits:4,mail=2` (a rate per second with an
+    /// optional `/burst`, `permits:N`, or both joined by `+`;
+    /// `resource=none` drops it) applied on top of these.
+    pub fn edit(&mut self, spec: &str) -> Result<(), ValidationError> {
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (resource, value) = part.split_once('=').ok_or_else(|| {
+                ValidationError::new("limits", format!("{part:?} is not RESOURCE=LIMIT"))
+            })?;
+            let field = format!("limits.{resource}");
+            if value == "none" {
+                self.0.remove(resource);
+                continue;
+            }
+            let mut limit = Limit {
+                rate: None,
+                burst: 0,
+                permits: None,
+                shared: true,
+            };
+            for piece in value.split('+') {
+                if let Some(n) = piece.strip_prefix("permits:") {
+                    limit.permits = Some(n.parse().map_err(|_| {
+                        ValidationError::new(
+                            format!("{field}.permits"),
+                            format!("{n:?} is not a whole number"),
+                        )
+                    })?);
+                } else {
+                    let (rate, burst) = piece.split_once('/').unwrap_or((piece, "0"));
+                    limit.rate = Some(rate.parse().map_err(|_| {
+                        ValidationError::new(
+                            format!("{field}.rate"),
+                            format!("{rate:?} is not a number"),
+                        )
+                    })?);
+                    limit.burst = burst.parse().map_err(|_| {
+                        ValidationError::new(
+                            format!("{field}.burst"),
+                            format!("{burst:?} is not a whole number"),
+                        )
+                    })?;
+                }
+            }
+            self.0.insert(resource.to_owned(), limit);
+        }
+        self.validate()
+    }
+}
+
+impl std::fmt::Display for ContractLimits {
+    /// As `edit` reads it, or `-` when the contract sets none.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("-");
+        }
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(resource, l)| {
+                let mut v = Vec::new();
+                if let Some(rate) = l.rate {
+                    v.push(if l.burst > 0 {
+                        format!("{rate}/{}", l.burst)
+                    } else {
+                        format!("{rate}")
+                    });
+                }
+                if let Some(p) = l.permits {
+                    v.push(format!("permits:{p}"));
+                }
+                format!("{resource}={}", v.join("+"))
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
 }

@@ -484,3 +484,111 @@ async fn idle_per_recipient_gates_are_forgotten() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(flow.stats().len(), 1, "still saving up after its burst");
 }
+
+/// A directory with `tenant`'s contract limits set by `spec`.
+async fn directory_with(tenant: &str, spec: &str) -> Arc<crate::testing::MemoryDirectory> {
+    use crate::ports::TenantDirectory;
+    let directory = Arc::new(crate::testing::MemoryDirectory::default());
+    let mut limits = ContractLimits::default();
+    limits.edit(spec).unwrap();
+    directory
+        .put(&crate::TenantRecord {
+            id: tenant.parse().unwrap(),
+            reminders_enabled: true,
+            active: true,
+            database: String::new(),
+            api_key_sha256: String::new(),
+            change_notices: Default::default(),
+            limits,
+        })
+        .await
+        .unwrap();
+    directory
+}
+
+/// The contract's permits on the tenant's database replace the configured
+/// ones for that tenant only; an edit of the contract is followed once it
+/// is read again.
+#[tokio::test(start_paused = true)]
+async fn a_contract_overrides_its_tenants_database_permits() {
+    use crate::ports::TenantDirectory;
+    let settings = FlowSettings {
+        limits: [("tenantdb:*".to_owned(), Limit::permits(1))].into(),
+        max_wait_ms: 500,
+        ..FlowSettings::default()
+    };
+    let flow = Flow::new(settings, None, clock(), "a");
+    let directory = directory_with("big", "tenantdb=permits:3").await;
+    flow.read_contracts_from(directory.clone());
+    let big = [tenantdb_key("big")];
+    let small = [tenantdb_key("small")];
+    // Three at once for the large tenant's database...
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(flow.admit(&big, "big").await.expect("within its contract"));
+    }
+    assert!(
+        flow.admit(&big, "big").await.is_err(),
+        "a fourth waits, then is refused"
+    );
+    // ...one for a tenant without a contract.
+    held.push(flow.admit(&small, "small").await.unwrap());
+    assert!(flow.admit(&small, "small").await.is_err());
+    // Another tenant's contract does not reach this one's keys.
+    assert!(flow.admit(&big, "small").await.is_err());
+    drop(held);
+
+    // The contract drops to one permit: after the refresh the gate follows.
+    let mut record = directory
+        .get(&"big".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    record.limits.edit("tenantdb=permits:1").unwrap();
+    directory.put(&record).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let one = flow.admit(&big, "big").await.unwrap();
+    assert!(flow.admit(&big, "big").await.is_err(), "one permit now");
+    drop(one);
+    assert!(flow.admit(&big, "big").await.is_ok());
+}
+
+#[test]
+fn contract_limits_read_and_name_the_field_at_fault() {
+    let mut c = ContractLimits::default();
+    c.edit("slack=10/5, mail=2, tenantdb=permits:4").unwrap();
+    assert_eq!(c.to_string(), "mail=2,slack=10/5,tenantdb=permits:4");
+    assert_eq!(
+        c.limit_for("tenant:acme:slack", "acme"),
+        Some(&Limit::rate(10.0, 5))
+    );
+    assert_eq!(c.limit_for("tenant:acme:slack", "other"), None);
+    assert_eq!(c.limit_for("tenant:acme-2:slack", "acme"), None);
+    assert_eq!(
+        c.limit_for("tenantdb:acme", "acme"),
+        Some(&Limit {
+            rate: None,
+            burst: 0,
+            permits: Some(4),
+            shared: true
+        })
+    );
+    assert_eq!(c.limit_for("slack:default", "acme"), None);
+    c.edit("mail=none,tenantdb=2/1+permits:3").unwrap();
+    assert_eq!(c.to_string(), "slack=10/5,tenantdb=2/1+permits:3");
+    let round: ContractLimits = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(round, c);
+    for (spec, field) in [
+        ("sms=3", "limits.sms"),
+        ("slack=fast", "limits.slack.rate"),
+        ("slack=0", "limits.slack.rate"),
+        ("slack=3/x", "limits.slack.burst"),
+        ("tenantdb=permits:0", "limits.tenantdb.permits"),
+        ("slack", "limits"),
+    ] {
+        let before = c.clone();
+        let e = c.clone().edit(spec).unwrap_err();
+        assert_eq!(e.field, field, "{spec}");
+        assert_eq!(c, before);
+    }
+}

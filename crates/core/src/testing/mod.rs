@@ -126,6 +126,7 @@ impl TestKit {
                 database: format!("memory:{tenant}"),
                 api_key_sha256: String::new(),
                 change_notices: Default::default(),
+                limits: Default::default(),
             })
             .await
             .expect("memory directory");
@@ -222,12 +223,9 @@ impl TestKit {
         let daemon = match &self.flow {
             Some(settings) => {
                 let leases: Arc<dyn crate::flow::LeaseStore> = self.leases.clone();
-                daemon.with_flow(Flow::new(
-                    settings.clone(),
-                    Some(leases),
-                    self.clock.clone(),
-                    "kit",
-                ))
+                let flow = Flow::new(settings.clone(), Some(leases), self.clock.clone(), "kit");
+                flow.read_contracts_from(self.directory.clone());
+                daemon.with_flow(flow)
             }
             None => daemon,
         };

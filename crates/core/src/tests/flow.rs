@@ -9,7 +9,7 @@ use chrono::Duration as ChronoDuration;
 use crate::channel::SendError;
 use crate::domain::{Channel, Instant, TenantId};
 use crate::flow::{FlowSettings, Limit};
-use crate::ports::DelayQueue;
+use crate::ports::{DelayQueue, TenantDirectory};
 use crate::testing::{meeting, SentNotification, TestKit};
 
 const WAIT: Duration = Duration::from_secs(3600);
@@ -175,5 +175,57 @@ async fn a_small_tenant_is_served_beside_a_large_tenants_backlog() {
     // Its fair share is half the rate while both wait: 10 in about 1 s; a
     // place in the queue behind 300 would be 15 s.
     assert!(small_worst <= 3_000, "the small tenant: {small_worst} ms");
+    run.stop().await;
+}
+
+/// A tenant whose contract caps its Slack deliveries at 5/s is paced at
+/// that rate, fleet-wide (leased), while a tenant without one, and no
+/// configured limit, goes at once.
+#[tokio::test(start_paused = true)]
+async fn a_contract_caps_its_tenant_and_no_other() {
+    let mut kit = TestKit::new();
+    kit.flow = Some(FlowSettings {
+        limits: Default::default(),
+        ..FlowSettings::default()
+    });
+    let capped = kit.tenant("capped").await;
+    let free = kit.tenant("free").await;
+    let mut record = kit.directory.get(&capped).await.unwrap().unwrap();
+    record.limits.edit("slack=5").unwrap();
+    kit.directory.put(&record).await.unwrap();
+    let due = kit.now() + ChronoDuration::minutes(15);
+    meetings(&kit, &capped, 2, 10, due).await;
+    meetings(&kit, &free, 2, 10, due).await;
+    let run = kit.run();
+    run.daemon.stats.wait_for(WAIT, |s| s.delivered >= 40).await;
+    let sent = kit.slack.sent();
+    assert_eq!(sent.len(), 40);
+    let of = |t: &TenantId| -> Vec<SentNotification> {
+        sent.iter().filter(|s| &s.tenant == t).cloned().collect()
+    };
+    let worst = |s: &[SentNotification]| s.iter().map(|s| s.lateness_ms()).max().unwrap();
+    assert!(worst(&of(&free)) <= 500, "free: {} ms", worst(&of(&free)));
+    let capped_sent = of(&capped);
+    let last = worst(&capped_sent);
+    assert!(
+        (3_000..=6_000).contains(&last),
+        "20 at 5/s end about 4 s after due: {last} ms"
+    );
+    assert!(
+        busiest_second(&capped_sent) <= 6,
+        "{}",
+        busiest_second(&capped_sent)
+    );
+    let keys = run.daemon.flow_stats();
+    let cap = keys
+        .iter()
+        .find(|k| k.key == "tenant:capped:slack")
+        .expect("the capped tenant's key");
+    assert_eq!(cap.granted, 20);
+    assert!(
+        keys.iter().all(|k| !k.key.starts_with("tenant:free")),
+        "{keys:?}"
+    );
+    assert_eq!(run.daemon.stats.snapshot().failed, 0);
     run.stop().await;
 }
