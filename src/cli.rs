@@ -130,6 +130,9 @@ pub enum Command {
         /// Concurrent workers (default: daemon.workers / TOKI_WORKERS).
         #[arg(long)]
         workers: Option<usize>,
+        /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
+        #[arg(long, env = "TOKI_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run the scanner once and print its summary.
     Scan {
@@ -352,13 +355,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             toki_app::serve::run(Toki::open(config).await?, listen).await?;
             Ok(0)
         }
-        Command::Daemon { common, workers } => {
+        Command::Daemon {
+            common,
+            workers,
+            metrics_listen,
+        } => {
             let mut config = config_with(file, &common)?;
             if let Some(w) = workers {
                 config.daemon.workers = w;
             }
             config.validate()?;
-            toki_app::daemon::run(config).await?;
+            toki_app::daemon::run(config, metrics_listen).await?;
             Ok(0)
         }
         Command::Scan { common } => {

@@ -20,6 +20,9 @@ struct Args {
     /// Configuration file (TOML).
     #[arg(long)]
     config: Option<std::path::PathBuf>,
+    /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, env = "TOKI_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     #[command(subcommand)]
     command: Option<Sub>,
 }
@@ -49,5 +52,5 @@ async fn main() -> anyhow::Result<()> {
         config.daemon.workers = w;
     }
     config.validate()?;
-    toki_app::daemon::run(config).await
+    toki_app::daemon::run(config, args.metrics_listen).await
 }

@@ -88,6 +88,37 @@ pub mod queue {
         );
     }
 
+    /// The depth by state: delayed, visible, in flight (what `/metrics`
+    /// shows of the queue). SQS's figures are approximate but settle at once
+    /// on the emulators.
+    pub async fn depth_by_state(q: Arc<dyn DelayQueue>) {
+        q.send_batch(&[
+            outgoing("later", Duration::from_secs(600)),
+            outgoing("now-1", Duration::ZERO),
+            outgoing("now-2", Duration::ZERO),
+        ])
+        .await
+        .unwrap();
+        let d = q.depth().await.unwrap();
+        assert_eq!(
+            (d.messages, d.delayed, d.visible, d.in_flight),
+            (3, 1, 2, 0),
+            "{d:?}"
+        );
+        let got = q
+            .receive(1, Duration::from_secs(5), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        let d = q.depth().await.unwrap();
+        assert_eq!(
+            (d.messages, d.delayed, d.visible, d.in_flight),
+            (3, 1, 1, 1),
+            "{d:?}"
+        );
+        assert_eq!(d.dead_letters, 0);
+    }
+
     pub async fn long_poll_wakes_on_time(q: Arc<dyn DelayQueue>) {
         let q2 = q.clone();
         let started = StdInstant::now();
@@ -426,6 +457,10 @@ macro_rules! queue_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn delay_is_honoured() {
                 common::conformance::queue::delay_is_honoured($factory(5).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn depth_by_state() {
+                common::conformance::queue::depth_by_state($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn long_poll_wakes_on_time() {

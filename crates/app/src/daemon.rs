@@ -3,6 +3,7 @@
 //! refreshes a heartbeat file, which `toki-daemon healthcheck` (the container's
 //! health check) reads.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,11 +27,21 @@ pub fn heartbeat_file() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("toki-daemon.heartbeat"))
 }
 
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Runs the daemon until a signal; with `metrics_listen`, also `/metrics`,
+/// `/healthz` and `/readyz` there.
+pub async fn run(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<()> {
     let toki = Toki::open(config).await?;
     let daemon = toki.daemon().await?;
     let (stop, shutdown) = watch::channel(false);
     tracing::info!(workers = toki.config.daemon.workers, "daemon started");
+    let ops = match metrics_listen {
+        Some(listen) => {
+            let (addr, task) = crate::ops::serve(toki.clone(), listen, shutdown.clone()).await?;
+            tracing::info!(%addr, "metrics, healthz and readyz listening");
+            Some(task)
+        }
+        None => None,
+    };
     let beat = tokio::spawn(heartbeat(
         daemon.stats.clone(),
         heartbeat_file(),
@@ -42,6 +53,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     stop.send_replace(true);
     task.await?;
     beat.await?;
+    if let Some(ops) = ops {
+        ops.await??;
+    }
     Ok(())
 }
 

@@ -18,6 +18,8 @@ pub mod databases;
 mod embedded;
 pub mod emf;
 pub mod logging;
+#[cfg(feature = "api")]
+pub mod ops;
 mod ports;
 pub mod preview;
 pub mod redrive;

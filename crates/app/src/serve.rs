@@ -16,10 +16,11 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     let daemon = toki.daemon().await?;
     let registrar = Arc::new(toki.registrar());
     // Mirrors left unfinished by a previous run are repaired first.
-    registrar
+    let repaired = registrar
         .repair_all()
         .await
         .context("repairing index mirrors")?;
+    toki.metrics.observe_repair(&repaired);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -34,14 +35,22 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
         tokio::spawn(toki.clone().run_scanner(shutdown.clone())),
         tokio::spawn({
             let shutdown = shutdown.clone();
-            async move { repairer.run_repair(Duration::from_secs(60), shutdown).await }
+            let metrics = toki.metrics.clone();
+            async move {
+                repairer
+                    .run_repair(Duration::from_secs(60), shutdown, |pass| {
+                        metrics.observe_repair(pass)
+                    })
+                    .await
+            }
         }),
     ];
     let mut api_shutdown = shutdown.clone();
-    let server =
-        axum::serve(listener, crate::api::router(registrar)).with_graceful_shutdown(async move {
-            let _ = api_shutdown.changed().await;
-        });
+    let router = crate::ops::track_requests(crate::api::router(registrar), toki.metrics.clone())
+        .merge(crate::ops::routes(toki.clone()));
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = api_shutdown.changed().await;
+    });
     let server_task = tokio::spawn(async move { server.await });
     crate::shutdown_signal().await;
     eprintln!("toki serve: stopping; draining in-flight deliveries");

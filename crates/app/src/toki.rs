@@ -34,6 +34,8 @@ pub struct Toki {
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
     pub clock: Arc<dyn Clock>,
+    /// This process's figures for `/metrics`.
+    pub metrics: Arc<toki_core::metrics::Metrics>,
 }
 
 /// The SHA-256 of an API key, as the directory stores it.
@@ -72,6 +74,7 @@ impl Toki {
             debounce: ports.debounce,
             leases: ports.leases,
             clock,
+            metrics: toki_core::metrics::Metrics::new(),
         })
     }
 
@@ -141,6 +144,7 @@ impl Toki {
             directory: self.directory.clone(),
             clock: self.clock.clone(),
             settings: self.config.pipeline_settings(),
+            metrics: Some(self.metrics.clone()),
         }
     }
 
@@ -282,7 +286,8 @@ mod delivery {
                     settings: Default::default(),
                     action: notices.action,
                 })
-                .with_flow(self.flow()),
+                .with_flow(self.flow())
+                .with_metrics(self.metrics.clone()),
             ))
         }
     }

@@ -86,7 +86,13 @@ impl SqsDelayQueue {
     }
 
     /// Visible + in flight + delayed messages of one queue.
+    /// Every message of `url`: visible + in flight + delayed.
     async fn count(&self, url: &str) -> Result<u64, AwsError> {
+        Ok(self.counts(url).await?.iter().sum())
+    }
+
+    /// Visible, in flight (not visible) and delayed messages of `url` (SQS's approximations).
+    async fn counts(&self, url: &str) -> Result<[u64; 3], AwsError> {
         let resp = self
             .client
             .get_queue_attributes()
@@ -97,15 +103,18 @@ impl SqsDelayQueue {
             .send()
             .await
             .map_err(|e| sdk("GetQueueAttributes", e))?;
-        let mut total = 0u64;
+        let mut counts = [0u64; 3];
         if let Some(attrs) = resp.attributes() {
-            for name in [
+            for (i, name) in [
                 QueueAttributeName::ApproximateNumberOfMessages,
                 QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
                 QueueAttributeName::ApproximateNumberOfMessagesDelayed,
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 if let Some(v) = attrs.get(&name) {
-                    total += v.parse::<u64>().map_err(|_| {
+                    counts[i] = v.parse::<u64>().map_err(|_| {
                         AwsError::service(
                             "GetQueueAttributes",
                             format!("{name}: {v:?} is not a count"),
@@ -114,7 +123,7 @@ impl SqsDelayQueue {
                 }
             }
         }
-        Ok(total)
+        Ok(counts)
     }
 }
 
@@ -550,14 +559,17 @@ impl DelayQueue for SqsDelayQueue {
     }
 
     async fn depth(&self) -> StoreResult<QueueDepth> {
-        let messages = self.count(&self.queue_url).await?;
+        let [visible, in_flight, delayed] = self.counts(&self.queue_url).await?;
         let dead_letters = match self.dead_letter_queue_url().await? {
             Some(url) => self.count(&url).await?,
             None => 0,
         };
         Ok(QueueDepth {
-            messages,
+            messages: visible + in_flight + delayed,
             dead_letters,
+            visible,
+            in_flight,
+            delayed,
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod flow;
 pub mod input;
 pub mod message;
+pub mod metrics;
 pub mod plan;
 pub mod ports;
 pub mod recurrence;

@@ -370,8 +370,15 @@ pub trait DelayQueue: Send + Sync {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueDepth {
+    /// Every live message: visible + in flight + delayed.
     pub messages: u64,
     pub dead_letters: u64,
+    /// Ready to be received now (due and not held).
+    pub visible: u64,
+    /// Received and hidden for their visibility timeout (being worked on).
+    pub in_flight: u64,
+    /// Not due yet (sent with a delay, never received).
+    pub delayed: u64,
 }
 
 /// Tenants: contract and database location.

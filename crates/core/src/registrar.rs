@@ -663,6 +663,7 @@ impl Registrar {
         &self,
         every: std::time::Duration,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
+        on_pass: impl Fn(&RepairSummary),
     ) {
         let mut tick = tokio::time::interval(every);
         loop {
@@ -670,8 +671,9 @@ impl Registrar {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => break,
             }
-            if let Err(e) = self.repair_all().await {
-                warn!(error = %chain(&e), "repair: listing tenants failed");
+            match self.repair_all().await {
+                Ok(summary) => on_pass(&summary),
+                Err(e) => warn!(error = %chain(&e), "repair: listing tenants failed"),
             }
         }
     }

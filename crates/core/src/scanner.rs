@@ -48,6 +48,8 @@ pub struct Scanner {
     pub directory: Arc<dyn TenantDirectory>,
     pub clock: Arc<dyn Clock>,
     pub settings: PipelineSettings,
+    /// Where each run is counted for `/metrics` (none: not exported).
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Scanner {
@@ -77,6 +79,22 @@ impl Scanner {
 
     /// One run; nothing new is claimed once `deadline` has passed.
     pub async fn scan(&self, deadline: Option<tokio::time::Instant>) -> StoreResult<ScanSummary> {
+        let started = tokio::time::Instant::now();
+        let run = self.scan_window(deadline).await;
+        if let Some(m) = &self.metrics {
+            m.observe_scan(
+                run.as_ref().ok(),
+                started.elapsed().as_secs_f64(),
+                self.clock.now().timestamp(),
+            );
+        }
+        run
+    }
+
+    async fn scan_window(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> StoreResult<ScanSummary> {
         let started = tokio::time::Instant::now();
         let now = self.clock.now();
         let window = Window::at(now, self.settings.look_back, self.settings.window);

@@ -263,16 +263,24 @@ impl DelayQueue for SqliteDelayQueue {
     async fn depth(&self) -> StoreResult<QueueDepth> {
         let row = sqlx::query(
             "SELECT COALESCE(SUM(CASE WHEN dead THEN 0 ELSE 1 END), 0) AS live,
-                    COALESCE(SUM(CASE WHEN dead THEN 1 ELSE 0 END), 0) AS dead
+                    COALESCE(SUM(CASE WHEN dead THEN 1 ELSE 0 END), 0) AS dead,
+                    COALESCE(SUM(CASE WHEN NOT dead AND visible_at <= $2 THEN 1 ELSE 0 END), 0) AS visible,
+                    COALESCE(SUM(CASE WHEN NOT dead AND visible_at > $2 AND receive_count > 0 THEN 1 ELSE 0 END), 0) AS in_flight
              FROM queue_messages WHERE queue = $1",
         )
         .bind(&self.name)
+        .bind(self.clock.now().timestamp_millis())
         .fetch_one(&self.pool)
         .await
         .map_err(db_err)?;
+        let count = |name: &str| row.get::<i64, _>(name) as u64;
+        let (messages, visible, in_flight) = (count("live"), count("visible"), count("in_flight"));
         Ok(QueueDepth {
-            messages: row.get::<i64, _>("live") as u64,
-            dead_letters: row.get::<i64, _>("dead") as u64,
+            messages,
+            dead_letters: count("dead"),
+            visible,
+            in_flight,
+            delayed: messages - visible - in_flight,
         })
     }
 

@@ -25,17 +25,24 @@ pub struct Held {
 pub struct Holdings {
     next: AtomicU64,
     held: Mutex<HashMap<u64, Held>>,
+    /// Messages held now (the in-flight gauge of `/metrics`).
+    pub messages: std::sync::Arc<AtomicU64>,
 }
 
 impl Holdings {
     pub fn hold(&self, held: Held) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.messages
+            .fetch_add(held.receipts.len() as u64, Ordering::Relaxed);
         self.held.lock().expect("holdings lock").insert(id, held);
         id
     }
 
     pub fn release(&self, id: u64) {
-        self.held.lock().expect("holdings lock").remove(&id);
+        if let Some(h) = self.held.lock().expect("holdings lock").remove(&id) {
+            self.messages
+                .fetch_sub(h.receipts.len() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Receipts hidden until before `soon`, marked renewed until `until`; and

@@ -123,6 +123,8 @@ pub struct Daemon {
     debounce: Option<checks::DebounceChecks>,
     /// Limits on the services deliveries spend (none: nothing is limited).
     flow: Option<Arc<Flow>>,
+    /// Where outcomes are counted for `/metrics` (none: not exported).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -160,7 +162,21 @@ impl Daemon {
             warmed: Mutex::default(),
             debounce: None,
             flow: None,
+            metrics: None,
         }
+    }
+
+    /// Counts outcomes and lateness into `metrics`, and lets it read the
+    /// daemon's counters, in-flight messages and (if set before) the flow's
+    /// keys at each scrape.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        metrics.register_collector(Box::new(stats::DaemonCollector {
+            stats: self.stats.clone(),
+            in_flight: self.holdings.messages.clone(),
+            flow: self.flow.clone(),
+        }));
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Sends through the gates of `flow`'s limits.
@@ -434,6 +450,9 @@ impl Daemon {
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
         let outcomes = std::mem::take(&mut settlement.outcomes);
         let tally = Tally::of(&outcomes);
+        if let Some(m) = &self.metrics {
+            m.observe_outcomes(&outcomes);
+        }
         let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
         // Counted once stored: whoever waits on the counters finds the rows.
         self.stats.add_tally(&tally);

@@ -201,6 +201,7 @@ impl TestKit {
             directory: self.directory.clone(),
             clock: self.clock.clone(),
             settings: self.pipeline.clone(),
+            metrics: None,
         }
     }
 

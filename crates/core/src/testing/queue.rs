@@ -244,11 +244,21 @@ impl DelayQueue for MemoryQueue {
     async fn depth(&self) -> StoreResult<QueueDepth> {
         self.check_up()?;
         let m = self.messages.lock().expect("queue lock");
-        let dead = m.1.values().filter(|s| s.dead).count() as u64;
-        Ok(QueueDepth {
-            messages: m.1.len() as u64 - dead,
-            dead_letters: dead,
-        })
+        let now = self.clock.now();
+        let mut d = QueueDepth::default();
+        for s in m.1.values() {
+            if s.dead {
+                d.dead_letters += 1;
+                continue;
+            }
+            d.messages += 1;
+            match (s.visible_at > now, s.receive_count) {
+                (false, _) => d.visible += 1,
+                (true, 0) => d.delayed += 1,
+                (true, _) => d.in_flight += 1,
+            }
+        }
+        Ok(d)
     }
 
     async fn dead_letters(&self, max: usize, _hold: Duration) -> StoreResult<Vec<ReceivedMessage>> {
