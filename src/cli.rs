@@ -133,6 +133,9 @@ pub enum Command {
         /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
         #[arg(long, env = "TOKI_METRICS_LISTEN")]
         metrics_listen: Option<std::net::SocketAddr>,
+        /// Print lateness as CloudWatch EMF lines on stdout every N seconds (on ECS: 60).
+        #[arg(long, env = "TOKI_EMF_EVERY_S")]
+        emf_every_s: Option<u64>,
     },
     /// Run the scanner once and print its summary.
     Scan {
@@ -359,13 +362,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             common,
             workers,
             metrics_listen,
+            emf_every_s,
         } => {
             let mut config = config_with(file, &common)?;
             if let Some(w) = workers {
                 config.daemon.workers = w;
             }
             config.validate()?;
-            toki_app::daemon::run(config, metrics_listen).await?;
+            let seen = toki_app::daemon::Observability {
+                metrics_listen,
+                emf_every: emf_every_s.map(std::time::Duration::from_secs),
+            };
+            toki_app::daemon::run(config, seen).await?;
             Ok(0)
         }
         Command::Scan { common } => {

@@ -23,14 +23,18 @@ struct Args {
     /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "TOKI_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Print lateness as CloudWatch EMF lines on stdout every N seconds (on ECS: 60).
+    #[arg(long, env = "TOKI_EMF_EVERY_S")]
+    emf_every_s: Option<u64>,
     #[command(subcommand)]
     command: Option<Sub>,
 }
 
 #[derive(Debug, clap::Subcommand)]
 enum Sub {
-    /// Exit 0 while the running daemon's workers keep polling (its heartbeat
-    /// file is fresh): the container's health check.
+    /// Exit 0 while the running daemon's workers keep polling (its
+    /// `/healthz` on TOKI_METRICS_LISTEN, else its heartbeat file, is
+    /// fresh): the container's health check.
     Healthcheck,
 }
 
@@ -39,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     toki_app::init_tracing("info");
     let args = Args::parse();
     if let Some(Sub::Healthcheck) = args.command {
-        return match toki_app::daemon::healthy(&toki_app::daemon::heartbeat_file()) {
+        return match toki_app::daemon::healthcheck(args.metrics_listen) {
             Ok(()) => Ok(()),
             Err(why) => {
                 eprintln!("unhealthy: {why}");
@@ -52,5 +56,9 @@ async fn main() -> anyhow::Result<()> {
         config.daemon.workers = w;
     }
     config.validate()?;
-    toki_app::daemon::run(config, args.metrics_listen).await
+    let seen = toki_app::daemon::Observability {
+        metrics_listen: args.metrics_listen,
+        emf_every: args.emf_every_s.map(std::time::Duration::from_secs),
+    };
+    toki_app::daemon::run(config, seen).await
 }

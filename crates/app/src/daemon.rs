@@ -27,16 +27,27 @@ pub fn heartbeat_file() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("toki-daemon.heartbeat"))
 }
 
-/// Runs the daemon until a signal; with `metrics_listen`, also `/metrics`,
-/// `/healthz` and `/readyz` there.
-pub async fn run(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<()> {
+/// What the daemon shows of itself besides its logs.
+#[derive(Debug, Clone, Default)]
+pub struct Observability {
+    /// `/metrics`, `/healthz` and `/readyz` on this address.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Lateness as CloudWatch EMF lines on stdout this often (on ECS).
+    pub emf_every: Option<Duration>,
+}
+
+/// Runs the daemon until a signal, showing itself as `seen` says.
+pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
+    let metrics_listen = seen.metrics_listen;
     let toki = Toki::open(config).await?;
     let daemon = toki.daemon().await?;
     let (stop, shutdown) = watch::channel(false);
     tracing::info!(workers = toki.config.daemon.workers, "daemon started");
     let ops = match metrics_listen {
         Some(listen) => {
-            let (addr, task) = crate::ops::serve(toki.clone(), listen, shutdown.clone()).await?;
+            let alive = || healthy(&heartbeat_file());
+            let (addr, task) =
+                crate::ops::serve(toki.clone(), listen, shutdown.clone(), alive).await?;
             tracing::info!(%addr, "metrics, healthz and readyz listening");
             Some(task)
         }
@@ -47,6 +58,9 @@ pub async fn run(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::
         heartbeat_file(),
         shutdown.clone(),
     ));
+    let emf = seen
+        .emf_every
+        .map(|every| tokio::spawn(emit_lateness(toki.clone(), every, shutdown.clone())));
     let task = tokio::spawn(daemon.run(shutdown));
     crate::shutdown_signal().await;
     tracing::info!("stopping; draining in-flight deliveries");
@@ -56,7 +70,32 @@ pub async fn run(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::
     if let Some(ops) = ops {
         ops.await??;
     }
+    if let Some(emf) = emf {
+        emf.await?;
+    }
     Ok(())
+}
+
+/// Prints the lateness of each period's deliveries as EMF lines (CloudWatch
+/// turns them into `Toki/LatenessMs`, which the p99 alarm watches); the last
+/// period is printed on the way out.
+async fn emit_lateness(toki: Toki, every: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut periods = crate::emf::LatenessPeriods::default();
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = shutdown.changed() => true,
+        };
+        let now = toki_core::ports::Clock::now(toki.clock.as_ref()).timestamp_millis();
+        for line in periods.lines(&toki.metrics.encode(), &toki.config.environment, now) {
+            println!("{line}");
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// Touches `path` while the workers' poll count moves.
@@ -81,6 +120,34 @@ async fn heartbeat(stats: Arc<DaemonStats>, path: PathBuf, mut shutdown: watch::
         }
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// `toki-daemon healthcheck`: the running daemon's `/healthz` when it serves
+/// one (`TOKI_METRICS_LISTEN`), else its heartbeat file.
+pub fn healthcheck(metrics_listen: Option<SocketAddr>) -> Result<(), String> {
+    let Some(addr) = metrics_listen else {
+        return healthy(&heartbeat_file());
+    };
+    use std::io::{Read, Write};
+    let timeout = Duration::from_secs(3);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("no /healthz at {addr}: {e}"))?;
+    stream.set_read_timeout(Some(timeout)).ok();
+    write!(stream, "GET /healthz HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+        .map_err(|e| format!("/healthz at {addr}: {e}"))?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| format!("/healthz at {addr}: {e}"))?;
+    match answer.split_whitespace().nth(1) {
+        Some("200") => Ok(()),
+        _ => Err(answer
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or(&answer)
+            .trim()
+            .to_owned()),
+    }
 }
 
 /// Whether the heartbeat at `path` is fresh: the container's health check.

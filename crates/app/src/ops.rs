@@ -140,18 +140,26 @@ async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next
     response
 }
 
-/// Serves [`routes`] on `listen` until `shutdown` (the daemon's
-/// `--metrics-listen`). Returns the bound address and the server's task.
+/// Serves [`routes`] and `/healthz` (200 while `alive` says so, else 503
+/// with why) on `listen` until `shutdown` (the daemon's `--metrics-listen`).
+/// Returns the bound address and the server's task.
 pub async fn serve(
     toki: Toki,
     listen: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
+    alive: fn() -> Result<(), String>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("--metrics-listen: binding {listen}"))?;
     let addr = listener.local_addr()?;
-    let router = routes(toki).route("/healthz", get(|| async { "ok" }));
+    let healthz = move || async move {
+        match alive() {
+            Ok(()) => (StatusCode::OK, "ok".to_owned()),
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        }
+    };
+    let router = routes(toki).route("/healthz", get(healthz));
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = shutdown.changed().await;
     });
