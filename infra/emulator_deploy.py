@@ -520,6 +520,8 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           str(sorted(secrets)))
     check(cd.get("healthCheck") == HEALTH_CHECK, "daemon task: health check toki-daemon healthcheck (15/5/3/30)",
           json.dumps(cd.get("healthCheck")))
+    check(envs.get("TOKI_METRICS_LISTEN") == "127.0.0.1:9464" and envs.get("TOKI_EMF_EVERY_S") == "60",
+          "daemon task: /metrics, /healthz (the health check) on 127.0.0.1:9464; lateness EMF every 60 s")
     md = container(f"toki-{env}-migrate")
     menv = {e["name"]: e["value"] for e in md.get("environment", []) if e}
     check(md.get("entryPoint") == ["/usr/bin/env"] and md.get("command") == ["toki", "migrate"]
@@ -616,6 +618,24 @@ def check_template(cfn: dict) -> None:
           and ("Toki", "RepairFailed", json.dumps([env_dim, {"Name": "Function", "Value": "repair"}])) in alarms
           and sum(1 for a in alarms if a[1] == "Errors") == 3,
           "template: alarms on Toki/FailedPartitions (scanner), Toki/RepairFailed, Errors of all three Lambdas")
+    late = p.get("LatenessAlarm", {})
+    check(late.get("Namespace") == "Toki" and late.get("MetricName") == "LatenessMs"
+          and late.get("ExtendedStatistic") == "p99" and late.get("Dimensions") == [env_dim]
+          and late.get("Threshold") == {"Ref": "LatenessAlarmMs"},
+          "template: alarm on the p99 of Toki/LatenessMs (the daemons' EMF) above LatenessAlarmMs", json.dumps(late))
+    # The dashboard's body is JSON once !Sub has filled it in: check it parses
+    # and shows lateness, the queue, dead letters and the alarms.
+    sub_ = p.get("Dashboard", {}).get("DashboardBody", {}).get("Fn::Sub", ["", {}])
+    body = re.sub(r"\$\{LatenessAlarmMs\}", "5000", sub_[0])
+    body = re.sub(r"\$\{[^}]+\}", "x", body)
+    try:
+        widgets = json.loads(body)["widgets"]
+    except (ValueError, KeyError) as e:
+        widgets = []
+        fail(f"template: the dashboard body is not JSON: {e}")
+    shown = json.dumps(widgets)
+    check(len(widgets) >= 6 and all(m in shown for m in ("LatenessMs", "ApproximateNumberOfMessagesVisible", "FailedPartitions", '"type": "alarm"')),
+          f"template: a CloudWatch dashboard of {len(widgets)} widgets (lateness, queue, dead letters, scanner, alarms)")
     retained = [k for k, x in r.items() if x["Type"] in ("AWS::SQS::Queue", "AWS::Logs::LogGroup", "AWS::DynamoDB::Table")]
     check(all(r[k].get("DeletionPolicy") == "Retain" and r[k].get("UpdateReplacePolicy") == "Retain" for k in retained),
           f"template: DeletionPolicy/UpdateReplacePolicy Retain on {len(retained)} queues, log groups and tables")
