@@ -74,10 +74,14 @@ pub fn shard_of(key: &ReminderKey, shards: u16) -> u16 {
     (fnv1a(key.to_string().as_bytes()) % u64::from(shards)) as u16
 }
 
-/// Start of the minute containing `t`.
+/// Start of the minute containing `t`. By fields, not `duration_trunc`,
+/// which works in nanoseconds and fails after 2262 (a schedule may be far
+/// ahead; the API found one at 9999-12-31).
 pub fn minute_of(t: Instant) -> Instant {
-    t.duration_trunc(Duration::minutes(1))
-        .expect("truncating to a minute cannot overflow")
+    use chrono::Timelike;
+    t.with_second(0)
+        .and_then(|t| t.with_nanosecond(0))
+        .expect("second 0 and nanosecond 0 exist in every minute")
 }
 
 /// A partition of the index: one due minute, one shard.
@@ -183,6 +187,20 @@ pub fn millis_between(a: DateTime<Utc>, b: DateTime<Utc>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_minute_of_a_far_instant_is_found() {
+        let far: Instant = "9999-12-31T23:59:59.999Z".parse().unwrap();
+        assert_eq!(
+            minute_of(far),
+            "9999-12-31T23:59:00Z".parse::<Instant>().unwrap()
+        );
+        let near: Instant = "2026-11-22T09:05:07.5Z".parse().unwrap();
+        assert_eq!(
+            minute_of(near),
+            "2026-11-22T09:05:00Z".parse::<Instant>().unwrap()
+        );
+    }
     use crate::domain::*;
     use chrono::TimeZone;
 

@@ -150,8 +150,14 @@ impl Leaser {
     ) {
         let reserved = self.settings.reserved_partitions as usize;
         let mut excess = held.len().saturating_sub(target);
-        // One partition a round at most: the share drops by a partition, never at once.
-        let mut may_rotate = true;
+        // One partition a round at most: the share drops by a partition, never
+        // at once; and only while another instance uses the key (holds a live
+        // lease on it): alone, a partition let go would only sit idle.
+        let overdue = held.len() > reserved
+            && held
+                .values()
+                .any(|h| now_t.duration_since(h.since) >= self.max_hold());
+        let mut may_rotate = overdue && self.others_hold().await;
         let partitions: Vec<u32> = held.keys().rev().copied().collect();
         for partition in partitions {
             let h = &held[&partition];
@@ -187,6 +193,18 @@ impl Leaser {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether another instance holds a live lease on the key (reading the
+    /// rows failed: assume so, and take turns as before).
+    async fn others_hold(&self) -> bool {
+        let now = self.clock.now();
+        match self.store.leases(&self.key).await {
+            Ok(rows) => rows
+                .iter()
+                .any(|l| l.holder != self.holder && l.expires_at > now),
+            Err(_) => true,
         }
     }
 

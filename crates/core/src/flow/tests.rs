@@ -398,6 +398,24 @@ async fn two_instances_never_spend_more_than_the_fleet_rate() {
     );
 }
 
+/// Alone on a key, an instance keeps every partition it needs: letting one
+/// go for others' turn (after 3 leases held) would leave it idle, and the
+/// fleet would send a third less than its rate from then on.
+#[tokio::test(start_paused = true)]
+async fn an_instance_alone_spends_the_whole_rate_however_long() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    let run = Duration::from_secs(40);
+    let times = keep_sending(&a, "slack:ws", run).await.unwrap();
+    // 50/s for 40 s, less the first lease round trips.
+    assert!(times.len() >= 1_900, "{} granted in 40 s", times.len());
+    let late: Vec<_> = times
+        .iter()
+        .filter(|t| t.duration_since(times[0]) >= Duration::from_secs(25))
+        .collect();
+    assert!(late.len() >= 700, "{} granted in the last 15 s", late.len());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instances_partitions_expire_and_are_taken_over() {
     let store = Arc::new(MemoryLeaseStore::default());
