@@ -10,6 +10,19 @@ fn bench(args: &[&str]) -> serde_json::Value {
     common::bench(args, &[("RUST_LOG", "warn,toki_core::flow=info")])
 }
 
+/// The run's lateness for one group (`large tenant`, `other tenants`),
+/// once it is checked that nothing was lost or repeated.
+fn large_and_others<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    assert_eq!(run["missing"], 0, "{run}");
+    assert_eq!(run["duplicates"], 0, "{run}");
+    run["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == name)
+        .unwrap_or_else(|| panic!("no {name} group: {run}"))
+}
+
 /// Three daemons share a 50/s limit (burst 10) on one Slack workspace; the
 /// stand-in answers 429 above 50/s + 10: 1,500 deliveries due at one instant
 /// go out in about 30 s, never more than 60 in any second, none lost or
@@ -75,15 +88,7 @@ fn small_tenants_are_not_stuck_behind_a_large_tenants_burst() {
         "--limit",
         "slack:default=100/10",
     ]);
-    assert_eq!(run["missing"], 0, "{run}");
-    assert_eq!(run["duplicates"], 0, "{run}");
-    let groups = run["groups"].as_array().unwrap();
-    let group = |name: &str| {
-        groups
-            .iter()
-            .find(|g| g["group"] == name)
-            .unwrap_or_else(|| panic!("no {name} group: {run}"))
-    };
+    let group = |name: &str| large_and_others(&run, name);
     let (large, small) = (group("large tenant"), group("other tenants"));
     assert_eq!(large["deliveries"], 2_000, "{run}");
     assert_eq!(small["deliveries"], 180, "{run}");
@@ -119,15 +124,7 @@ fn a_tenants_contract_caps_its_own_deliveries() {
         "--lead",
         "8",
     ]);
-    assert_eq!(run["missing"], 0, "{run}");
-    assert_eq!(run["duplicates"], 0, "{run}");
-    let groups = run["groups"].as_array().unwrap();
-    let group = |name: &str| {
-        groups
-            .iter()
-            .find(|g| g["group"] == name)
-            .unwrap_or_else(|| panic!("no {name} group: {run}"))
-    };
+    let group = |name: &str| large_and_others(&run, name);
     let (capped, others) = (group("large tenant"), group("other tenants"));
     let capped_max = capped["lateness_ms"]["max"].as_i64().unwrap();
     assert!(
