@@ -3,7 +3,7 @@
 
 use std::time::Duration as StdDuration;
 
-use chrono::{DateTime, Duration, DurationRound, Utc};
+use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::{
     DueAt, Instant, Occurrence, Reminder, ReminderKey, Schedule, SeriesError, TenantId,
