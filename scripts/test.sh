@@ -7,7 +7,9 @@
 #     second pass of the AWS tests with SQS there and DynamoDB on moto
 #   - Postgres: $TOKI_TEST_DATABASE_URL / $DATABASE_URL, else the local server
 #     (started if installed and stopped, installed from Debian's packages if absent)
-# Then: cargo test for the whole workspace, and infra/check.sh (cfn-lint, emulator deploy).
+#   - Chromium from Debian's packages if absent (the report page's browser test)
+# Then: cargo test for the whole workspace, and infra/check.sh (cfn-lint, emulator deploy),
+# then schemathesis against a live toki serve (scripts/schemathesis.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -80,6 +82,17 @@ if [ -n "$LS_PY" ]; then
   LS_INSTALL_PID=$!
   PIDS+=("$LS_INSTALL_PID")
 fi
+# Debian's Chromium, for the report page's browser test (tests/report_page.rs);
+# from Debian's packages, in the background while cargo builds.
+install_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -qq \
+    && apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium >/dev/null
+}
+install_chromium >"$WORK/chromium-install.log" 2>&1 &
+CHROMIUM_PID=$!
+PIDS+=("$CHROMIUM_PID")
 # Waits for an install; on failure shows its log and stops.
 installed() { # pid log what
   if ! wait "$1"; then echo "installing $3 failed:" >&2; cat "$2" >&2; exit 1; fi
@@ -94,6 +107,7 @@ else
 fi
 
 installed "$TOOLS_PID" "$WORK/tools-install.log" "the Python tools"
+installed "$CHROMIUM_PID" "$WORK/chromium-install.log" "Chromium"
 step "AWS emulator (moto server)"
 MOTO_PORT="$(free_port)"
 "$VENV/bin/python" scripts/moto_server.py -H 127.0.0.1 -p "$MOTO_PORT" >"$WORK/moto.log" 2>&1 &
@@ -141,7 +155,7 @@ if [ -z "${TOKI_TEST_DATABASE_URL:-}" ]; then
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
       echo "installing PostgreSQL from Debian's packages"
-      DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >/dev/null
     fi
     PG_STARTED="$(ls /etc/postgresql | sort -V | tail -1) main"
     pg_ctlcluster --skip-systemctl-redirect $PG_STARTED start
@@ -217,6 +231,11 @@ for p in "${PARTS[@]}"; do
   cat "$WORK/part-$name.log"
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
+# The registrar API fuzzed against its own OpenAPI document, on the debug
+# toki the test build made; after the parts, so that it does not load the
+# machine under their timing tests.
+step "schemathesis against toki serve (scripts/schemathesis.sh)"
+TOKI_VENV="$VENV" bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki" || FAILED+=("schemathesis")
 if [ "${#FAILED[@]}" -gt 0 ]; then
   step "FAILED: ${FAILED[*]}"
   exit 1

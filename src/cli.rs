@@ -111,6 +111,9 @@ pub enum Command {
         /// One JSON object per run per line.
         #[arg(long)]
         json: bool,
+        /// Write each run's lateness CDF as an SVG file in DIR, named after its parameters.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
     },
     /// Registrar API, scanner and daemon in one process.
     Serve {
@@ -147,12 +150,17 @@ pub enum Command {
         #[command(subcommand)]
         command: TenantCommand,
     },
-    /// Delivery counts per tenant, channel and status, from the delivery rows.
+    /// Delivery counts per tenant, channel and status, lateness per channel and
+    /// deliveries per second around each due instant, from the delivery rows.
     Report {
         #[command(flatten)]
         common: Common,
+        /// Print one JSON object instead of the tables.
         #[arg(long)]
         json: bool,
+        /// Also write the report as a self-contained HTML page with charts.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// A schedule's next occurrences and reminder instants, in UTC and in its
     /// zone, with the DST decisions marked. Reads the API's schedule body.
@@ -308,6 +316,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             large,
             large_limits,
             json,
+            plot,
         } => {
             let opts = toki_devtools::bench::BenchOptions {
                 deliveries: toki_devtools::bench::parse_list("--deliveries", &deliveries)?,
@@ -341,6 +350,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     None => None,
                 },
+                plot,
             };
             let clean = toki_devtools::bench::run(Config::load(file)?, opts).await?;
             Ok(if clean { 0 } else { 1 })
@@ -408,13 +418,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Report { common, json } => {
+        Command::Report { common, json, html } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
-            let rows = toki_app::report::collect(&toki).await?;
+            let report = toki_app::report::collect(&toki).await?;
+            // One read for every output: the page and the JSON cannot disagree.
+            if let Some(path) = &html {
+                let page = toki_app::report_page::render(&report)?;
+                std::fs::write(path, page)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
             if json {
-                println!("{}", serde_json::to_string(&rows)?);
+                println!("{}", serde_json::to_string(&report)?);
             } else {
-                println!("{}", toki_app::report::render(&rows));
+                println!("{}", toki_app::report::render(&report));
             }
             Ok(0)
         }

@@ -267,7 +267,7 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
     assert!(status.success(), "{}", server.process.log());
     let report = toki(&server.data, &["report", "--json"]);
     let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
-    let delivered: u64 = rows
+    let delivered: u64 = rows["counts"]
         .as_array()
         .unwrap()
         .iter()
@@ -668,7 +668,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
     let report = toki(&data, &["report", "--json"]);
     let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
     for channel in ["mail", "slack", "chat"] {
-        let delivered: u64 = rows
+        let delivered: u64 = rows["counts"]
             .as_array()
             .unwrap()
             .iter()

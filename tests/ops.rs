@@ -198,6 +198,15 @@ async fn metrics_after_a_demo_sized_run_count_every_delivery() {
         assert!(sample(&text, series).is_some(), "no {series}: {text}");
     }
     assert_eq!(sample(&text, "toki_dead_letter_messages"), Some(0.0));
+
+    // The picture of the same run, at /report on the API's port.
+    let (status, page) = get(&http, &format!("{base}/report")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<svg") && page.contains("data-figure="),
+        "{}",
+        &page[..page.len().min(500)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,29 @@ pub fn bench(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
 }
 
+/// `toki bench ARGS --json` in a fresh folder, for a sweep: each run (one
+/// JSON object a line), once the bench succeeded.
+pub fn bench_runs(args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
+        .arg("bench")
+        .args(args)
+        .args(["--json", "--data-dir"])
+        .arg(dir.path().join("bench"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 /// A notification to recipient `u{i}` (mail `u{i}@example.com`, Slack user
 /// `slack`) about meeting `s{i}`, as the daemon hands it to a channel.
 #[allow(dead_code)]

@@ -19,11 +19,14 @@ mod embedded;
 pub mod emf;
 pub mod logging;
 #[cfg(feature = "api")]
+mod openapi;
+#[cfg(feature = "api")]
 pub mod ops;
 mod ports;
 pub mod preview;
 pub mod redrive;
 pub mod report;
+pub mod report_page;
 #[cfg(all(feature = "channels", feature = "api"))]
 pub mod serve;
 pub mod table;

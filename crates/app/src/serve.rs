@@ -47,7 +47,8 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     ];
     let mut api_shutdown = shutdown.clone();
     let router = crate::ops::track_requests(crate::api::router(registrar), toki.metrics.clone())
-        .merge(crate::ops::routes(toki.clone()));
+        .merge(crate::ops::routes(toki.clone()))
+        .merge(crate::report_page::routes(toki.clone()));
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = api_shutdown.changed().await;
     });

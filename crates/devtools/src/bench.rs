@@ -48,6 +48,8 @@ pub struct BenchOptions {
     pub large: Option<usize>,
     /// The large tenant's contract limits (its own caps).
     pub large_limits: Option<toki_core::flow::ContractLimits>,
+    /// Where each run's lateness CDF goes, as SVG (`--plot DIR`).
+    pub plot: Option<PathBuf>,
 }
 
 /// `slack:default=50/10,smtp:ses=14` → the limits' JSON table.
@@ -128,6 +130,13 @@ pub struct BenchRun {
     pub per_second: Vec<u64>,
     /// Where lateness was measured: "sink" (the stand-in's arrival clock) or "rows" (delivery rows).
     pub measured_at: &'static str,
+    /// The run's lateness CDF (`--plot`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plot: Option<PathBuf>,
+    /// Each delivery's lateness (ms) as measured, all of them and then per
+    /// group, for `--plot`; not printed.
+    #[serde(skip)]
+    pub samples_ms: Vec<(String, Vec<i64>)>,
 }
 
 /// Kills a child process when dropped.
@@ -448,6 +457,7 @@ pub async fn run_once(
     let mut smtp_sessions = None;
     let (mut throttle_answers, mut max_per_second, mut groups) = (None, None, Vec::new());
     let mut per_second: Vec<u64> = Vec::new();
+    let mut samples_ms: Vec<(String, Vec<i64>)> = Vec::new();
     let (mut lateness, missing, duplicates, measured_at, last_ms) = match &sink {
         Sink::Slack(url) => {
             let arrivals: Vec<Arrival> = get_json(&http, &format!("{url}/arrivals")).await?;
@@ -464,19 +474,26 @@ pub async fn run_once(
                 }
             }
             max_per_second = Some(stats.max_per_second);
+            samples_ms.push((
+                "all deliveries".into(),
+                arrivals
+                    .iter()
+                    .map(|a| a.arrived_ms - a.due_at_ms)
+                    .collect(),
+            ));
             if let Some(large) = &large_tenant {
                 let prefix = format!("{large}/");
                 let (big, rest): (Vec<&Arrival>, Vec<&Arrival>) = arrivals
                     .iter()
                     .partition(|a| a.delivery.starts_with(&prefix));
                 for (group, part) in [("large tenant", big), ("other tenants", rest)] {
+                    let late: Vec<i64> = part.iter().map(|a| a.arrived_ms - a.due_at_ms).collect();
                     groups.push(GroupLateness {
                         group: group.into(),
                         deliveries: part.len(),
-                        lateness_ms: Lateness::from_millis(
-                            part.iter().map(|a| a.arrived_ms - a.due_at_ms).collect(),
-                        ),
+                        lateness_ms: Lateness::from_millis(late.clone()),
                     });
+                    samples_ms.push((group.into(), late));
                 }
             }
             let at_sink = arrivals.iter().map(|a| (a.arrived_ms, a.due_at_ms));
@@ -486,6 +503,13 @@ pub async fn run_once(
             let arrivals: Vec<MailArrival> = get_json(&http, &format!("{url}/arrivals")).await?;
             let stats: SmtpStats = get_json(&http, &format!("{url}/stats")).await?;
             smtp_sessions = Some(stats.connections);
+            samples_ms.push((
+                "all deliveries".into(),
+                arrivals
+                    .iter()
+                    .map(|a| a.arrived_ms - due.timestamp_millis())
+                    .collect(),
+            ));
             // Mails carry no due instant; every bench delivery is due at `due`.
             let at_sink = arrivals
                 .iter()
@@ -500,6 +524,12 @@ pub async fn run_once(
                 _ => None,
             };
             let v = scenario::verify(&toki, &expected, due, sinks.as_ref()).await?;
+            if opts.plot.is_some() {
+                samples_ms.push((
+                    "all deliveries".into(),
+                    delivered_lateness(&toki, &tenants, opts.channel).await?,
+                ));
+            }
             (
                 v.lateness_ms,
                 v.missing,
@@ -537,7 +567,26 @@ pub async fn run_once(
         groups,
         per_second,
         measured_at,
+        plot: None,
+        samples_ms,
     })
+}
+
+/// Lateness (ms) of every delivered row of `channel`, for `--plot`.
+async fn delivered_lateness(
+    toki: &Toki,
+    tenants: &[toki_core::TenantId],
+    channel: Channel,
+) -> anyhow::Result<Vec<i64>> {
+    let mut late = Vec::new();
+    for t in tenants {
+        for d in toki.stores.open(t).await?.deliveries().await? {
+            if d.key.channel == channel && d.status == DeliveryStatus::Delivered {
+                late.push((d.at - d.due_at.0).num_milliseconds());
+            }
+        }
+    }
+    Ok(late)
 }
 
 /// Lateness from (arrival, due) pairs at a stand-in, the missing, the
@@ -660,7 +709,15 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
         let mut runs = Vec::new();
         for k in 0..opts.repeat.max(1) {
             let dir = opts.data_dir.join(format!("n{n}-d{d}-w{w}-{k}"));
-            let r = run_once(&base, &opts, n, w, d, &dir).await?;
+            let mut r = run_once(&base, &opts, n, w, d, &dir).await?;
+            if let Some(plots) = &opts.plot {
+                let name = crate::plot::file_name(&opts, n, d, w, (opts.repeat > 1).then_some(k));
+                let path = crate::plot::write_cdf(plots, &name, &r)?;
+                if !opts.json {
+                    eprintln!("lateness CDF: {}", path.display());
+                }
+                r.plot = Some(path);
+            }
             clean &= r.missing == 0 && r.duplicates == 0;
             if opts.json {
                 println!("{}", serde_json::to_string(&r)?);

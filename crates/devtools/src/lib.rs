@@ -1,10 +1,11 @@
 //! Toki's dev tools: `toki demo` and `toki bench` (the 09:00-on-a-Monday
-//! scenario, registered, delivered and verified), and stand-ins for Slack's
-//! Web API and for an SMTP server, each able to fail on request. Not linked
-//! by the production binaries.
+//! scenario, registered, delivered and verified; `--plot` draws each run's
+//! lateness), and stand-ins for Slack's Web API and for an SMTP server, each
+//! able to fail on request. Not linked by the production binaries.
 
 pub mod bench;
 pub mod demo;
+pub mod plot;
 pub mod progress;
 pub mod scenario;
 pub mod slack_standin;
