@@ -83,6 +83,26 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
+/// Of each outcome, what the metrics count: channel, status and seconds late
+/// (taken before the outcomes go to be stored, counted once they are).
+#[derive(Debug, Default)]
+pub struct Observed(Vec<(crate::domain::Channel, DeliveryStatus, f64)>);
+
+impl Observed {
+    pub fn of(outcomes: &[DeliveryOutcome]) -> Self {
+        Observed(
+            outcomes
+                .iter()
+                .map(|o| {
+                    let late =
+                        (o.at - o.due_at.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+                    (o.key.channel, o.status, late)
+                })
+                .collect(),
+        )
+    }
+}
+
 /// The process's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -222,20 +242,24 @@ impl Metrics {
     /// Outcomes as they are stored: counted by channel and status; the
     /// delivered ones' lateness observed.
     pub fn observe_outcomes(&self, outcomes: &[DeliveryOutcome]) {
-        for o in outcomes {
-            let channel = o.key.channel.to_string();
-            if o.status == DeliveryStatus::Delivered {
-                let late = (o.at - o.due_at.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+        self.observe(&Observed::of(outcomes));
+    }
+
+    /// What [`Observed::of`] took from a batch's outcomes.
+    pub fn observe(&self, observed: &Observed) {
+        for (channel, status, late) in &observed.0 {
+            let channel = channel.to_string();
+            if *status == DeliveryStatus::Delivered {
                 self.lateness
                     .get_or_create(&ChannelLabel {
                         channel: channel.clone(),
                     })
-                    .observe(late);
+                    .observe(*late);
             }
             self.deliveries
                 .get_or_create(&DeliveryLabels {
                     channel,
-                    status: o.status.to_string(),
+                    status: status.to_string(),
                 })
                 .inc();
         }

@@ -450,10 +450,16 @@ impl Daemon {
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
         let outcomes = std::mem::take(&mut settlement.outcomes);
         let tally = Tally::of(&outcomes);
-        if let Some(m) = &self.metrics {
-            m.observe_outcomes(&outcomes);
-        }
+        // Counted once stored, like the counters below: a scrape that sees a
+        // delivery finds its row.
+        let observed = self
+            .metrics
+            .as_ref()
+            .map(|_| crate::metrics::Observed::of(&outcomes));
         let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
+        if let (Some(m), Some(observed), true) = (&self.metrics, &observed, recorded.is_ok()) {
+            m.observe(observed);
+        }
         // Counted once stored: whoever waits on the counters finds the rows.
         self.stats.add_tally(&tally);
         if let Err(e) = recorded {
