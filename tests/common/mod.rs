@@ -14,6 +14,13 @@ pub mod services;
 /// `toki bench ARGS --json` in a fresh folder (with `env` set): its run,
 /// once it succeeded.
 pub fn bench(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let stdout = bench_stdout(args, env);
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+}
+
+/// What `toki bench ARGS --json` printed in a fresh folder, once it succeeded.
+fn bench_stdout(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
         .arg("bench")
@@ -23,33 +30,19 @@ pub fn bench(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "bench failed: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}): {stdout}"))
+    stdout
 }
 
 /// `toki bench ARGS --json` in a fresh folder, for a sweep: each run (one
 /// JSON object a line), once the bench succeeded.
 pub fn bench_runs(args: &[&str]) -> Vec<serde_json::Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
-        .arg("bench")
-        .args(args)
-        .args(["--json", "--data-dir"])
-        .arg(dir.path().join("bench"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = bench_stdout(args, &[]);
     stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
