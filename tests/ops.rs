@@ -162,13 +162,9 @@ async fn metrics_after_a_demo_sized_run_count_every_delivery() {
         String::from_utf8_lossy(&report.stderr)
     );
     let report: Value = serde_json::from_slice(&report.stdout).unwrap();
-    let rows = report
-        .get("counts")
-        .unwrap_or(&report)
+    let delivered_rows: u64 = report["counts"]
         .as_array()
         .unwrap()
-        .clone();
-    let delivered_rows: u64 = rows
         .iter()
         .filter(|r| r["status"] == "delivered")
         .map(|r| r["count"].as_u64().unwrap())

@@ -15,16 +15,17 @@ use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
-use toki_app::{api, api_key_hash};
+use toki_app::api;
 use toki_core::input::{
     DstInput, OccurrenceInput, RecurrenceInput, RuleInput, ScheduleInput, UserInput,
 };
-use toki_core::ports::TenantDirectory;
 use toki_core::testing::TestKit;
-use toki_core::{Channel, ScheduleId, TenantId, TenantRecord, UserId};
+use toki_core::{Channel, ScheduleId, TenantId, UserId};
 use tower::ServiceExt;
 
-const KEY: &str = "toki_test_key";
+mod common;
+
+use common::{kit_with_tenant, KEY};
 
 /// Every route of `api::router` and its methods.
 const ROUTES: &[(&str, &[&str])] = &[
@@ -46,24 +47,6 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/healthz", &["get"]),
     ("/openapi.json", &["get"]),
 ];
-
-async fn kit_with_tenant() -> TestKit {
-    let kit = TestKit::new();
-    let t = kit.tenant("acme").await;
-    kit.directory
-        .put(&TenantRecord {
-            id: t,
-            reminders_enabled: true,
-            active: true,
-            database: "memory:acme".into(),
-            api_key_sha256: api_key_hash(KEY),
-            change_notices: Default::default(),
-            limits: Default::default(),
-        })
-        .await
-        .unwrap();
-    kit
-}
 
 /// An answer: status, content type and body (JSON, or the text).
 struct Answer {

@@ -8,31 +8,14 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use toki_app::{api, api_key_hash};
-use toki_core::ports::{TenantDirectory, TenantStore};
+use toki_app::api;
+use toki_core::ports::TenantStore;
 use toki_core::testing::TestKit;
-use toki_core::TenantRecord;
 use tower::ServiceExt;
 
-const KEY: &str = "toki_test_key";
+mod common;
 
-async fn kit_with_tenant() -> TestKit {
-    let kit = TestKit::new();
-    let t = kit.tenant("acme").await;
-    kit.directory
-        .put(&TenantRecord {
-            id: t,
-            reminders_enabled: true,
-            active: true,
-            database: "memory:acme".into(),
-            api_key_sha256: api_key_hash(KEY),
-            change_notices: Default::default(),
-            limits: Default::default(),
-        })
-        .await
-        .unwrap();
-    kit
-}
+use common::{kit_with_tenant, KEY};
 
 async fn call(
     kit: &TestKit,

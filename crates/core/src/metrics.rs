@@ -83,23 +83,31 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
-/// Of each outcome, what the metrics count: channel, status and seconds late
-/// (taken before the outcomes go to be stored, counted once they are).
+/// What the metrics count of a batch's outcomes, taken before they go to be
+/// stored and counted once they are: how many by channel and status (one
+/// counter update per group, not per delivery), and the delivered ones'
+/// seconds late by channel.
 #[derive(Debug, Default)]
-pub struct Observed(Vec<(crate::domain::Channel, DeliveryStatus, f64)>);
+pub struct Observed {
+    counts: Vec<((crate::domain::Channel, DeliveryStatus), u64)>,
+    late: Vec<(crate::domain::Channel, f64)>,
+}
 
 impl Observed {
     pub fn of(outcomes: &[DeliveryOutcome]) -> Self {
-        Observed(
-            outcomes
-                .iter()
-                .map(|o| {
-                    let late =
-                        (o.at - o.due_at.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
-                    (o.key.channel, o.status, late)
-                })
-                .collect(),
-        )
+        let mut o = Observed::default();
+        for d in outcomes {
+            let group = (d.key.channel, d.status);
+            match o.counts.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, n)) => *n += 1,
+                None => o.counts.push((group, 1)),
+            }
+            if d.status == DeliveryStatus::Delivered {
+                let late = (d.at - d.due_at.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+                o.late.push((d.key.channel, late));
+            }
+        }
+        o
     }
 }
 
@@ -239,29 +247,30 @@ impl Metrics {
             .register_collector(collector);
     }
 
-    /// Outcomes as they are stored: counted by channel and status; the
+    /// A batch's outcomes once stored: counted by channel and status; the
     /// delivered ones' lateness observed.
-    pub fn observe_outcomes(&self, outcomes: &[DeliveryOutcome]) {
-        self.observe(&Observed::of(outcomes));
-    }
-
-    /// What [`Observed::of`] took from a batch's outcomes.
     pub fn observe(&self, observed: &Observed) {
-        for (channel, status, late) in &observed.0 {
-            let channel = channel.to_string();
-            if *status == DeliveryStatus::Delivered {
-                self.lateness
-                    .get_or_create(&ChannelLabel {
-                        channel: channel.clone(),
-                    })
-                    .observe(*late);
-            }
+        for ((channel, status), n) in &observed.counts {
             self.deliveries
                 .get_or_create(&DeliveryLabels {
-                    channel,
+                    channel: channel.to_string(),
                     status: status.to_string(),
                 })
-                .inc();
+                .inc_by(*n);
+        }
+        let mut channel = None;
+        for (c, late) in &observed.late {
+            // One histogram look-up per run of a channel (a batch is mostly one).
+            let histogram = match &channel {
+                Some((last, h)) if last == c => h,
+                _ => {
+                    let h = self.lateness.get_or_create_owned(&ChannelLabel {
+                        channel: c.to_string(),
+                    });
+                    &channel.insert((*c, h)).1
+                }
+            };
+            histogram.observe(*late);
         }
     }
 
@@ -415,12 +424,12 @@ mod tests {
             at: due + chrono::Duration::milliseconds(ms),
             detail: None,
         };
-        m.observe_outcomes(&[
+        m.observe(&Observed::of(&[
             outcome(8, DeliveryStatus::Delivered),
             outcome(80, DeliveryStatus::Delivered),
             outcome(800, DeliveryStatus::Delivered),
             outcome(0, DeliveryStatus::Failed),
-        ]);
+        ]));
         let text = m.encode();
         let line = |prefix: &str| {
             text.lines()
