@@ -181,6 +181,9 @@ pub enum Command {
     Migrate {
         #[command(flatten)]
         common: Common,
+        /// The migrated tenants as JSON (and no progress bar).
+        #[arg(long)]
+        json: bool,
     },
     /// Dead-lettered messages by tenant, channel and reason; then move them back to the queue.
     Redrive {
@@ -455,13 +458,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Migrate { common } => {
+        Command::Migrate { common, json } => {
             let toki = Toki::open(config_with(file, &common)?).await?;
-            let tenants = toki.migrate_all().await?;
-            println!(
-                "migrated the control store and {} tenant databases",
-                tenants.len()
-            );
+            let progress = toki_devtools::progress::Progress::new(!json);
+            let tenants = toki
+                .migrate_all(|done, of, tenant| {
+                    if done == 0 {
+                        progress.stage("migrating", Some(of as u64));
+                    }
+                    progress.set(done as u64);
+                    progress.message(tenant.to_string());
+                })
+                .await?;
+            drop(progress);
+            if json {
+                let tenants: Vec<String> = tenants.iter().map(ToString::to_string).collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"control_store": "migrated", "tenants": tenants})
+                );
+            } else {
+                println!(
+                    "migrated the control store and {} tenant databases",
+                    tenants.len()
+                );
+            }
             Ok(0)
         }
     }

@@ -12,6 +12,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     toki_app::init_tracing("warn,toki=info,toki_app=info,toki_core=warn,toki_core::flow=info");
-    let code = cli::run(cli::Cli::parse()).await?;
-    std::process::exit(code);
+    let result = cli::run(cli::Cli::parse()).await;
+    // The spans still in the exporter's buffer go out before the process does.
+    toki_app::shutdown_traces();
+    std::process::exit(result?);
 }

@@ -176,3 +176,75 @@ fn bench_with_a_fleet_of_two_daemons() {
         "every delivered row names one of the two: {run}"
     );
 }
+
+/// Progress bars on a terminal (a pseudo-terminal from util-linux's
+/// `script`), and none when stderr is a pipe or with `--json`: the bars'
+/// stages and their escape codes appear in the first run only.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let on_tty = dir.path().join("tty");
+    let line = format!(
+        "{TOKI} demo --deliveries 200 --lead 6 --data-dir {}",
+        on_tty.display()
+    );
+    let tty = Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env("TERM", "xterm")
+        .output()
+        .expect("script (util-linux) runs");
+    let screen = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{screen}");
+    for stage in [
+        "registering",
+        "waiting",
+        "delivering",
+        "delivered 200 of 200",
+    ] {
+        assert!(
+            screen.contains(stage),
+            "no {stage:?} on the terminal: {screen}"
+        );
+    }
+    assert!(
+        screen.contains("\x1b[2K"),
+        "lines redrawn in place: {screen}"
+    );
+    assert!(screen.contains("OK: 200 of 200 delivered"), "{screen}");
+
+    let piped = Command::new(TOKI)
+        .args(["demo", "--deliveries", "200", "--lead", "6", "--data-dir"])
+        .arg(dir.path().join("pipe"))
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    for drawn in ["registering", "delivering", "\x1b["] {
+        assert!(!stderr.contains(drawn), "{drawn:?} in a pipe: {stderr}");
+    }
+    assert!(String::from_utf8_lossy(&piped.stdout).contains("OK: 200 of 200 delivered"));
+
+    // `toki migrate` over the same data: a bar on the terminal, JSON with --json.
+    let line = format!("{TOKI} migrate --data-dir {}", on_tty.display());
+    let tty = Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{screen}");
+    assert!(screen.contains("migrating"), "{screen}");
+    assert!(
+        screen.contains("migrated the control store and 3 tenant databases"),
+        "{screen}"
+    );
+    let json = Command::new(TOKI)
+        .args(["migrate", "--json", "--data-dir"])
+        .arg(&on_tty)
+        .output()
+        .unwrap();
+    assert!(json.status.success());
+    assert!(!String::from_utf8_lossy(&json.stderr).contains("migrating"));
+    let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["tenants"].as_array().unwrap().len(), 3, "{report}");
+}

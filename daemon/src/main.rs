@@ -60,5 +60,7 @@ async fn main() -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
         emf_every: args.emf_every_s.map(std::time::Duration::from_secs),
     };
-    toki_app::daemon::run(config, seen).await
+    let result = toki_app::daemon::run(config, seen).await;
+    toki_app::shutdown_traces();
+    result
 }

@@ -74,7 +74,33 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(trace_request))
         .with_state(ApiState { registrar })
+}
+
+/// Each request in a span of its own when traces are on (a child of the
+/// caller's `traceparent` header if it sent one): the reminders it enqueues
+/// directly link to it.
+async fn trace_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !toki_core::trace::enabled() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let parent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    let span = toki_core::trace::request_span(request.method().as_str(), &route, parent);
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 /// An error as the API returns it: `{"error": {"code", "message", "field"?}}`.

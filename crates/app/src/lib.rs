@@ -22,6 +22,7 @@ pub mod logging;
 mod openapi;
 #[cfg(feature = "api")]
 pub mod ops;
+pub mod otel;
 mod ports;
 pub mod preview;
 pub mod redrive;
@@ -35,4 +36,5 @@ mod toki;
 
 pub use config::{BackendKind, Config};
 pub use logging::{init_lambda_tracing, init_tracing, shutdown_signal};
+pub use otel::{flush_traces, shutdown_traces};
 pub use toki::{api_key_hash, Toki};

@@ -1,15 +1,32 @@
-//! Logs (to stderr, or CloudWatch's format on Lambda) and the shutdown signal.
+//! Logs (to stderr, or CloudWatch's format on Lambda), traces (OTLP, when
+//! configured: see [`crate::otel`]) and the shutdown signal.
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: `default`).
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+/// The name traces are exported under unless `OTEL_SERVICE_NAME` says otherwise.
+fn process_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "toki".into())
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: `default`); traces too
+/// when an OTLP endpoint is configured.
 pub fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: a log file or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(crate::otel::layer(&process_name()))
         .try_init();
 }
 
@@ -30,17 +47,20 @@ pub fn init_lambda_tracing() {
             .with_default_directive(LevelFilter::INFO.into())
             .from_env_lossy(),
     };
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .without_time()
         .with_target(false);
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let _ = if json {
-        fmt.json().try_init()
+    let logs = if json {
+        fmt.json().with_filter(filter).boxed()
     } else {
-        fmt.try_init()
+        fmt.with_filter(filter).boxed()
     };
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(crate::otel::layer(&process_name()))
+        .try_init();
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.

@@ -93,15 +93,20 @@ impl Toki {
         Ok(())
     }
 
-    /// Migrates every tenant's database (`toki migrate`, before a rollout).
-    /// Returns the tenants migrated.
-    pub async fn migrate_all(&self) -> anyhow::Result<Vec<TenantId>> {
-        let mut done = Vec::new();
-        for t in self.directory.list().await? {
+    /// Migrates every tenant's database (`toki migrate`, before a rollout),
+    /// telling `progress` (done, of, tenant) before each. Returns the tenants migrated.
+    pub async fn migrate_all(
+        &self,
+        mut progress: impl FnMut(usize, usize, &TenantId),
+    ) -> anyhow::Result<Vec<TenantId>> {
+        let tenants = self.directory.list().await?;
+        let mut done = Vec::with_capacity(tenants.len());
+        for (i, t) in tenants.iter().enumerate() {
+            progress(i, tenants.len(), &t.id);
             self.provision(&t.id)
                 .await
                 .with_context(|| format!("migrating the database of {}", t.id))?;
-            done.push(t.id);
+            done.push(t.id.clone());
         }
         Ok(done)
     }

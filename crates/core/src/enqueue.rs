@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
-use tracing::warn;
+use tracing::{warn, Span};
 
 use crate::domain::{Instant, Reminder, ReminderKey};
 use crate::error::chain;
@@ -16,6 +16,7 @@ use crate::message;
 use crate::plan::{delay_for, to_chrono};
 use crate::ports::{batches, Clock, DelayQueue, OutgoingMessage, ReminderIndex};
 use crate::settings::PipelineSettings;
+use crate::trace;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct EnqueueSummary {
@@ -97,9 +98,20 @@ pub async fn enqueue(
     claimed.sort_by_key(|r| r.due_at);
 
     let sent_at = clock.now();
+    // One trace per reminder (none when traces are off): its span lasts
+    // until the message is on the queue.
+    let mut spans: HashMap<String, Span> = HashMap::new();
     let messages: Vec<OutgoingMessage> = claimed
         .iter()
-        .map(|r| message_for(r, sent_at, settings))
+        .map(|r| {
+            let mut m = message_for(r, sent_at, settings);
+            if trace::enabled() {
+                let span = trace::enqueue_span(&r.key, r.due_at);
+                trace::inject(&span, &mut m.attributes);
+                spans.insert(m.id.clone(), span);
+            }
+            m
+        })
         .collect();
     let by_id: HashMap<String, &Reminder> =
         claimed.iter().map(|r| (r.key.to_string(), r)).collect();
@@ -111,6 +123,7 @@ pub async fn enqueue(
         .buffer_unordered(8)
         .collect()
         .await;
+    drop(spans);
     let mut sent = Vec::with_capacity(claimed.len());
     for r in results {
         summary.add(r.summary);

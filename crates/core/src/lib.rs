@@ -25,6 +25,7 @@ pub mod stats;
 pub mod testing;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 pub use domain::*;
 pub use error::{StoreError, StoreResult, ValidationError};

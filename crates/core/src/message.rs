@@ -15,6 +15,9 @@ pub const ATTR_MINUTES_BEFORE: &str = "minutes_before";
 pub const ATTR_DUE: &str = "due";
 pub const ATTR_VERSION: &str = "version";
 pub const ATTR_CHANNELS: &str = "channels";
+/// The W3C trace context of the reminder's enqueue (only when traces are on;
+/// see [`crate::trace`]).
+pub const ATTR_TRACEPARENT: &str = "traceparent";
 
 /// SQS's limit on message attributes.
 pub const MAX_ATTRIBUTES: usize = 10;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use crate::domain::{IndexStatus, Reminder, TenantId};
 use crate::enqueue::{enqueue, EnqueueSummary};
@@ -80,7 +80,12 @@ impl Scanner {
     /// One run; nothing new is claimed once `deadline` has passed.
     pub async fn scan(&self, deadline: Option<tokio::time::Instant>) -> StoreResult<ScanSummary> {
         let started = tokio::time::Instant::now();
-        let run = self.scan_window(deadline).await;
+        let span = crate::trace::scan_span();
+        let run = self.scan_window(deadline).instrument(span.clone()).await;
+        if let Ok(s) = &run {
+            span.record("toki.rows_seen", s.scanned);
+            span.record("toki.enqueued", s.enqueued);
+        }
         if let Some(m) = &self.metrics {
             m.observe_scan(
                 run.as_ref().ok(),

@@ -380,7 +380,7 @@ pub async fn run_once(
     }
     let pids: Vec<u32> = fleet.iter().map(|g| g.0.id()).collect();
 
-    let mut progress = Progress::new(!opts.json);
+    let progress = Progress::new(!opts.json);
     let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
     let due = scenario::due_instant(lead);
     let (mut meetings, large_tenant) = match opts.large {
@@ -405,7 +405,7 @@ pub async fn run_once(
     }
     let n = n + opts.large.unwrap_or(0);
     let started = StdInstant::now();
-    let expected = scenario::register(&toki, meetings, &mut progress).await?;
+    let expected = scenario::register(&toki, meetings, &progress).await?;
     let enqueue_s = started.elapsed().as_secs_f64();
     if toki.clock.now() >= due {
         bail!("registration took {enqueue_s:.1} s, past the due instant; raise --lead");
@@ -414,6 +414,8 @@ pub async fn run_once(
     // Wait for the due instant, then for every delivery (or a deadline).
     let http = reqwest::Client::new();
     let deadline = due + chrono::Duration::seconds(60 + (n / 1000) as i64);
+    progress.stage("waiting", None);
+    let mut delivering = false;
     loop {
         let now = toki.clock.now();
         let done = match &sink {
@@ -434,15 +436,17 @@ pub async fn run_once(
             break;
         }
         if now < due {
-            progress.update(&format!(
+            progress.message(format!(
                 "n={n} w={workers}: due in {:.1} s",
                 (due - now).num_milliseconds() as f64 / 1000.0
             ));
         } else {
-            progress.update(&format!(
-                "n={n} w={workers}: {}",
-                Progress::bar(done, n as u64)
-            ));
+            if !delivering {
+                progress.stage("delivering", Some(n as u64));
+                progress.message(format!("n={n} w={workers}"));
+                delivering = true;
+            }
+            progress.set(done);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -85,7 +85,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     config.aws.create_resources = true;
     config.validate()?;
     let toki = Toki::open(config).await?;
-    let mut progress = Progress::new(!opts.json);
+    let progress = Progress::new(!opts.json);
 
     let mut tenants = scenario::tenant_ids(opts.tenants);
     if opts.backend == BackendKind::Aws {
@@ -99,7 +99,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
             toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
         }
     }
-    progress.finish(&format!(
+    progress.println(&format!(
         "toki demo: {} deliveries, {} tenants, {} workers, {:?} backend, data in {}",
         opts.deliveries,
         opts.tenants,
@@ -118,7 +118,7 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     let due = scenario::due_instant(opts.lead);
     let meetings = scenario::plan_meetings(opts.deliveries, &tenants, &Channel::ALL, due);
     let reg_started = StdInstant::now();
-    let expected = scenario::register(&toki, meetings, &mut progress).await?;
+    let expected = scenario::register(&toki, meetings, &progress).await?;
     let registration_s = reg_started.elapsed().as_secs_f64();
     if toki.clock.now() > due {
         tracing::warn!("registration ran past the due instant; raise --lead");
@@ -127,6 +127,8 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     // Wait for the due instant and the deliveries, with a deadline.
     let total = opts.deliveries as u64;
     let deadline = due + chrono::Duration::seconds(30 + (opts.deliveries / 500) as i64);
+    progress.stage("waiting", None);
+    let mut delivering = false;
     loop {
         let s = daemon.stats.snapshot();
         let settled = s.delivered + s.undeliverable + daemon.stats.stale.load(Ordering::Relaxed);
@@ -135,20 +137,23 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
             break;
         }
         if now < due {
-            progress.update(&format!(
-                "due at {} — in {:.1} s",
+            progress.message(format!(
+                "due at {} UTC, in {:.1} s",
                 due.format("%H:%M:%S"),
                 (due - now).num_milliseconds() as f64 / 1000.0
             ));
         } else {
-            progress.update(&format!("delivering {}", Progress::bar(s.delivered, total)));
+            if !delivering {
+                progress.stage("delivering", Some(total));
+                delivering = true;
+            }
+            progress.set(s.delivered);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    progress.finish(&format!(
-        "delivering {}",
-        Progress::bar(daemon.stats.snapshot().delivered, total)
-    ));
+    let delivered = daemon.stats.snapshot().delivered;
+    progress.set(delivered);
+    progress.finish(&format!("delivered {delivered} of {total}"));
     // Stop and drain, so every outcome is recorded before it is counted.
     stop.send(true).ok();
     daemon_task.await.context("daemon task")?;

@@ -138,7 +138,7 @@ const REGISTER_BATCH: usize = 500;
 pub async fn register(
     toki: &Toki,
     meetings: Vec<Meeting>,
-    progress: &mut Progress,
+    progress: &Progress,
 ) -> anyhow::Result<HashMap<TenantId, HashSet<DeliveryKey>>> {
     let registrar = std::sync::Arc::new(toki.registrar());
     let total = meetings.len() as u64;
@@ -177,6 +177,7 @@ pub async fn register(
     .buffer_unordered(parallel);
     let mut expected: HashMap<TenantId, HashSet<DeliveryKey>> = HashMap::new();
     let mut done = 0;
+    progress.stage("registering", Some(total));
     while let Some((tenant, r)) = results.next().await {
         let written = r.with_context(|| format!("registering meetings of {tenant}"))?;
         let now = toki.clock.now();
@@ -197,10 +198,7 @@ pub async fn register(
             }
             done += 1;
         }
-        progress.update(&format!(
-            "registering meetings {}",
-            Progress::bar(done, total)
-        ));
+        progress.set(done);
     }
     progress.finish(&format!("registered {total} meetings"));
     Ok(expected)

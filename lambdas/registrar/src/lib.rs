@@ -36,4 +36,18 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
 /// The service every invocation goes through: the registrar API router.
 pub fn app(toki: &Toki) -> Router {
     toki_app::api::router(Arc::new(toki.registrar()))
+        .layer(axum::middleware::from_fn(flush_traces_after))
+}
+
+/// Sends the request's spans before the response returns: Lambda freezes
+/// the function after it (nothing to do when traces are off).
+async fn flush_traces_after(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    if toki_app::otel::configured() {
+        toki_app::flush_traces().await;
+    }
+    response
 }

@@ -18,7 +18,12 @@ async fn run(config: toki_app::Config) -> Result<(), Error> {
     let toki = open(config).await?;
     let toki = &toki;
     lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<ScheduledEvent>| async move { handle(toki, event).await },
+        move |event: LambdaEvent<ScheduledEvent>| async move {
+            let result = handle(toki, event).await;
+            // Before the function is frozen: spans left in the buffer would wait for the next invocation.
+            toki_app::flush_traces().await;
+            result
+        },
     ))
     .await
 }

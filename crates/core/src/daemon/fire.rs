@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use tracing::warn;
+use tracing::{warn, Span};
 
 use crate::channel::{ChannelSender, Notification, SendError, SendResult};
 use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
@@ -17,6 +17,7 @@ use crate::flow::{
     slack_channel_key, slack_workspace_key, smtp_key, tenant_key, Flow, FlowSettings,
 };
 use crate::ports::TenantStore;
+use crate::trace;
 
 use super::breaker::probe_until_closed;
 use super::plan::{PlannedMessage, ToSend};
@@ -31,6 +32,8 @@ struct ChannelBatch {
     at: Vec<(usize, usize)>,
     taken_over: Vec<bool>,
     notifications: Vec<Notification>,
+    /// The deliveries' send spans (empty: traces off).
+    spans: Vec<Span>,
 }
 
 /// What firing a tenant's part of a batch came to.
@@ -58,6 +61,7 @@ impl Daemon {
         store: &dyn TenantStore,
         messages: &[PlannedMessage],
         mut to_send: Vec<ToSend>,
+        spans: &[Span],
     ) -> Fired {
         to_send.sort_by_key(|t| t.notification.due_at);
         let mut fired = Fired::default();
@@ -82,7 +86,9 @@ impl Daemon {
                 group.retain(|t| !revoked.iter().any(|(m, _)| *m == t.message));
                 fired.revoked.extend(revoked);
             }
-            fired.sent.extend(self.send_group(group, fire_at).await);
+            fired
+                .sent
+                .extend(self.send_group(group, fire_at, spans).await);
         }
         fired
     }
@@ -139,16 +145,20 @@ impl Daemon {
 
     /// Sends one due group at `fire_at`: each channel's share as one batch,
     /// all at once. A channel whose circuit is open sends nothing (its
-    /// deliveries wait).
+    /// deliveries wait). `spans` are the messages' trace spans (empty: off).
     pub(super) async fn send_group(
         &self,
         group: Vec<ToSend>,
         fire_at: tokio::time::Instant,
+        spans: &[Span],
     ) -> Vec<Sent> {
         // Notifications move into per-channel batches: no copies on the hot path.
         let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
         for t in group {
             let b = per_channel.entry(t.notification.key.channel).or_default();
+            if let Some(parent) = spans.get(t.message) {
+                b.spans.push(trace::send_span(parent, &t.notification));
+            }
             b.at.push((t.message, t.delivery));
             b.taken_over.push(t.taken_over);
             b.notifications.push(t.notification);
@@ -166,6 +176,9 @@ impl Daemon {
                     batch.notifications.len()
                 ],
             };
+            for (span, result) in batch.spans.iter().zip(&results) {
+                trace::record_send(span, result.as_ref());
+            }
             batch.at.into_iter().zip(results).collect::<Vec<_>>()
         }))
         .await;

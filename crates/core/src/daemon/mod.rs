@@ -132,12 +132,28 @@ fn overdue(due: crate::domain::DueAt, now: Instant) -> Duration {
     (now - due.0).to_std().unwrap_or_default()
 }
 
+/// Each message's trace span by receipt (none when traces are off).
+fn message_spans(work: &[Work]) -> HashMap<String, tracing::Span> {
+    if !crate::trace::enabled() {
+        return HashMap::new();
+    }
+    work.iter()
+        .map(|w| {
+            let span =
+                crate::trace::deliver_span(&w.reminder.key, &w.msg.attributes, w.msg.receive_count);
+            (w.msg.receipt.clone(), span)
+        })
+        .collect()
+}
+
 /// A tenant's part of a batch, planned, with the store its rows go to.
 struct Prepared {
     store: Arc<dyn TenantStore>,
     plan: BatchPlan,
     /// The claim's token, renewed while held.
     token: String,
+    /// Each message's trace span, in `plan.messages` order (empty: traces off).
+    spans: Vec<tracing::Span>,
 }
 
 impl Daemon {
@@ -327,6 +343,7 @@ impl Daemon {
         let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
             let channels = &channels;
             async move {
+                let mut spans = message_spans(&work);
                 // The tenant database's permits (if limited), held for the
                 // round trips; none free within the wait: the messages go
                 // back to the queue for a while, without using any budget.
@@ -349,11 +366,23 @@ impl Daemon {
                 let read = self.read_and_claim(&tenant, &work, channels, now).await;
                 drop(permit);
                 match read {
-                    Ok((store, ctx, claims)) => Some(Prepared {
-                        store,
-                        token: claims.token.clone(),
-                        plan: plan_batch(tenant, work, &ctx, &claims, channels),
-                    }),
+                    Ok((store, ctx, claims)) => {
+                        let plan = plan_batch(tenant, work, &ctx, &claims, channels);
+                        let spans = if spans.is_empty() {
+                            Vec::new()
+                        } else {
+                            plan.messages
+                                .iter()
+                                .map(|m| spans.remove(&m.msg.receipt).unwrap_or_else(tracing::Span::none))
+                                .collect()
+                        };
+                        Some(Prepared {
+                            store,
+                            token: claims.token.clone(),
+                            plan,
+                            spans,
+                        })
+                    }
                     Err(e) => {
                         warn!(%tenant, error = %chain(&e), "tenant database unavailable; messages come back");
                         let why = format!("tenant {tenant}: {}", chain(&e));
@@ -431,7 +460,10 @@ impl Daemon {
     async fn deliver_one(
         &self,
         Prepared {
-            store, mut plan, ..
+            store,
+            mut plan,
+            spans,
+            ..
         }: Prepared,
     ) -> Vec<(crate::ports::ReceivedMessage, MessageFate)> {
         let skipped = plan
@@ -445,7 +477,13 @@ impl Daemon {
         self.stats.add(&self.stats.stale_messages, stale);
         let to_send = std::mem::take(&mut plan.to_send);
         let fired = self
-            .fire(&plan.tenant, store.as_ref(), &plan.messages, to_send)
+            .fire(
+                &plan.tenant,
+                store.as_ref(),
+                &plan.messages,
+                to_send,
+                &spans,
+            )
             .await;
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
         let outcomes = std::mem::take(&mut settlement.outcomes);

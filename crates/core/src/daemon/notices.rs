@@ -186,7 +186,9 @@ impl Daemon {
         let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
         // The reminders' path: open circuits respected, answers fed to the
         // breakers, a taken-over delivery looked up before it is sent again.
-        let sent = self.send_group(group, tokio::time::Instant::now()).await;
+        let sent = self
+            .send_group(group, tokio::time::Instant::now(), &[])
+            .await;
         let now = self.clock.now();
         let mut answered = HashSet::new();
         let mut delivered = 0;

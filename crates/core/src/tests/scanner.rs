@@ -188,3 +188,35 @@ async fn past_its_deadline_a_run_claims_nothing_more() {
     assert!(!s.had_failures(), "deferred is not a failure");
     assert_eq!(kit.scanner().scan_once().await.unwrap().enqueued, 3);
 }
+
+/// Traces are off unless the application installs a propagator (none in
+/// these tests): no span, and a message carries only the reminder's seven
+/// attributes, never a `traceparent`.
+#[tokio::test(start_paused = true)]
+async fn without_traces_a_message_carries_no_trace_context() {
+    assert!(!crate::trace::enabled());
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    kit.registrar()
+        .put_schedule(
+            &t,
+            &"m0".parse().unwrap(),
+            &meeting(kit.now() + mins(10), 5, &["u0"], &[Channel::Mail]),
+        )
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(10 * 60)).await;
+    let got = kit
+        .queue
+        .receive(10, Duration::from_secs(900), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(!got[0]
+        .attributes
+        .contains_key(crate::message::ATTR_TRACEPARENT));
+    assert_eq!(got[0].attributes.len(), 7, "{:?}", got[0].attributes);
+    let r = crate::message::decode(&got[0].attributes).unwrap();
+    assert!(crate::trace::enqueue_span(&r.key, r.due_at).is_none());
+    assert!(crate::trace::deliver_span(&r.key, &got[0].attributes, 1).is_none());
+}
