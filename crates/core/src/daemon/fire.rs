@@ -13,17 +13,14 @@ use tracing::{warn, Span};
 use crate::channel::{ChannelSender, Notification, SendError, SendResult};
 use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
 use crate::error::chain;
-use crate::flow::{
-    slack_channel_key, slack_workspace_key, smtp_key, tenant_key, Flow, FlowSettings,
-};
 use crate::ports::TenantStore;
 use crate::trace;
 
 use super::breaker::probe_until_closed;
 use super::plan::{PlannedMessage, ToSend};
+use super::prepare::Prepared;
 use super::settle::Sent;
 use super::Daemon;
-use super::Prepared;
 
 /// One channel's share of a due group: where each notification came from,
 /// whether it was taken over, and the notifications.
@@ -270,69 +267,6 @@ impl Daemon {
         results
     }
 
-    /// Sends `which` of `notifications` one by one as the gates of their
-    /// limited keys let them, from `fire_at`: those the gates have no room
-    /// for within the wait come back as throttled (their messages return to
-    /// the queue for that long); a throttle answer pauses the keys; a
-    /// delivery whose permit is revoked (stuck past the deadline) is abandoned.
-    async fn send_gated(
-        &self,
-        flow: &Arc<Flow>,
-        channel: Channel,
-        sender: &Arc<dyn ChannelSender>,
-        notifications: &[Notification],
-        which: &[usize],
-        fire_at: tokio::time::Instant,
-    ) -> Vec<SendResult> {
-        tokio::time::sleep_until(fire_at).await;
-        let answered = join_all(which.iter().map(|i| async move {
-            let n = &notifications[*i];
-            let keys = flow_keys(flow.settings(), channel, n);
-            let grants = match flow.admit(&keys, n.tenant.as_str()).await {
-                Ok(grants) => grants,
-                Err(no_room) => {
-                    let throttled = SendError::Throttled {
-                        retry_after: no_room.retry_after,
-                    };
-                    return (Err(throttled), tokio::time::Instant::now());
-                }
-            };
-            // Whichever of its permits is revoked first (none: never).
-            let revoked = async {
-                if grants.is_empty() {
-                    std::future::pending::<()>().await;
-                }
-                futures::future::select_all(grants.iter().map(|g| Box::pin(g.revoked()))).await;
-            };
-            let result = tokio::select! {
-                mut r = sender.send(std::slice::from_ref(n)) => r.pop().unwrap_or_else(|| {
-                    Err(SendError::transient(format!("{channel}: no result for a notification")))
-                }),
-                _ = revoked => Err(SendError::transient(
-                    "abandoned: held its permit past the deadline",
-                )),
-            };
-            if let Err(SendError::Throttled { retry_after }) = &result {
-                flow.throttled(&keys, *retry_after);
-            }
-            drop(grants);
-            (result, tokio::time::Instant::now())
-        }))
-        .await;
-        // A wait is counted from the answer: the message goes back only once
-        // the batch is done, and must not come back later than it was told.
-        let done = tokio::time::Instant::now();
-        answered
-            .into_iter()
-            .map(|(result, at)| match result {
-                Err(SendError::Throttled { retry_after }) => Err(SendError::Throttled {
-                    retry_after: retry_after.saturating_sub(done - at),
-                }),
-                other => other,
-            })
-            .collect()
-    }
-
     /// Warms the channels a batch will use, at most once per WARM_EVERY each,
     /// while there is still time before the due instant.
     pub(super) fn warm_channels(&self, prepared: &[Prepared]) {
@@ -362,35 +296,5 @@ impl Daemon {
                 }
             }
         }
-    }
-}
-
-/// The limited-resource keys a notification spends on `channel` (those
-/// without a configured limit are passed freely).
-pub(super) fn flow_keys(
-    settings: &FlowSettings,
-    channel: Channel,
-    n: &Notification,
-) -> Vec<String> {
-    match channel {
-        Channel::Slack => {
-            let ws = &settings.slack_workspace;
-            let mut keys = Vec::with_capacity(2);
-            // The recipient's channel first: refused there, no workspace
-            // capacity is spent.
-            if let Some(user) = n.recipient.slack_user_id.as_deref() {
-                keys.push(slack_channel_key(ws, user));
-            }
-            // Then the tenant's own cap (if its contract sets one), then
-            // the workspace: a key that refuses spends nothing after it.
-            keys.push(tenant_key(n.tenant.as_str(), "slack"));
-            keys.push(slack_workspace_key(ws));
-            keys
-        }
-        Channel::Mail => vec![
-            tenant_key(n.tenant.as_str(), "mail"),
-            smtp_key(&settings.smtp_account),
-        ],
-        _ => Vec::new(),
     }
 }

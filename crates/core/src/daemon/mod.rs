@@ -14,13 +14,16 @@
 
 mod breaker;
 mod checks;
+mod deliver;
 mod dispose;
 mod fire;
+mod gated;
 mod heartbeat;
 mod holdings;
 mod intake;
 mod notices;
 mod plan;
+mod prepare;
 mod record;
 mod settle;
 mod stats;
@@ -28,21 +31,19 @@ mod stats;
 mod tests;
 mod work;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::join_all;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::channel::ChannelSender;
-use crate::domain::{Channel, Instant, TenantId};
-use crate::error::{chain, StoreError};
-use crate::flow::{tenantdb_key, Flow};
-use crate::plan::to_chrono;
-use crate::ports::{Claims, Clock, DelayQueue, DeliveryContext, TenantStore, TenantStores};
+use crate::domain::{Channel, Instant};
+use crate::error::chain;
+use crate::flow::Flow;
+use crate::ports::{Clock, DelayQueue, TenantStores};
 
 pub use breaker::{BreakerSettings, Breakers};
 pub use checks::DebounceChecks;
@@ -53,7 +54,6 @@ pub use plan::{
 };
 pub use record::RecordError;
 pub use settle::{disposition, settle, Disposition, RetryPolicy, Sent, Settlement};
-use stats::Tally;
 pub use stats::{DaemonStats, StatsSnapshot};
 pub use work::{MessageFate, Work};
 
@@ -130,30 +130,6 @@ pub struct Daemon {
 /// How long past due a message is at `now` (zero before).
 fn overdue(due: crate::domain::DueAt, now: Instant) -> Duration {
     (now - due.0).to_std().unwrap_or_default()
-}
-
-/// Each message's trace span by receipt (none when traces are off).
-fn message_spans(work: &[Work]) -> HashMap<String, tracing::Span> {
-    if !crate::trace::enabled() {
-        return HashMap::new();
-    }
-    work.iter()
-        .map(|w| {
-            let span =
-                crate::trace::deliver_span(&w.reminder.key, &w.msg.attributes, w.msg.receive_count);
-            (w.msg.receipt.clone(), span)
-        })
-        .collect()
-}
-
-/// A tenant's part of a batch, planned, with the store its rows go to.
-struct Prepared {
-    store: Arc<dyn TenantStore>,
-    plan: BatchPlan,
-    /// The claim's token, renewed while held.
-    token: String,
-    /// Each message's trace span, in `plan.messages` order (empty: traces off).
-    spans: Vec<tracing::Span>,
 }
 
 impl Daemon {
@@ -323,196 +299,5 @@ impl Daemon {
             set.spawn(me.deliver(prepared, held, permits));
         }
         debug!(worker, "worker stopped");
-    }
-
-    /// What the daemon can send on now: configured, and not behind an open circuit.
-    fn channel_state(&self) -> ChannelState {
-        ChannelState {
-            configured: self.channels.keys().copied().collect(),
-            open: self.breakers.open_channels(),
-        }
-    }
-
-    /// Reads and claims for every tenant of a batch at once, and plans.
-    async fn prepare(
-        &self,
-        by_tenant: BTreeMap<TenantId, Vec<Work>>,
-        now: Instant,
-    ) -> Vec<Prepared> {
-        let channels = self.channel_state();
-        let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
-            let channels = &channels;
-            async move {
-                let mut spans = message_spans(&work);
-                // The tenant database's permits (if limited), held for the
-                // round trips; none free within the wait: the messages go
-                // back to the queue for a while, without using any budget.
-                let permit = match &self.flow {
-                    Some(flow) => {
-                        match flow.admit(&[tenantdb_key(tenant.as_str())], tenant.as_str()).await {
-                            Ok(grants) => grants,
-                            Err(no_room) => {
-                                let fate = MessageFate::Throttled {
-                                    retry_after: no_room.retry_after,
-                                };
-                                self.dispose(work.into_iter().map(|w| (w.msg, fate.clone())).collect())
-                                    .await;
-                                return None;
-                            }
-                        }
-                    }
-                    None => Vec::new(),
-                };
-                let read = self.read_and_claim(&tenant, &work, channels, now).await;
-                drop(permit);
-                match read {
-                    Ok((store, ctx, claims)) => {
-                        let plan = plan_batch(tenant, work, &ctx, &claims, channels);
-                        let spans = if spans.is_empty() {
-                            Vec::new()
-                        } else {
-                            plan.messages
-                                .iter()
-                                .map(|m| spans.remove(&m.msg.receipt).unwrap_or_else(tracing::Span::none))
-                                .collect()
-                        };
-                        Some(Prepared {
-                            store,
-                            token: claims.token.clone(),
-                            plan,
-                            spans,
-                        })
-                    }
-                    Err(e) => {
-                        warn!(%tenant, error = %chain(&e), "tenant database unavailable; messages come back");
-                        let why = format!("tenant {tenant}: {}", chain(&e));
-                        self.dispose(
-                            work.into_iter()
-                                .map(|w| {
-                                    let fate = MessageFate::Unprocessed {
-                                        reason: why.clone(),
-                                        overdue: overdue(w.reminder.due_at, now),
-                                    };
-                                    (w.msg, fate)
-                                })
-                                .collect(),
-                        )
-                        .await;
-                        None
-                    }
-                }
-            }
-        }))
-        .await;
-        prepared.into_iter().flatten().collect()
-    }
-
-    /// One round trip for the schedules and participants, one for the claims.
-    async fn read_and_claim(
-        &self,
-        tenant: &TenantId,
-        work: &[Work],
-        channels: &ChannelState,
-        now: Instant,
-    ) -> Result<(Arc<dyn TenantStore>, DeliveryContext, Claims), StoreError> {
-        let store = self.stores.open(tenant).await?;
-        let ctx = store.delivery_context(&reads_for(work)).await?;
-        let claims = claims_for(work, &ctx, channels);
-        let claimed = self.claim(store.as_ref(), &claims, now).await?;
-        Ok((store, ctx, claimed))
-    }
-
-    /// Claims `claims` (nothing to claim: no claim, no round trip). A claim
-    /// not renewed for a lease is its holder's no more: it stopped.
-    async fn claim(
-        &self,
-        store: &dyn TenantStore,
-        claims: &[crate::domain::DeliveryClaim],
-        now: Instant,
-    ) -> Result<Claims, StoreError> {
-        if claims.is_empty() {
-            return Ok(Claims::default());
-        }
-        let takeover_before = now - to_chrono(self.settings.visibility);
-        store.claim_deliveries(claims, now, takeover_before).await
-    }
-
-    /// Fires, settles and records every tenant's part of a batch, then
-    /// disposes of all its messages at once.
-    async fn deliver(
-        self: Arc<Self>,
-        prepared: Vec<Prepared>,
-        held: u64,
-        room: OwnedSemaphorePermit,
-    ) {
-        let fates = join_all(prepared.into_iter().map(|p| self.deliver_one(p)))
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        // Let go first: the heartbeat must not extend what is acked or hidden now.
-        self.holdings.release(held);
-        self.dispose(fates).await;
-        drop(room);
-    }
-
-    /// Fires, settles and records one tenant's part; what became of its messages.
-    async fn deliver_one(
-        &self,
-        Prepared {
-            store,
-            mut plan,
-            spans,
-            ..
-        }: Prepared,
-    ) -> Vec<(crate::ports::ReceivedMessage, MessageFate)> {
-        let skipped = plan
-            .messages
-            .iter()
-            .flat_map(|m| &m.deliveries)
-            .filter(|d| matches!(d.verdict, Verdict::Busy | Verdict::Done))
-            .count();
-        self.stats.add(&self.stats.duplicates_skipped, skipped);
-        let stale = plan.messages.iter().filter(|m| m.stale.is_some()).count();
-        self.stats.add(&self.stats.stale_messages, stale);
-        let to_send = std::mem::take(&mut plan.to_send);
-        let fired = self
-            .fire(
-                &plan.tenant,
-                store.as_ref(),
-                &plan.messages,
-                to_send,
-                &spans,
-            )
-            .await;
-        let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
-        let outcomes = std::mem::take(&mut settlement.outcomes);
-        let tally = Tally::of(&outcomes);
-        // Counted once stored, like the counters below: a scrape that sees a
-        // delivery finds its row.
-        let observed = self
-            .metrics
-            .as_ref()
-            .map(|_| crate::metrics::Observed::of(&outcomes));
-        let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
-        if let (Some(m), Some(observed), true) = (&self.metrics, &observed, recorded.is_ok()) {
-            m.observe(observed);
-        }
-        // Counted once stored: whoever waits on the counters finds the rows.
-        self.stats.add_tally(&tally);
-        if let Err(e) = recorded {
-            // Sent but not recorded: keep the messages so nothing is lost; the
-            // claims expire and a redelivery may repeat a send (at-least-once).
-            error!(tenant = %plan.tenant, error = %chain(&e), "recording outcomes failed; messages will come back");
-            let now = self.clock.now();
-            for (msg, fate) in &mut settlement.fates {
-                let due = crate::message::decode(&msg.attributes).map(|r| r.due_at);
-                *fate = MessageFate::Unprocessed {
-                    reason: format!("recording outcomes failed: {e}"),
-                    overdue: due.map(|d| overdue(d, now)).unwrap_or_default(),
-                };
-            }
-        }
-        settlement.fates
     }
 }

@@ -1,0 +1,98 @@
+//! Delivering a prepared batch: fire at the due instant, settle, record one
+//! row per delivery (counted once stored), then dispose of every message.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::error;
+
+use crate::error::chain;
+
+use super::plan::Verdict;
+use super::prepare::Prepared;
+use super::settle::settle;
+use super::stats::Tally;
+use super::work::MessageFate;
+use super::{overdue, Daemon};
+
+impl Daemon {
+    /// Fires, settles and records every tenant's part of a batch, then
+    /// disposes of all its messages at once.
+    pub(super) async fn deliver(
+        self: Arc<Self>,
+        prepared: Vec<Prepared>,
+        held: u64,
+        room: OwnedSemaphorePermit,
+    ) {
+        let fates = join_all(prepared.into_iter().map(|p| self.deliver_one(p)))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        // Let go first: the heartbeat must not extend what is acked or hidden now.
+        self.holdings.release(held);
+        self.dispose(fates).await;
+        drop(room);
+    }
+
+    /// Fires, settles and records one tenant's part; what became of its messages.
+    async fn deliver_one(
+        &self,
+        Prepared {
+            store,
+            mut plan,
+            spans,
+            ..
+        }: Prepared,
+    ) -> Vec<(crate::ports::ReceivedMessage, MessageFate)> {
+        let skipped = plan
+            .messages
+            .iter()
+            .flat_map(|m| &m.deliveries)
+            .filter(|d| matches!(d.verdict, Verdict::Busy | Verdict::Done))
+            .count();
+        self.stats.add(&self.stats.duplicates_skipped, skipped);
+        let stale = plan.messages.iter().filter(|m| m.stale.is_some()).count();
+        self.stats.add(&self.stats.stale_messages, stale);
+        let to_send = std::mem::take(&mut plan.to_send);
+        let fired = self
+            .fire(
+                &plan.tenant,
+                store.as_ref(),
+                &plan.messages,
+                to_send,
+                &spans,
+            )
+            .await;
+        let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
+        let outcomes = std::mem::take(&mut settlement.outcomes);
+        let tally = Tally::of(&outcomes);
+        // Counted once stored, like the counters below: a scrape that sees a
+        // delivery finds its row.
+        let observed = self
+            .metrics
+            .as_ref()
+            .map(|_| crate::metrics::Observed::of(&outcomes));
+        let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
+        if let (Some(m), Some(observed), true) = (&self.metrics, &observed, recorded.is_ok()) {
+            m.observe(observed);
+        }
+        // Counted once stored: whoever waits on the counters finds the rows.
+        self.stats.add_tally(&tally);
+        if let Err(e) = recorded {
+            // Sent but not recorded: keep the messages so nothing is lost; the
+            // claims expire and a redelivery may repeat a send (at-least-once).
+            error!(tenant = %plan.tenant, error = %chain(&e), "recording outcomes failed; messages will come back");
+            let now = self.clock.now();
+            for (msg, fate) in &mut settlement.fates {
+                let due = crate::message::decode(&msg.attributes).map(|r| r.due_at);
+                *fate = MessageFate::Unprocessed {
+                    reason: format!("recording outcomes failed: {e}"),
+                    overdue: due.map(|d| overdue(d, now)).unwrap_or_default(),
+                };
+            }
+        }
+        settlement.fates
+    }
+}

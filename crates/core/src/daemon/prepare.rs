@@ -1,0 +1,157 @@
+//! Preparing a batch: per tenant, the database's permits (if limited), one
+//! round trip for the schedules and participants, one for the claims, then
+//! the pure plan.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::future::join_all;
+use tracing::warn;
+
+use crate::domain::{Instant, TenantId};
+use crate::error::{chain, StoreError};
+use crate::flow::tenantdb_key;
+use crate::plan::to_chrono;
+use crate::ports::{Claims, DeliveryContext, TenantStore};
+
+use super::plan::{claims_for, plan_batch, reads_for, BatchPlan, ChannelState};
+use super::work::{MessageFate, Work};
+use super::{overdue, Daemon};
+
+/// Each message's trace span by receipt (none when traces are off).
+fn message_spans(work: &[Work]) -> HashMap<String, tracing::Span> {
+    if !crate::trace::enabled() {
+        return HashMap::new();
+    }
+    work.iter()
+        .map(|w| {
+            let span =
+                crate::trace::deliver_span(&w.reminder.key, &w.msg.attributes, w.msg.receive_count);
+            (w.msg.receipt.clone(), span)
+        })
+        .collect()
+}
+
+/// A tenant's part of a batch, planned, with the store its rows go to.
+pub(super) struct Prepared {
+    pub(super) store: Arc<dyn TenantStore>,
+    pub(super) plan: BatchPlan,
+    /// The claim's token, renewed while held.
+    pub(super) token: String,
+    /// Each message's trace span, in `plan.messages` order (empty: traces off).
+    pub(super) spans: Vec<tracing::Span>,
+}
+
+impl Daemon {
+    /// What the daemon can send on now: configured, and not behind an open circuit.
+    pub(super) fn channel_state(&self) -> ChannelState {
+        ChannelState {
+            configured: self.channels.keys().copied().collect(),
+            open: self.breakers.open_channels(),
+        }
+    }
+
+    /// Reads and claims for every tenant of a batch at once, and plans.
+    pub(super) async fn prepare(
+        &self,
+        by_tenant: BTreeMap<TenantId, Vec<Work>>,
+        now: Instant,
+    ) -> Vec<Prepared> {
+        let channels = self.channel_state();
+        let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
+            let channels = &channels;
+            async move {
+                let mut spans = message_spans(&work);
+                // The tenant database's permits (if limited), held for the
+                // round trips; none free within the wait: the messages go
+                // back to the queue for a while, without using any budget.
+                let permit = match &self.flow {
+                    Some(flow) => {
+                        match flow.admit(&[tenantdb_key(tenant.as_str())], tenant.as_str()).await {
+                            Ok(grants) => grants,
+                            Err(no_room) => {
+                                let fate = MessageFate::Throttled {
+                                    retry_after: no_room.retry_after,
+                                };
+                                self.dispose(work.into_iter().map(|w| (w.msg, fate.clone())).collect())
+                                    .await;
+                                return None;
+                            }
+                        }
+                    }
+                    None => Vec::new(),
+                };
+                let read = self.read_and_claim(&tenant, &work, channels, now).await;
+                drop(permit);
+                match read {
+                    Ok((store, ctx, claims)) => {
+                        let plan = plan_batch(tenant, work, &ctx, &claims, channels);
+                        let spans = if spans.is_empty() {
+                            Vec::new()
+                        } else {
+                            plan.messages
+                                .iter()
+                                .map(|m| spans.remove(&m.msg.receipt).unwrap_or_else(tracing::Span::none))
+                                .collect()
+                        };
+                        Some(Prepared {
+                            store,
+                            token: claims.token.clone(),
+                            plan,
+                            spans,
+                        })
+                    }
+                    Err(e) => {
+                        warn!(%tenant, error = %chain(&e), "tenant database unavailable; messages come back");
+                        let why = format!("tenant {tenant}: {}", chain(&e));
+                        self.dispose(
+                            work.into_iter()
+                                .map(|w| {
+                                    let fate = MessageFate::Unprocessed {
+                                        reason: why.clone(),
+                                        overdue: overdue(w.reminder.due_at, now),
+                                    };
+                                    (w.msg, fate)
+                                })
+                                .collect(),
+                        )
+                        .await;
+                        None
+                    }
+                }
+            }
+        }))
+        .await;
+        prepared.into_iter().flatten().collect()
+    }
+
+    /// One round trip for the schedules and participants, one for the claims.
+    async fn read_and_claim(
+        &self,
+        tenant: &TenantId,
+        work: &[Work],
+        channels: &ChannelState,
+        now: Instant,
+    ) -> Result<(Arc<dyn TenantStore>, DeliveryContext, Claims), StoreError> {
+        let store = self.stores.open(tenant).await?;
+        let ctx = store.delivery_context(&reads_for(work)).await?;
+        let claims = claims_for(work, &ctx, channels);
+        let claimed = self.claim(store.as_ref(), &claims, now).await?;
+        Ok((store, ctx, claimed))
+    }
+
+    /// Claims `claims` (nothing to claim: no claim, no round trip). A claim
+    /// not renewed for a lease is its holder's no more: it stopped.
+    pub(super) async fn claim(
+        &self,
+        store: &dyn TenantStore,
+        claims: &[crate::domain::DeliveryClaim],
+        now: Instant,
+    ) -> Result<Claims, StoreError> {
+        if claims.is_empty() {
+            return Ok(Claims::default());
+        }
+        let takeover_before = now - to_chrono(self.settings.visibility);
+        store.claim_deliveries(claims, now, takeover_before).await
+    }
+}
