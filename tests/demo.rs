@@ -195,12 +195,8 @@ fn progress_shows_on_a_terminal_only() {
         .expect("script (util-linux) runs");
     let screen = String::from_utf8_lossy(&tty.stdout);
     assert!(tty.status.success(), "{screen}");
-    for stage in [
-        "registering",
-        "waiting",
-        "delivering",
-        "delivered 200 of 200",
-    ] {
+    // Not "delivering": 200 may all go out between two redraws.
+    for stage in ["registering", "waiting", "delivered 200 of 200"] {
         assert!(
             screen.contains(stage),
             "no {stage:?} on the terminal: {screen}"

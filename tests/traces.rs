@@ -231,7 +231,10 @@ async fn a_reminder_is_one_trace_from_its_enqueue_to_each_send() {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 
     received
-        .until(Duration::from_secs(60), |r| r.named("toki.send").len() >= 4)
+        .until(Duration::from_secs(60), |r| {
+            // A parent ends after its children: wait for the daemon's spans too.
+            r.named("toki.send").len() >= 4 && r.named("toki.deliver").len() >= 2
+        })
         .await;
     assert_eq!(
         received.named("toki.send").len(),
