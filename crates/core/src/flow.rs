@@ -292,6 +292,24 @@ impl Flow {
 
     /// Makes the gates of keys known ahead (the workspace, the mail
     /// account), so their reserved leases are held before the first send.
+    /// Deliveries on `keys` are coming (at their due instant, a lead from
+    /// now): their gates take the fleet's partitions now rather than once
+    /// deliveries wait, so that at the instant they admit at the rate they
+    /// will have. A tenant's own key is told only if its gate exists (its
+    /// contract's limit is known once it has been admitted through).
+    pub fn expect(&self, keys: &std::collections::BTreeSet<&str>) {
+        for key in keys {
+            let gate = if key.starts_with("tenant:") {
+                self.gates.lock().expect("gates").get(*key).cloned()
+            } else {
+                self.gate(key)
+            };
+            if let Some(gate) = gate {
+                gate.expect_demand();
+            }
+        }
+    }
+
     pub fn warm(&self, keys: &[String]) {
         for key in keys {
             self.gate(key);

@@ -14,6 +14,45 @@ use crate::flow::{
 use super::Daemon;
 
 impl Daemon {
+    /// Tells the flow which limited keys a prepared batch will spend at its
+    /// due instant, while there is still the lead before it: their leases
+    /// are taken now, so the gates admit at the fleet's rate from the first
+    /// slice (else the first refusals at the instant send most of the batch
+    /// back to the queue, behind everything else in it).
+    pub(super) fn expect_flow(&self, prepared: &[super::prepare::Prepared]) {
+        let Some(flow) = &self.flow else { return };
+        let (slack, mail) = (flow.limits_kind("slack"), flow.limits_kind("smtp"));
+        if !slack && !mail {
+            return;
+        }
+        // The shared keys only (the workspace, the mail account, the
+        // tenant's own cap): a recipient's key is local, with no lease to take.
+        let mut spent = std::collections::BTreeSet::new();
+        for p in prepared {
+            for t in &p.plan.to_send {
+                spent.insert((t.notification.key.channel, &p.plan.tenant));
+            }
+        }
+        let settings = flow.settings();
+        let mut keys = Vec::new();
+        for (channel, tenant) in spent {
+            match channel {
+                Channel::Slack if slack => {
+                    keys.push(tenant_key(tenant.as_str(), "slack"));
+                    keys.push(slack_workspace_key(&settings.slack_workspace));
+                }
+                Channel::Mail if mail => {
+                    keys.push(tenant_key(tenant.as_str(), "mail"));
+                    keys.push(smtp_key(&settings.smtp_account));
+                }
+                _ => {}
+            }
+        }
+        if !keys.is_empty() {
+            flow.expect(&keys.iter().map(String::as_str).collect());
+        }
+    }
+
     /// Sends `which` of `notifications` one by one as the gates of their
     /// limited keys let them, from `fire_at`: those the gates have no room
     /// for within the wait come back as throttled (their messages return to

@@ -293,6 +293,7 @@ impl Daemon {
                 renewed: Some(hidden_until - self.settings.visibility),
             });
             self.warm_channels(&prepared);
+            self.expect_flow(&prepared);
             let me = self.clone();
             let mut set = deliveries.lock().await;
             while set.try_join_next().is_some() {} // reap finished batches

@@ -116,6 +116,22 @@ struct State {
     pressed_at: Option<Instant>,
 }
 
+/// The waiters served before one more of `tenant`'s: waiters are served
+/// round-robin across tenants, so each other tenant goes at most once per
+/// turn of this one. A tenant with few waiters beside a large backlog is
+/// reached long before the key's whole queue drains, and its refused
+/// deliveries are told to come back that soon, not after the backlog.
+fn ahead_in_turn(s: &State, tenant: &str) -> usize {
+    let mine = s.queues.get(tenant).map_or(0, VecDeque::len);
+    let others: usize = s
+        .queues
+        .iter()
+        .filter(|(t, _)| t.as_str() != tenant)
+        .map(|(_, q)| q.len().min(mine + 1))
+        .sum();
+    (mine + others).min(s.waiting)
+}
+
 /// Counters, for logs and `toki bench`.
 #[derive(Debug, Default)]
 pub struct GateCounters {
@@ -236,9 +252,15 @@ impl Gate {
         let slices = (since.as_nanos() / self.slice.as_nanos().max(1)) as u32;
         if slices > 0 {
             let per_slice = s.per_second * self.slice.as_secs_f64();
-            // What one slice releases is always spendable; only savings
-            // beyond it are capped by the burst.
-            let limit = s.cap.max(per_slice.ceil());
+            // What one slice releases is spendable by those waiting for it;
+            // with nobody waiting, savings are capped by the burst (a gate
+            // idle before an instant must not meet it with a slice saved up
+            // beyond the burst: that second would see rate + a slice).
+            let limit = if s.waiting > 0 {
+                s.cap.max(per_slice.ceil())
+            } else {
+                s.cap
+            };
             let tokens = s.tokens + per_slice * f64::from(slices);
             // Whole tokens beyond the limit are dropped; the fraction is kept,
             // or a share below one token a slice would lose part of its rate.
@@ -393,7 +415,11 @@ impl Gate {
             rx
         };
         let mut rx = rx;
-        match tokio::time::timeout(max_wait, &mut rx).await {
+        // Admission planned the tenant's waiters to be served within
+        // `max_wait` at its turn; slices and the turn order can make the last
+        // of them a little later. Half as long again before giving up: a
+        // wait given up sends its delivery to the back of the queue.
+        match tokio::time::timeout(max_wait + max_wait / 2, &mut rx).await {
             Ok(Ok(grant)) => Ok(grant),
             _ => {
                 rx.close();
@@ -403,7 +429,7 @@ impl Gate {
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 let s = self.state.lock().expect("gate lock");
                 Err(NoRoom {
-                    retry_after: self.drain_time(&s, s.waiting),
+                    retry_after: self.drain_time(&s, ahead_in_turn(&s, tenant)),
                 })
             }
         }
@@ -423,7 +449,7 @@ impl Gate {
         let tenants = s.queues.len() + usize::from(mine == 0);
         let share = (capacity / tenants as f64).floor().max(0.0) as usize;
         (mine >= share).then(|| NoRoom {
-            retry_after: self.drain_time(s, s.waiting + 1),
+            retry_after: self.drain_time(s, ahead_in_turn(s, tenant) + 1),
         })
     }
 
@@ -483,6 +509,15 @@ impl Gate {
         s.tokens = 0.0;
         s.released_at = now;
         s.pressed_at = Some(now);
+    }
+
+    /// Deliveries are coming: counts as pressed (the leaser wants every
+    /// partition) and wakes the leaser now.
+    pub fn expect_demand(&self) {
+        if self.leased {
+            self.state.lock().expect("gate lock").pressed_at = Some(Instant::now());
+            self.demand.notify_one();
+        }
     }
 
     /// Whether deliveries waited or were refused here since `since`.

@@ -432,12 +432,14 @@ async fn a_crashed_instances_partitions_expire_and_are_taken_over() {
     let b = instance(&store, "b");
     let g = b.gate("slack:ws").unwrap();
     let sending = keep_sending(&b, "slack:ws", Duration::from_secs(1));
-    sending.await.unwrap();
+    // Looked at while it asks (a wait may outlast the leases).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         g.share() <= 0.01,
         "nothing to take while the leases live: {}",
         g.share()
     );
+    sending.await.unwrap();
     let sending = keep_sending(&b, "slack:ws", Duration::from_secs(4));
     sending.await.unwrap();
     assert_eq!(
@@ -609,4 +611,90 @@ fn contract_limits_read_and_name_the_field_at_fault() {
         assert_eq!(e.field, field, "{spec}");
         assert_eq!(c, before);
     }
+}
+
+/// Deliveries announced for a shared key (in the lead before their instant)
+/// make its instance take every free partition before any of them waits:
+/// at the instant the gate admits at the fleet's rate, not at its reserved
+/// share.
+#[tokio::test(start_paused = true)]
+async fn expected_deliveries_take_the_leases_before_the_instant() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let a = instance(&store, "a");
+    a.warm(&["slack:ws".to_owned()]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        1,
+        "reserved only, while idle"
+    );
+    a.expect(&["slack:ws"].into_iter().collect());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        10,
+        "every partition, nothing waiting yet"
+    );
+    let g = a.gate("slack:ws").unwrap();
+    assert!((g.share() - 1.0).abs() < 1e-9, "{}", g.share());
+}
+
+/// An idle gate saves up no more than its burst, however large a slice's
+/// release is: the first second of a burst after idling sees at most the
+/// rate plus the burst plus the slice under way (here 500/s, burst 10,
+/// 75 a slice; before, a slice saved up on top: 600 in the first second).
+#[tokio::test(start_paused = true)]
+async fn an_idle_gate_saves_no_more_than_its_burst() {
+    let gate = rate_gate(500.0, 10);
+    let _guide = guide(&gate);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let t0 = Instant::now();
+    let times = grant_times(&gate, "t", 1_000, Duration::from_secs(5)).await;
+    let first_second = times
+        .iter()
+        .filter(|t| **t < Duration::from_secs(1))
+        .count();
+    assert!(
+        (450..=10 + 500 + 75).contains(&first_second),
+        "{first_second} granted in the first second"
+    );
+    assert!(
+        times.iter().filter(|t| **t == Duration::ZERO).count() <= 10,
+        "at once: the burst only ({:?} after {:?})",
+        &times[..12],
+        t0
+    );
+}
+
+/// A tenant refused beside a large backlog is told to come back when its own
+/// turn comes (waiters are served round-robin), not when the whole queue has
+/// drained: 10 of its own and 11 turns of the large tenant ahead (22 with
+/// itself at 10/s, 1.3 s planned early), where the key's queue of 31 would
+/// say 1.9 s.
+#[tokio::test(start_paused = true)]
+async fn a_refused_small_tenant_comes_back_at_its_own_turn() {
+    let gate = rate_gate(10.0, 0);
+    let _guide = guide(&gate);
+    let wait = Duration::from_secs(2);
+    let mut waiting = Vec::new();
+    for (tenant, n) in [("large", 21), ("small", 10)] {
+        for _ in 0..n {
+            let gate = gate.clone();
+            waiting.push(tokio::spawn(async move {
+                gate.acquire(tenant, wait).await.is_ok()
+            }));
+        }
+        tokio::task::yield_now().await;
+    }
+    // The first of the large tenant's took the one token there was.
+    assert_eq!(gate.view().waiting, 30, "{:?}", gate.view());
+    let refused = gate
+        .acquire("small", wait)
+        .await
+        .expect_err("beyond its share");
+    assert!(
+        refused.retry_after >= Duration::from_millis(1_100)
+            && refused.retry_after <= Duration::from_millis(1_500),
+        "{refused:?}"
+    );
 }
