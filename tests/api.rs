@@ -29,27 +29,10 @@ fn toki(data: &std::path::Path, args: &[&str]) -> std::process::Output {
 /// `toki serve` on a free port (it prints the address it bound), with a tenant.
 async fn serve(env: &[(&str, &str)]) -> (Server, String) {
     let data = tempfile::tempdir().unwrap().keep();
-    let created = toki(&data, &["tenant", "create", "acme"]);
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let key = String::from_utf8(created.stdout)
-        .unwrap()
-        .trim()
-        .to_string();
-    assert!(key.starts_with("toki_"), "the API key is printed: {key:?}");
-    let mut cmd = Command::new(TOKI);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .envs(env.iter().copied());
-    let (process, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(30));
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the address")
-        .to_string();
+    let key = common::process::create_tenant(&data, "acme");
+    let (process, base) = common::process::serve(&data, |cmd| {
+        cmd.envs(env.iter().copied());
+    });
     (
         Server {
             process,

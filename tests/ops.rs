@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{Duration as ChronoDuration, Utc};
 use serde_json::{json, Value};
 
-use common::process::{Process, TOKI};
+use common::process::{create_tenant, serve, Process, TOKI};
 use common::proxy::Proxy;
 
 /// The value of the first sample line of `text` that starts with `series`.
@@ -53,26 +53,8 @@ const DELIVERIES: usize = 3_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_after_a_demo_sized_run_count_every_delivery() {
     let data = tempfile::tempdir().unwrap();
-    let created = Command::new(TOKI)
-        .args(["tenant", "create", "ops-acme", "--data-dir"])
-        .arg(data.path())
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
-    let mut cmd = Command::new(TOKI);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path());
-    let (_serve, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the address")
-        .to_owned();
+    let key = create_tenant(data.path(), "ops-acme");
+    let (_serve, base) = serve(data.path(), |_| {});
     let http = reqwest::Client::new();
 
     let (status, body) = get(&http, &format!("{base}/healthz")).await;

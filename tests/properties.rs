@@ -199,23 +199,8 @@ fn percent_encode(s: &str) -> String {
 #[test]
 fn the_api_answers_arbitrary_input_without_a_server_error() {
     let data = tempfile::tempdir().unwrap();
-    let created = Command::new(TOKI)
-        .args(["tenant", "create", "acme", "--data-dir"])
-        .arg(data.path())
-        .output()
-        .unwrap();
-    assert!(created.status.success());
-    let key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
-    let mut cmd = Command::new(TOKI);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path());
-    let (_process, line): (Process, String) =
-        Process::spawn(cmd, "registrar API on http://", Duration::from_secs(30));
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
+    let key = common::process::create_tenant(data.path(), "acme");
+    let (_process, base) = common::process::serve(data.path(), |_| {});
     let rt = tokio::runtime::Runtime::new().unwrap();
     let http = reqwest::Client::new();
     // Participants the generated bodies may name.

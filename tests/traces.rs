@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use chrono::{Duration as ChronoDuration, Utc};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use common::process::{Process, TOKI};
+use common::process::{create_tenant, serve};
 
 /// What the receiver was sent: every span, flattened, with its service name.
 #[derive(Clone, Default)]
@@ -160,37 +159,20 @@ async fn a_reminder_is_one_trace_from_its_enqueue_to_each_send() {
     let endpoint = receiver(received.clone()).await;
     let data = tempfile::tempdir().unwrap();
     let tenant = "traces-acme";
-    let created = Command::new(TOKI)
-        .args(["tenant", "create", tenant, "--data-dir"])
-        .arg(data.path())
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
+    let key = create_tenant(data.path(), tenant);
     // The scanner looks 5 s ahead every second: a reminder due within 5 s of
     // its registration is enqueued by the API request, a later one by a scan.
     let config = data.path().join("toki.toml");
     std::fs::write(&config, "[pipeline]\nwindow_s = 5\nscan_interval_s = 1\n").unwrap();
-    let mut cmd = Command::new(TOKI);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(data.path())
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-        .env("OTEL_SERVICE_NAME", "toki-traces-test")
-        // Export every 100 ms rather than every 5 s.
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let (serve, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("the address")
-        .to_owned();
+    let (serve, base) = serve(data.path(), |cmd| {
+        cmd.arg("--config")
+            .arg(&config)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+            .env("OTEL_SERVICE_NAME", "toki-traces-test")
+            // Export every 100 ms rather than every 5 s.
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    });
     let http = reqwest::Client::new();
     let url = |p: &str| format!("{base}/v1/tenants/{tenant}/{p}");
     for u in ["ann", "bob"] {

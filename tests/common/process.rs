@@ -100,3 +100,37 @@ impl Drop for Process {
         }
     }
 }
+
+/// `toki tenant create TENANT` over `data`: the API key it printed once.
+pub fn create_tenant(data: &std::path::Path, tenant: &str) -> String {
+    let created = Command::new(TOKI)
+        .args(["tenant", "create", tenant, "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("toki_"), "the API key is printed: {key:?}");
+    key
+}
+
+/// `toki serve` on a free 127.0.0.1 port over `data`, with what `configure`
+/// adds (flags, environment): the process, once it said where it listens,
+/// and its base URL.
+pub fn serve(data: &std::path::Path, configure: impl FnOnce(&mut Command)) -> (Process, String) {
+    let mut cmd = Command::new(TOKI);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data);
+    configure(&mut cmd);
+    let (process, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the address")
+        .to_owned();
+    (process, base)
+}
