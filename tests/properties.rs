@@ -4,17 +4,12 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::Duration;
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 use serde_json::{json, Value};
 use toki_core::input::ScheduleInput;
 use toki_core::message::{self, Attributes};
 use toki_core::{ChannelSet, Occurrence, Reminder, ReminderKey, ScheduleId};
-
-use common::process::{Process, TOKI};
 
 const ATTRS: [&str; 7] = [
     message::ATTR_TENANT,
