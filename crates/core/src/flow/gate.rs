@@ -448,8 +448,10 @@ impl Gate {
         let mine = s.queues.get(tenant).map_or(0, VecDeque::len);
         let tenants = s.queues.len() + usize::from(mine == 0);
         let share = (capacity / tenants as f64).floor().max(0.0) as usize;
-        (mine >= share).then(|| NoRoom {
-            retry_after: self.drain_time(s, ahead_in_turn(s, tenant) + 1),
+        (mine >= share).then(|| {
+            let retry_after = self.drain_time(s, ahead_in_turn(s, tenant) + 1);
+            tracing::trace!(key = %self.key, tenant, mine, share, tenants, capacity, ?retry_after, "refused");
+            NoRoom { retry_after }
         })
     }
 

@@ -268,8 +268,11 @@ impl Leaser {
     }
 
     fn set_share(&self, held: &BTreeMap<u32, Held>) {
-        self.gate
-            .set_share(held.len() as f64 / f64::from(self.settings.partitions));
+        let share = held.len() as f64 / f64::from(self.settings.partitions);
+        if (share - self.gate.share()).abs() > f64::EPSILON {
+            debug!(key = %self.key, partitions = held.len(), "leases held");
+        }
+        self.gate.set_share(share);
     }
 
     /// Ours until a tenth before the lease ends: clocks differ a little.
