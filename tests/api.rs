@@ -226,13 +226,37 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
         .send()
         .await
         .unwrap();
+    // Ben turned Slack off: he gets the chat reminder only.
+    let r = http
+        .put(url("users/ben"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "Ben", "slack_user_id": "U02", "channels": {"slack": false}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ben: Value = r.json().await.unwrap();
+    assert_eq!(
+        ben["channels"],
+        json!({"chat": true, "mail": true, "slack": false})
+    );
+    let r = http
+        .put(url("users/ben"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "Ben", "channels": {"fax": false}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let err: Value = r.json().await.unwrap();
+    assert_eq!(err["error"]["field"], "channels.fax", "{err}");
     let due = common::pipeline::due_in(3);
     let r = http
         .put(url("schedules/standup"))
         .bearer_auth(&key)
         .json(&json!({
             "title": "Stand-up", "starts_at": (due + ChronoDuration::minutes(1)).to_rfc3339(),
-            "participants": ["ana"], "reminders": [{"minutes_before": 1, "channels": ["slack", "chat"]}]
+            "participants": ["ana", "ben"], "reminders": [{"minutes_before": 1, "channels": ["slack", "chat"]}]
         }))
         .send()
         .await
@@ -250,15 +274,24 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
     assert!(status.success(), "{}", server.process.log());
     let report = toki(&server.data, &["report", "--json"]);
     let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
-    let delivered: u64 = rows["counts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["status"] == "delivered")
-        .map(|r| r["count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(delivered, 2, "slack + chat to ana: {rows}");
+    let count = |channel: &str, status: &str| -> u64 {
+        rows["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == status && r["channel"] == channel)
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("slack", "delivered"), 1, "ana's: {rows}");
+    assert_eq!(count("chat", "delivered"), 2, "ana's and ben's: {rows}");
+    assert_eq!(
+        count("slack", "undeliverable"),
+        1,
+        "ben's, turned off: {rows}"
+    );
     let arrivals = standin.arrivals();
+    assert_eq!(arrivals.len(), 1, "nothing to Ben on Slack: {arrivals:?}");
     let late = arrivals[0].arrived_ms - due.timestamp_millis();
     assert!((0..1000).contains(&late), "{late} ms late");
 }

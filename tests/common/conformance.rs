@@ -1030,6 +1030,7 @@ pub mod store {
             slack_user_id: Some(format!("U{}", id.to_uppercase())),
             time_zone: "Asia/Tokyo".into(),
             locale: "en".into(),
+            channels: Default::default(),
         }
         .validate(&id.parse().unwrap())
         .unwrap()
@@ -1222,6 +1223,15 @@ pub mod store {
         let found = s.get_users(&[u.id.clone(), nobody]).await.unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found.get(&u.id), Some(&u2));
+        // Channels turned off are kept, and read with the participants.
+        let mut u3 = u2.clone();
+        u3.channels_off = [Channel::Slack, Channel::Mail].into();
+        s.put_user(&u3, Utc::now()).await.unwrap();
+        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u3.clone()));
+        let sch = schedule("prefs", &["alice"]);
+        s.put_schedule(&sch, Utc::now()).await.unwrap();
+        let ctx = s.delivery_context(&[sch.id.clone()]).await.unwrap();
+        assert_eq!(ctx.users.get(&u.id), Some(&u3));
     }
 
     pub async fn schedule_versions_never_repeat(s: Arc<dyn TenantStore>) {

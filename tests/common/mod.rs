@@ -72,6 +72,7 @@ pub fn notification(i: usize, slack: &str) -> toki_core::channel::Notification {
             slack_user_id: Some(slack.to_string()),
             time_zone: chrono_tz::UTC,
             locale: "en".into(),
+            channels_off: Default::default(),
         }),
         subject: "Reminder: review".into(),
         text: "review starts in 5 minutes".into(),

@@ -125,6 +125,7 @@ pub fn user(j: usize) -> UserInput {
         slack_user_id: Some(format!("U{j:04}")),
         time_zone: "Asia/Tokyo".into(),
         locale: "en".into(),
+        channels: Default::default(),
     }
 }
 

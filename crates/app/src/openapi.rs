@@ -165,6 +165,29 @@ pub struct UserInputDoc {
     #[serde(default)]
     #[schema(default = "en")]
     locale: String,
+    /// Channels turned on or off (`{"slack": false}`): `mail`, `chat`,
+    /// `slack`; one not named is on.
+    #[serde(default)]
+    channels: Option<ChannelSwitchesDoc>,
+}
+
+/// Channels turned on (`true`) or off for a user; one not named is on.
+#[derive(ToSchema)]
+#[schema(as = ChannelSwitches)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelSwitchesDoc {
+    mail: Option<bool>,
+    chat: Option<bool>,
+    slack: Option<bool>,
+}
+
+/// Every channel, on (`true`) or off, for a user.
+#[derive(ToSchema)]
+#[schema(as = UserChannels)]
+pub struct UserChannelsDoc {
+    mail: bool,
+    chat: bool,
+    slack: bool,
 }
 
 /// A channel reminders go by.
@@ -375,6 +398,8 @@ pub struct UserViewDoc {
     slack_user_id: Option<String>,
     time_zone: String,
     locale: String,
+    /// Every channel, on (`true`) or off for this user.
+    channels: UserChannelsDoc,
 }
 
 // Answers shared by routes, in their `responses(...)`.

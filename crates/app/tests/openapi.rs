@@ -407,6 +407,12 @@ fn fully_populated_inputs() -> (ScheduleInput, UserInput, OccurrenceInput) {
         slack_user_id: Some("U024BE7LH".into()),
         time_zone: "Europe/Paris".into(),
         locale: "fr".into(),
+        channels: [
+            ("mail".into(), true),
+            ("chat".into(), true),
+            ("slack".into(), false),
+        ]
+        .into(),
     };
     let occurrence = OccurrenceInput {
         starts_at: Some("2030-01-21T10:00:00".into()),

@@ -1,5 +1,6 @@
 //! The domain: tenants, users, schedules, reminder rules, reminder instances and deliveries.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -227,6 +228,25 @@ pub struct User {
     pub slack_user_id: Option<String>,
     pub time_zone: Tz,
     pub locale: String,
+    /// Channels the user turned off: nothing is sent to them there.
+    #[serde(default)]
+    pub channels_off: BTreeSet<Channel>,
+}
+
+/// Stored form of a user's channels turned off: `slack,mail`, empty for none.
+pub fn encode_channels_off(off: &BTreeSet<Channel>) -> String {
+    off.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// Reads [`encode_channels_off`]'s form back; the error names `field`.
+pub fn decode_channels_off(field: &str, s: &str) -> Result<BTreeSet<Channel>, ValidationError> {
+    s.split(',')
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.parse()
+                .map_err(|e: String| ValidationError::new(field, e))
+        })
+        .collect()
 }
 
 /// "Remind `minutes_before` the start, by these channels."

@@ -1,7 +1,7 @@
 //! What clients send to the registrar, and its validation into domain types.
 //! Every error names the field at fault, with its path (`reminders[1].channels[0]`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -43,6 +43,9 @@ pub struct UserInput {
     pub time_zone: String,
     #[serde(default = "default_locale")]
     pub locale: String,
+    /// Channels turned on or off: `{"slack": false}`; a channel not named is on.
+    #[serde(default)]
+    pub channels: BTreeMap<String, bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +157,15 @@ impl UserInput {
         };
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
         let locale = non_empty("locale", &self.locale, 35)?;
+        let mut channels_off = std::collections::BTreeSet::new();
+        for (name, on) in &self.channels {
+            let channel: Channel = name
+                .parse()
+                .map_err(|e: String| ValidationError::new(format!("channels.{name}"), e))?;
+            if !on {
+                channels_off.insert(channel);
+            }
+        }
         Ok(User {
             id,
             name,
@@ -161,6 +173,7 @@ impl UserInput {
             slack_user_id,
             time_zone,
             locale,
+            channels_off,
         })
     }
 }
@@ -557,6 +570,8 @@ pub struct UserView {
     pub slack_user_id: Option<String>,
     pub time_zone: String,
     pub locale: String,
+    /// Every channel, on or off for this user.
+    pub channels: BTreeMap<String, bool>,
 }
 
 impl From<&User> for UserView {
@@ -568,6 +583,10 @@ impl From<&User> for UserView {
             slack_user_id: u.slack_user_id.clone(),
             time_zone: u.time_zone.name().to_owned(),
             locale: u.locale.clone(),
+            channels: Channel::ALL
+                .iter()
+                .map(|c| (c.as_str().to_owned(), !u.channels_off.contains(c)))
+                .collect(),
         }
     }
 }
@@ -738,8 +757,37 @@ mod tests {
             slack_user_id: Some("U024BE7LH".into()),
             time_zone: "Europe/Paris".into(),
             locale: "fr".into(),
+            channels: Default::default(),
         };
         assert!(u.validate(&"ana".parse().unwrap()).is_ok());
+        // Channels turned off by name; an unknown one is named in the error.
+        let off = UserInput {
+            channels: [("slack".into(), false), ("mail".into(), true)].into(),
+            ..u.clone()
+        }
+        .validate(&"ana".parse().unwrap())
+        .unwrap();
+        assert_eq!(off.channels_off, [Channel::Slack].into());
+        let view = UserView::from(&off);
+        assert_eq!(
+            view.channels,
+            [
+                ("chat".into(), true),
+                ("mail".into(), true),
+                ("slack".into(), false)
+            ]
+            .into()
+        );
+        assert_eq!(
+            UserInput {
+                channels: [("fax".into(), false)].into(),
+                ..u.clone()
+            }
+            .validate(&"ana".parse().unwrap())
+            .unwrap_err()
+            .field,
+            "channels.fax"
+        );
         assert_eq!(
             UserInput {
                 email: Some("not-an-address".into()),

@@ -106,6 +106,7 @@ pub fn user_input(tenant: &TenantId, j: usize) -> UserInput {
         } else {
             "en".into()
         },
+        channels: Default::default(),
     }
 }
 

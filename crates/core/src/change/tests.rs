@@ -44,6 +44,7 @@ fn user(id: &str, zone: chrono_tz::Tz, locale: &str) -> User {
         slack_user_id: None,
         time_zone: zone,
         locale: locale.into(),
+        channels_off: Default::default(),
     }
 }
 

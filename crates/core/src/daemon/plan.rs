@@ -138,6 +138,7 @@ pub(super) fn undeliverable(
         return Some("recipient no longer exists".into());
     };
     match key.channel {
+        c if user.channels_off.contains(&c) => Some(format!("recipient turned {c} off")),
         Channel::Mail if user.email.is_none() => Some("recipient has no e-mail address".into()),
         Channel::Slack if user.slack_user_id.is_none() => {
             Some("recipient has no Slack user id".into())

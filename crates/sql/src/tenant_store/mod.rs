@@ -15,8 +15,9 @@ use toki_core::ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
 };
 use toki_core::{
-    DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus, Instant, ReminderKey,
-    ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId, ValidationError,
+    encode_channels_off, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus, Instant,
+    ReminderKey, ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId,
+    ValidationError,
 };
 
 use crate::{begin_write, db_err};
@@ -107,7 +108,7 @@ where
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let mut s = Statement::new(
-            "INSERT INTO users (id, name, email, slack_user_id, time_zone, locale, updated_at)",
+            "INSERT INTO users (id, name, email, slack_user_id, time_zone, locale, channels_off, updated_at)",
         );
         s.values([u], |r, u| {
             r.bind(u.id.as_str())
@@ -116,12 +117,14 @@ where
                 .bind(u.slack_user_id.clone())
                 .bind(u.time_zone.name())
                 .bind(u.locale.clone())
+                .bind(encode_channels_off(&u.channels_off))
                 .bind(now.timestamp_millis());
         });
         s.push(
             " ON CONFLICT (id) DO UPDATE SET name = excluded.name, email = excluded.email,
                slack_user_id = excluded.slack_user_id, time_zone = excluded.time_zone,
-               locale = excluded.locale, updated_at = excluded.updated_at",
+               locale = excluded.locale, channels_off = excluded.channels_off,
+               updated_at = excluded.updated_at",
         );
         s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
         Ok(())
@@ -129,7 +132,7 @@ where
 
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
         let mut s = Statement::new(
-            "SELECT id, name, email, slack_user_id, time_zone, locale FROM users WHERE id = ",
+            "SELECT id, name, email, slack_user_id, time_zone, locale, channels_off FROM users WHERE id = ",
         );
         s.bind(id.as_str());
         let row = s
@@ -144,7 +147,7 @@ where
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(CHUNK) {
             let mut s = Statement::new(
-                "SELECT id, name, email, slack_user_id, time_zone, locale FROM users WHERE id IN ",
+                "SELECT id, name, email, slack_user_id, time_zone, locale, channels_off FROM users WHERE id IN ",
             );
             s.list(chunk.iter().map(UserId::as_str));
             let rows = s
@@ -407,7 +410,7 @@ where
                     CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
                     CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
                     CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
-                    CAST(-1 AS BIGINT) AS position
+                    CAST(NULL AS TEXT) AS channels_off, CAST(-1 AS BIGINT) AS position
              FROM schedules WHERE id IN ",
         );
         s.list(ids());
@@ -416,7 +419,7 @@ where
              SELECT 'participant' AS kind, p.schedule_id, CAST(NULL AS TEXT) AS title,
                     CAST(NULL AS TEXT) AS body, CAST(NULL AS TEXT) AS recurrence,
                     CAST(NULL AS BIGINT) AS version, u.id AS user_id, u.name, u.email,
-                    u.slack_user_id, u.time_zone, u.locale, p.position
+                    u.slack_user_id, u.time_zone, u.locale, u.channels_off, p.position
              FROM participants p JOIN users u ON u.id = p.user_id
              WHERE p.schedule_id IN ",
         );

@@ -25,6 +25,10 @@ fn time_zone(s: &str) -> StoreResult<Tz> {
         .map_err(|_| corrupt("time_zone", format!("{s:?} is not a time zone")))
 }
 
+fn channels_off(s: &str) -> StoreResult<std::collections::BTreeSet<toki_core::Channel>> {
+    toki_core::decode_channels_off("channels_off", s).map_err(|e| corrupt("channels_off", e))
+}
+
 fn user_id(column: &str, s: &str) -> StoreResult<UserId> {
     UserId::parse_field(column, s).map_err(|e| corrupt(column, e))
 }
@@ -114,6 +118,7 @@ pub(crate) struct UserRow {
     pub slack_user_id: Option<String>,
     pub time_zone: String,
     pub locale: String,
+    pub channels_off: String,
 }
 
 impl TryFrom<UserRow> for User {
@@ -126,6 +131,7 @@ impl TryFrom<UserRow> for User {
             slack_user_id: r.slack_user_id,
             time_zone: time_zone(&r.time_zone)?,
             locale: r.locale,
+            channels_off: channels_off(&r.channels_off)?,
         })
     }
 }
@@ -213,6 +219,7 @@ pub(crate) struct ContextRow {
     pub slack_user_id: Option<String>,
     pub time_zone: Option<String>,
     pub locale: Option<String>,
+    pub channels_off: Option<String>,
 }
 
 pub(crate) enum ContextItem {
@@ -246,6 +253,7 @@ impl TryFrom<ContextRow> for ContextItem {
                     slack_user_id: r.slack_user_id,
                     time_zone: time_zone(&need("time_zone", r.time_zone)?)?,
                     locale: need("locale", r.locale)?,
+                    channels_off: channels_off(&r.channels_off.unwrap_or_default())?,
                 },
             ),
             other => return Err(corrupt("kind", format!("{other:?}"))),

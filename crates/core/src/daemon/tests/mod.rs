@@ -55,6 +55,7 @@ pub(super) fn user(id: &str, email: bool, slack: bool) -> User {
         slack_user_id: slack.then(|| format!("U{id}")),
         time_zone: chrono_tz::Asia::Tokyo,
         locale: "en".into(),
+        channels_off: Default::default(),
     }
 }
 

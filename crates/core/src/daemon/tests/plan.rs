@@ -274,3 +274,42 @@ fn a_taken_over_claim_keeps_its_budget_and_is_marked() {
     assert_eq!(plan.messages[0].deliveries[0].failures, 3);
     assert!(plan.to_send[0].taken_over);
 }
+
+/// A channel the recipient turned off is not sent on: its delivery is
+/// undeliverable with the reason, and the user's other channels go out.
+#[test]
+fn a_channel_the_recipient_turned_off_is_not_sent() {
+    let r = reminder("a", 1, &[Channel::Mail, Channel::Slack]);
+    let mut quiet = user("u1", true, true);
+    quiet.channels_off = [Channel::Slack].into();
+    let ctx = context(&[("a", 1, &["u1"])], &[quiet]);
+    let work_items = vec![work(&r, 1)];
+    let mut claims = Claims::default();
+    for c in claims_for(&work_items, &ctx, &all_channels()) {
+        claims.owned.push(crate::ports::OwnedDelivery::new(c.key));
+    }
+    let plan = plan_batch(
+        "acme".parse().unwrap(),
+        work_items,
+        &ctx,
+        &claims,
+        &all_channels(),
+    );
+    let by_channel: Vec<(Channel, Verdict)> = plan.messages[0]
+        .deliveries
+        .iter()
+        .map(|d| (d.key.channel, d.verdict.clone()))
+        .collect();
+    assert_eq!(
+        by_channel,
+        vec![
+            (Channel::Mail, Verdict::Live),
+            (
+                Channel::Slack,
+                Verdict::Undeliverable("recipient turned slack off".into())
+            ),
+        ]
+    );
+    assert_eq!(plan.to_send.len(), 1);
+    assert_eq!(plan.to_send[0].notification.key.channel, Channel::Mail);
+}
