@@ -1230,7 +1230,10 @@ pub mod store {
         assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u3.clone()));
         let sch = schedule("prefs", &["alice"]);
         s.put_schedule(&sch, Utc::now()).await.unwrap();
-        let ctx = s.delivery_context(&[sch.id.clone()]).await.unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
         assert_eq!(ctx.users.get(&u.id), Some(&u3));
     }
 
