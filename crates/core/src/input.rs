@@ -43,9 +43,24 @@ pub struct UserInput {
     pub time_zone: String,
     #[serde(default = "default_locale")]
     pub locale: String,
-    /// Channels turned on or off: `{"slack": false}`; a channel not named is on.
-    #[serde(default)]
+    /// Channels turned on or off: `{"slack": false}`; a channel not named
+    /// (or null, like the map itself) is on.
+    #[serde(default, deserialize_with = "channel_switches")]
     pub channels: BTreeMap<String, bool>,
+}
+
+/// `channels` as the API documents it: the map and each value may be null
+/// (on); the keys are kept for validation.
+fn channel_switches<'de, D>(d: D) -> Result<BTreeMap<String, bool>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let map: Option<BTreeMap<String, Option<bool>>> = Deserialize::deserialize(d)?;
+    Ok(map
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap_or(true)))
+        .collect())
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -778,6 +793,15 @@ mod tests {
             ]
             .into()
         );
+        // Null is on, for the map and for a value.
+        let nulls: UserInput = serde_json::from_value(serde_json::json!({
+            "name": "Ana", "channels": {"slack": null}
+        }))
+        .unwrap();
+        assert_eq!(nulls.channels, [("slack".into(), true)].into());
+        let none: UserInput =
+            serde_json::from_value(serde_json::json!({"name": "Ana", "channels": null})).unwrap();
+        assert!(none.channels.is_empty());
         assert_eq!(
             UserInput {
                 channels: [("fax".into(), false)].into(),
