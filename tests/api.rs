@@ -737,3 +737,169 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
         bo[1]
     );
 }
+
+/// Templates through `toki serve`, on a daily series: the tenant's Japanese
+/// Slack text reaches the Slack stand-in with the title escaped and its own
+/// mention kept, in the recipient's zone; its English mail reaches the SMTP
+/// capture server as plain and HTML parts, the HTML escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templates_word_a_series_reminders_on_slack_and_mail() {
+    let (standin, slack_url) =
+        common::services::slack_standin(toki_devtools::slack_standin::StandinOptions::default())
+            .await;
+    let (smtp_addr, maildir) = common::services::smtp();
+    let smtp_url = format!("smtp://{smtp_addr}");
+    let (mut server, key) = serve(&[
+        ("TOKI_SLACK_TOKEN", "xoxb-test"),
+        ("TOKI_SLACK_API_URL", &slack_url),
+        ("TOKI_SMTP_URL", &smtp_url),
+        ("TOKI_MAIL_TRANSPORT", "smtp"),
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
+    let put = |p: String, body: Value| {
+        let r = http.put(url(&p)).bearer_auth(&key).json(&body).send();
+        async move {
+            let r = r.await.unwrap();
+            let status = r.status();
+            let body: Value = r.json().await.unwrap();
+            (status.as_u16(), body)
+        }
+    };
+    let marker = common::conformance::unique("tpl");
+    let slack_user = format!("U{}", marker.to_uppercase().replace(['-', '_'], ""));
+    let (s, b) = put(
+        "users/hana".into(),
+        json!({"name": "花子", "slack_user_id": slack_user, "time_zone": "Asia/Tokyo", "locale": "ja-JP"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = put(
+        "users/ben".into(),
+        json!({"name": "Ben", "email": format!("{marker}@example.com"), "time_zone": "America/New_York"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // A template that does not render is refused, naming the part.
+    let (s, b) = put("templates/slack/ja".into(), json!({"text": "{{ titel }}"})).await;
+    assert_eq!(
+        (s, b["error"]["field"].clone()),
+        (422, json!("text")),
+        "{b}"
+    );
+    let (s, b) = put(
+        "templates/slack/ja".into(),
+        json!({"text": "<!here> *{{ title }}* は {{ time }} から"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["example"]["text"],
+        "<!here> *Weekly review* は 10:00 から"
+    );
+    let (s, b) = put(
+        "templates/mail/en".into(),
+        json!({
+            "subject": "{{ title }} in {{ minutes }} min",
+            "text": "{{ name }}: {{ title }} at {{ time }} {{ time_zone }}",
+            "html": "<p>{{ name }}: <b>{{ title }}</b> at {{ time }}</p>"
+        }),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // A daily series whose first occurrence starts in 3 minutes, in Tokyo time.
+    let start = common::pipeline::due_in(2) + ChronoDuration::minutes(1);
+    let local = start.with_timezone(&chrono_tz::Asia::Tokyo);
+    let title = format!("Q&A <{marker}>");
+    let (s, b) = put(
+        "schedules/daily".into(),
+        json!({
+            "title": title, "starts_at": local.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            "time_zone": "Asia/Tokyo", "recurrence": {"rrule": "FREQ=DAILY;COUNT=3"},
+            "participants": ["hana", "ben"],
+            "reminders": [{"minutes_before": 1, "channels": ["slack", "mail"]}]
+        }),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(standin.wait_unique(1, Duration::from_secs(30)).await, 1);
+    let texts = standin.texts(&slack_user);
+    assert_eq!(
+        texts,
+        vec![format!(
+            "<!here> *Q&amp;A &lt;{marker}&gt;* は {} から",
+            local.format("%H:%M")
+        )]
+    );
+    // SIGTERM drains what is in flight: then the mail was handed to the
+    // capture server, which stores it before it answers.
+    server.process.signal("TERM");
+    let status = server
+        .process
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("toki serve did not stop on SIGTERM");
+    assert!(status.success(), "{}", server.process.log());
+    let mails: Vec<String> = maildir_files(&maildir)
+        .into_iter()
+        .filter(|m| m.contains(&format!("{marker}@example.com")))
+        .collect();
+    assert_eq!(
+        mails.len(),
+        1,
+        "one mail for the first occurrence: {mails:?}"
+    );
+    let mail = &mails[0];
+    let ny = start.with_timezone(&chrono_tz::America::New_York);
+    assert!(mail.contains("multipart/alternative"), "{mail}");
+    assert!(mail.contains("Content-Type: text/plain"), "{mail}");
+    assert!(mail.contains("Content-Type: text/html"), "{mail}");
+    let plain = format!(
+        "Ben: Q&A <{marker}> at {} America/New_York",
+        ny.format("%H:%M")
+    );
+    let html = format!(
+        "<p>Ben: <b>Q&amp;A &lt;{marker}&gt;</b> at {}</p>",
+        ny.format("%H:%M")
+    );
+    let unfolded = unquote(mail);
+    assert!(unfolded.contains(&plain), "{plain} in {unfolded}");
+    assert!(unfolded.contains(&html), "{html} in {unfolded}");
+}
+
+/// The mail files the SMTP capture server wrote.
+fn maildir_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in ["new", "cur"] {
+        if let Ok(entries) = std::fs::read_dir(dir.join(sub)) {
+            for e in entries.flatten() {
+                out.push(std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// A mail's quoted-printable soft line breaks and `=XX` escapes undone
+/// (enough for the ASCII this test looks for).
+fn unquote(mail: &str) -> String {
+    let joined = mail.replace("=\r\n", "").replace("=\n", "");
+    let mut out = String::with_capacity(joined.len());
+    let mut chars = joined.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '=' {
+            let hex: String = chars.clone().take(2).collect();
+            if let Ok(b) = u8::from_str_radix(&hex, 16) {
+                if b.is_ascii() {
+                    out.push(b as char);
+                    chars.next();
+                    chars.next();
+                    continue;
+                }
+            }
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1237,6 +1237,49 @@ pub mod store {
         assert_eq!(ctx.users.get(&u.id), Some(&u3));
     }
 
+    pub async fn templates_round_trip(s: Arc<dyn TenantStore>) {
+        use toki_core::template::ReminderTemplate;
+        assert!(s.templates().await.unwrap().is_empty());
+        let slack = ReminderTemplate {
+            channel: Channel::Slack,
+            locale: "ja".into(),
+            subject: None,
+            text: "<!here> *{{ title }}* は {{ time }} から".into(),
+            html: None,
+        };
+        let mail = ReminderTemplate {
+            channel: Channel::Mail,
+            locale: "en-gb".into(),
+            subject: Some("[{{ minutes }}] {{ title }}".into()),
+            text: "{{ title }}".into(),
+            html: Some("<p>{{ title }}</p>".into()),
+        };
+        s.put_template(&slack, Utc::now()).await.unwrap();
+        s.put_template(&mail, Utc::now()).await.unwrap();
+        // Replaced in place, by channel and locale.
+        let mail2 = ReminderTemplate {
+            html: None,
+            ..mail.clone()
+        };
+        s.put_template(&mail2, Utc::now()).await.unwrap();
+        assert_eq!(
+            s.templates().await.unwrap(),
+            vec![mail2.clone(), slack.clone()]
+        );
+        // Read with the delivery context.
+        let sch = schedule("worded", &[]);
+        s.put_schedule(&sch, Utc::now()).await.unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
+        assert_eq!(ctx.templates, vec![mail2, slack.clone()]);
+        assert!(s.delete_template(Channel::Mail, "en-gb").await.unwrap());
+        assert!(!s.delete_template(Channel::Mail, "en-gb").await.unwrap());
+        assert!(!s.delete_template(Channel::Chat, "ja").await.unwrap());
+        assert_eq!(s.templates().await.unwrap(), vec![slack]);
+    }
+
     pub async fn schedule_versions_never_repeat(s: Arc<dyn TenantStore>) {
         for id in ["a", "b", "c"] {
             s.put_user(&user(id), Utc::now()).await.unwrap();
@@ -1921,6 +1964,10 @@ macro_rules! store_conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn users_round_trip() {
                 common::conformance::store::users_round_trip($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn templates_round_trip() {
+                common::conformance::store::templates_round_trip($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn schedule_versions_never_repeat() {

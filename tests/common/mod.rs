@@ -76,5 +76,6 @@ pub fn notification(i: usize, slack: &str) -> toki_core::channel::Notification {
         }),
         subject: "Reminder: review".into(),
         text: "review starts in 5 minutes".into(),
+        html: None,
     }
 }

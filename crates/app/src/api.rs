@@ -1,7 +1,8 @@
 //! The registrar HTTP API: `PUT/GET/DELETE /v1/tenants/{tenant}/schedules/{id}`,
 //! `POST /v1/tenants/{tenant}/schedules:batch` (many at once), a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
 //! .../occurrences/{original}`, `PUT .../occurrences/{original}/following`),
-//! `PUT/GET /v1/tenants/{tenant}/users/{id}`, JSON in and out, a bearer API
+//! `PUT/GET /v1/tenants/{tenant}/users/{id}`, reminder templates
+//! (`.../templates/{channel}/{locale}`, [`templates`]), JSON in and out, a bearer API
 //! key per tenant; `GET /openapi.json` describes them all (see
 //! [`crate::openapi`]). Served by `toki serve` and by the registrar Lambda.
 
@@ -29,6 +30,8 @@ use crate::openapi::{
     UserPath, UserViewDoc,
 };
 use crate::toki::api_key_hash;
+
+pub(crate) mod templates;
 
 /// The header that may carry the tenant's API key instead of `Authorization`.
 pub const API_KEY_HEADER: &str = "x-toki-api-key";
@@ -70,6 +73,16 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
         .route(
             "/v1/tenants/{tenant}/users/{id}",
             put(put_user).get(get_user),
+        )
+        .route(
+            "/v1/tenants/{tenant}/templates",
+            get(templates::list_templates),
+        )
+        .route(
+            "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+            put(templates::put_template)
+                .get(templates::get_template)
+                .delete(templates::delete_template),
         )
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))

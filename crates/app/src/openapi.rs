@@ -51,6 +51,10 @@ pub fn json() -> Bytes {
         api::split_series,
         api::put_user,
         api::get_user,
+        api::templates::list_templates,
+        api::templates::put_template,
+        api::templates::get_template,
+        api::templates::delete_template,
         api::healthz,
         api::openapi_json,
     ),
@@ -59,6 +63,7 @@ pub fn json() -> Bytes {
         (name = "schedules", description = "Schedules (calendar events) and their reminder rules"),
         (name = "occurrences", description = "Single occurrences of a recurring schedule"),
         (name = "users", description = "The people reminders go to"),
+        (name = "templates", description = "A tenant's reminder texts, per channel and locale"),
         (name = "operations", description = "Health and this document"),
     )
 )]
@@ -142,7 +147,45 @@ pub struct UserPath {
     id: String,
 }
 
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TemplatePath {
+    /// The tenant (lowercase letters, digits, `_` and `-`, starting with a letter).
+    #[param(pattern = "^[a-z][a-z0-9_-]{0,39}$", example = "acme")]
+    tenant: String,
+    /// The channel whose reminders it words.
+    #[param(inline)]
+    channel: ChannelDoc,
+    /// The recipients' locale: a language (`ja`), or a language and region
+    /// (`en-GB`); matched without regard to case.
+    #[param(
+        pattern = "^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8}){0,3}$",
+        max_length = 35,
+        example = "ja"
+    )]
+    locale: String,
+}
+
 // Mirrors of `toki_core::input`: same fields, same serde attributes.
+
+/// A reminder template (minijinja). Variables: `name` (the recipient's),
+/// `title`, `body`, `starts_at` (`2030-01-21 09:00` in the recipient's
+/// zone), `date`, `time`, `time_zone`, `minutes` (before the start),
+/// `starts_at_utc` (RFC 3339). Values are escaped for the channel: HTML in
+/// `html`, `& < >` in Slack's text; what the template itself says is kept.
+#[derive(ToSchema)]
+#[schema(as = TemplateInput, example = json!({"subject": "[{{ minutes }} min] {{ title }}", "text": "{{ name }}, {{ title }} starts at {{ time }} ({{ time_zone }}).\n{{ body }}"}))]
+#[serde(deny_unknown_fields)]
+pub struct TemplateInputDoc {
+    /// Mail only: the subject (one line; the default's when absent). At most 1,000 bytes.
+    #[serde(default)]
+    subject: Option<String>,
+    /// The text: mail's plain part, the chat row, the Slack message (mrkdwn). At most 8,000 bytes.
+    text: String,
+    /// Mail only: the HTML part (absent: the text, escaped). At most 64,000 bytes.
+    #[serde(default)]
+    html: Option<String>,
+}
 
 /// A user: who reminders go to, and how to reach them.
 #[derive(ToSchema)]

@@ -19,6 +19,7 @@ use toki_app::api;
 use toki_core::input::{
     DstInput, OccurrenceInput, RecurrenceInput, RuleInput, ScheduleInput, UserInput,
 };
+use toki_core::template::TemplateInput;
 use toki_core::testing::TestKit;
 use toki_core::{Channel, ScheduleId, TenantId, UserId};
 use tower::ServiceExt;
@@ -44,6 +45,11 @@ const ROUTES: &[(&str, &[&str])] = &[
         &["put"],
     ),
     ("/v1/tenants/{tenant}/users/{id}", &["get", "put"]),
+    ("/v1/tenants/{tenant}/templates", &["get"]),
+    (
+        "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+        &["delete", "get", "put"],
+    ),
     ("/healthz", &["get"]),
     ("/openapi.json", &["get"]),
 ];
@@ -381,6 +387,14 @@ fn conforms(doc: &Doc, method: &str, path: &str, a: Answer) -> Answer {
     a
 }
 
+fn fully_populated_template() -> TemplateInput {
+    TemplateInput {
+        subject: Some("[{{ minutes }} min] {{ title }}".into()),
+        text: "{{ name }}: {{ title }} at {{ time }}".into(),
+        html: Some("<p>{{ name }}: <b>{{ title }}</b></p>".into()),
+    }
+}
+
 fn fully_populated_inputs() -> (ScheduleInput, UserInput, OccurrenceInput) {
     let schedule = ScheduleInput {
         title: "Stand-up".into(),
@@ -643,6 +657,7 @@ async fn input_schemas_have_exactly_the_fields_of_the_input_types() {
     input_matches(&doc, "DstPolicy", schedule.dst.as_ref().unwrap());
     input_matches(&doc, "UserInput", &user);
     input_matches(&doc, "OccurrenceInput", &occurrence);
+    input_matches(&doc, "TemplateInput", &fully_populated_template());
     // The enumerations are the parsers'.
     let names = |schema: &str| -> Vec<String> {
         doc.schema(schema)["enum"]
@@ -685,6 +700,7 @@ async fn input_schemas_have_exactly_the_fields_of_the_input_types() {
         ("ScheduleInput", &doc.schema("ScheduleInput")["example"]),
         ("UserInput", &doc.schema("UserInput")["example"]),
         ("OccurrenceInput", &doc.schema("OccurrenceInput")["example"]),
+        ("TemplateInput", &doc.schema("TemplateInput")["example"]),
     ] {
         doc.validate(doc.schema(name), example, name).unwrap();
     }
@@ -815,6 +831,74 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     let a = call(&kit, &doc, "GET", &format!("{base}/users/nobody"), None).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     view("Error", &a.body);
+
+    // Templates: written (with a sample), read back, the default, listed, deleted.
+    let tpl = format!("{base}/templates/mail/en-GB");
+    let a = call(
+        &kit,
+        &doc,
+        "PUT",
+        &tpl,
+        Some(json!(fully_populated_template())),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.body["locale"], "en-gb");
+    assert_eq!(a.body["example"]["subject"], "[10 min] Weekly review");
+    view("WrittenTemplate", &a.body);
+    let a = call(&kit, &doc, "GET", &tpl, None).await;
+    assert_eq!(a.body["source"], "tenant");
+    view("Template", &a.body);
+    let a = call(
+        &kit,
+        &doc,
+        "GET",
+        &format!("{base}/templates/slack/ja"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.body["source"].clone()),
+        (StatusCode::OK, json!("default"))
+    );
+    view("Template", &a.body);
+    let a = call(&kit, &doc, "GET", &format!("{base}/templates"), None).await;
+    assert_eq!(a.body["templates"].as_array().map(Vec::len), Some(1));
+    view("Templates", &a.body);
+    let a = call(
+        &kit,
+        &doc,
+        "PUT",
+        &format!("{base}/templates/slack/ja"),
+        Some(json!({"text": "{{ titel }}"})),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.body["error"]["field"].clone()),
+        (StatusCode::UNPROCESSABLE_ENTITY, json!("text"))
+    );
+    let a = call(
+        &kit,
+        &doc,
+        "PUT",
+        &format!("{base}/templates/fax/ja"),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(a.body["error"]["field"], "channel");
+    let a = call(
+        &kit,
+        &doc,
+        "GET",
+        &format!("{base}/templates/chat/fr"),
+        None,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "no French default");
+    let a = call(&kit, &doc, "DELETE", &tpl, None).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
+    let a = call(&kit, &doc, "DELETE", &tpl, None).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert_all_seen(&seen);
 }
 

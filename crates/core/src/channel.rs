@@ -19,7 +19,10 @@ pub struct Notification {
     /// Shared by every notification to this user in a batch.
     pub recipient: Arc<User>,
     pub subject: String,
+    /// Plain text (Slack: mrkdwn, values escaped).
     pub text: String,
+    /// Mail's HTML part, when it has one.
+    pub html: Option<String>,
 }
 
 /// Why a send failed.

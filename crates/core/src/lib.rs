@@ -21,6 +21,7 @@ pub mod render;
 pub mod scanner;
 pub mod settings;
 pub mod stats;
+pub mod template;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]

@@ -9,12 +9,13 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::domain::{
-    DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant, Reminder,
-    ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
+    Channel, DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant,
+    Reminder, ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
 };
 use crate::error::{StoreResult, ValidationError};
 use crate::message::Attributes;
 use crate::plan::Partition;
+use crate::template::ReminderTemplate;
 
 /// The clock: the only source of "now" for the scheduling logic.
 pub trait Clock: Send + Sync {
@@ -438,6 +439,8 @@ impl ScheduleSnapshot {
 pub struct DeliveryContext {
     pub schedules: HashMap<ScheduleId, ScheduleSnapshot>,
     pub users: HashMap<UserId, User>,
+    /// The tenant's reminder templates (the defaults where it has none).
+    pub templates: Vec<ReminderTemplate>,
 }
 
 /// A chat message: a row in the tenant's database.
@@ -571,6 +574,15 @@ pub trait TenantStore: Send + Sync {
 
     /// Chat messages of one user.
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>>;
+
+    /// Creates or replaces the template of its channel and locale.
+    async fn put_template(&self, template: &ReminderTemplate, now: Instant) -> StoreResult<()>;
+
+    /// Deletes the template of `channel` in `locale`; false if there was none.
+    async fn delete_template(&self, channel: Channel, locale: &str) -> StoreResult<bool>;
+
+    /// The tenant's templates, by channel then locale.
+    async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>>;
 
     /// Change notices ([`crate::change`]), before an edit: keeps the current
     /// state of each of `schedules` that exists as its baseline (what its

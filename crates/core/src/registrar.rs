@@ -11,7 +11,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::domain::{
-    Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
+    Channel, Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
     TenantRecord, User, UserId,
 };
 use crate::enqueue::enqueue;
@@ -22,6 +22,7 @@ use crate::ports::{
     Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStores,
 };
 use crate::settings::PipelineSettings;
+use crate::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
 
 /// Why a registrar call failed: the caller's input, or ours (with its source).
 #[derive(Debug, Error)]
@@ -132,6 +133,71 @@ impl Registrar {
             .get_user(id)
             .await?
             .ok_or_else(|| RegistrarError::NotFound(format!("user {id}")))
+    }
+
+    /// Checks `input` (it must render: 422 naming the part if not) and
+    /// stores it as the tenant's template of `channel` in `locale`.
+    pub async fn put_template(
+        &self,
+        tenant: &TenantId,
+        channel: Channel,
+        locale: &str,
+        input: &TemplateInput,
+    ) -> Result<ReminderTemplate, RegistrarError> {
+        let template = ReminderTemplate::validate(channel, locale, input)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        store.put_template(&template, self.clock.now()).await?;
+        Ok(template)
+    }
+
+    /// The tenant's own templates (the defaults not included).
+    pub async fn templates(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Vec<ReminderTemplate>, RegistrarError> {
+        self.tenant(tenant).await?;
+        Ok(self.stores.open(tenant).await?.templates().await?)
+    }
+
+    /// The template reminders of `channel` in `locale` get: the tenant's, or
+    /// the default; with whose it is.
+    pub async fn template(
+        &self,
+        tenant: &TenantId,
+        channel: Channel,
+        locale: &str,
+    ) -> Result<(ReminderTemplate, bool), RegistrarError> {
+        let locale = parse_locale(locale)?;
+        let own = self.templates(tenant).await?;
+        if let Some(t) = own
+            .into_iter()
+            .find(|t| t.channel == channel && t.locale == locale)
+        {
+            return Ok((t, true));
+        }
+        default_template(channel, &locale)
+            .map(|t| (t, false))
+            .ok_or_else(|| RegistrarError::NotFound(format!("template {channel}/{locale}")))
+    }
+
+    /// Deletes the tenant's template of `channel` in `locale` (the default applies again).
+    pub async fn delete_template(
+        &self,
+        tenant: &TenantId,
+        channel: Channel,
+        locale: &str,
+    ) -> Result<(), RegistrarError> {
+        let locale = parse_locale(locale)?;
+        self.tenant(tenant).await?;
+        let store = self.stores.open(tenant).await?;
+        if store.delete_template(channel, &locale).await? {
+            Ok(())
+        } else {
+            Err(RegistrarError::NotFound(format!(
+                "template {channel}/{locale}"
+            )))
+        }
     }
 
     pub async fn put_schedule(

@@ -277,6 +277,15 @@ impl Standin {
         rec.per_second.iter().map(|(&s, &n)| (s, n)).collect()
     }
 
+    /// The texts posted to `channel` (a user id for a direct message), in order.
+    pub fn texts(&self, channel: &str) -> Vec<String> {
+        let rec = self.recorded.lock().expect("stand-in lock");
+        rec.history
+            .get(channel)
+            .map(|h| h.iter().map(|p| p.text.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Every delivery received, with its first arrival and the due instant it carried.
     pub fn arrivals(&self) -> Vec<Arrival> {
         let rec = self.recorded.lock().expect("stand-in lock");

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
-use lettre::message::Mailbox;
+use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
 use thiserror::Error;
 use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
@@ -136,14 +136,21 @@ impl MailChannel {
         .parse()
         .or_else(|_| to_addr.parse())
         .map_err(|e| SendError::Permanent(format!("bad address {to_addr:?}: {e}")))?;
-        let mut message = Message::builder()
+        let builder = Message::builder()
             .message_id(Some(message_id(n)))
             .from(self.from.clone())
             .to(to)
-            .subject(n.subject.clone())
-            .header(ContentType::TEXT_PLAIN)
-            .body(n.text.clone())
-            .map_err(|e| SendError::Permanent(format!("building mail: {e}")))?;
+            .subject(n.subject.clone());
+        // With an HTML part, multipart/alternative: clients that show HTML
+        // show it, the others the plain text.
+        let mut message = match &n.html {
+            Some(html) => builder.multipart(MultiPart::alternative_plain_html(
+                n.text.clone(),
+                html.clone(),
+            )),
+            None => builder.header(ContentType::TEXT_PLAIN).body(n.text.clone()),
+        }
+        .map_err(|e| SendError::Permanent(format!("building mail: {e}")))?;
         message.headers_mut().insert_raw(HeaderValue::new(
             HeaderName::new_from_ascii_str(DELIVERY_HEADER),
             format!("{}/{}", n.tenant, n.key),

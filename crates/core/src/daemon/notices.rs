@@ -19,7 +19,7 @@ use crate::domain::{
 use crate::error::{chain, StoreError};
 use crate::message::NoticeMessage;
 use crate::ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
-use crate::render::change_text;
+use crate::render::change_texts;
 
 use super::holdings::Held;
 use super::plan::{undeliverable, ToSend};
@@ -159,7 +159,7 @@ impl Daemon {
             let why = undeliverable(&o.key, user.as_deref(), &configured);
             match (why, user, changes.get(&o.key)) {
                 (None, Some(user), Some(change)) => {
-                    let (subject, text) = change_text(change, &user);
+                    let texts = change_texts(change, &user, o.key.channel);
                     group.push(ToSend {
                         message: 0,
                         delivery: i,
@@ -169,8 +169,9 @@ impl Daemon {
                             version,
                             due_at,
                             recipient: user,
-                            subject,
-                            text,
+                            subject: texts.subject,
+                            text: texts.text,
+                            html: texts.html,
                         },
                         taken_over: o.taken_over,
                     });

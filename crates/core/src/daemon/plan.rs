@@ -9,7 +9,7 @@ use crate::domain::{
     Channel, DeliveryClaim, DeliveryKey, DueAt, ReminderKey, ScheduleId, TenantId, User, UserId,
 };
 use crate::ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
-use crate::render::reminder_text;
+use crate::template::Templates;
 
 use super::work::Work;
 
@@ -165,6 +165,7 @@ pub fn plan_batch(
         .iter()
         .map(|(id, u)| (id, Arc::new(u.clone())))
         .collect();
+    let templates = Templates::compile(&ctx.templates);
     work.sort_by_key(|w| w.reminder.due_at);
     let mut messages = Vec::with_capacity(work.len());
     let mut to_send = Vec::new();
@@ -187,7 +188,8 @@ pub fn plan_batch(
                     user,
                 ) {
                     (None, Some(schedule), Some(user)) => {
-                        let (subject, text) = reminder_text(
+                        let texts = templates.reminder(
+                            key.channel,
                             schedule,
                             w.reminder.key.occurrence,
                             w.reminder.due_at,
@@ -202,8 +204,9 @@ pub fn plan_batch(
                                 version: w.reminder.version,
                                 due_at: w.reminder.due_at,
                                 recipient: user.clone(),
-                                subject,
-                                text,
+                                subject: texts.subject,
+                                text: texts.text,
+                                html: texts.html,
                             },
                             taken_over: claim.taken_over,
                         });

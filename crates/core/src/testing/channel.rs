@@ -22,6 +22,7 @@ pub struct SentNotification {
     pub at: Instant,
     pub subject: String,
     pub text: String,
+    pub html: Option<String>,
 }
 
 impl SentNotification {
@@ -162,6 +163,7 @@ impl ChannelSender for RecordingChannel {
                         at,
                         subject: n.subject.clone(),
                         text: n.text.clone(),
+                        html: n.html.clone(),
                     });
                     out.push(Ok(at));
                 }

@@ -10,14 +10,15 @@ use async_trait::async_trait;
 
 use crate::change::{ChangeNotice, NoticeEdge};
 use crate::domain::{
-    DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant,
-    ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
+    Channel, DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt,
+    Instant, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
 use crate::error::{StoreError, StoreResult, ValidationError};
 use crate::ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery,
     ScheduleSnapshot, TenantStore, TenantStores,
 };
+use crate::template::ReminderTemplate;
 
 #[derive(Debug, Clone)]
 struct DeliveryRow {
@@ -67,6 +68,8 @@ struct State {
     /// cancellation) and the last notice's instant.
     baselines: BTreeMap<ScheduleId, (Option<Schedule>, Option<Instant>)>,
     notices: Vec<ChangeNotice>,
+    /// By channel name then locale: the SQL stores' order.
+    templates: BTreeMap<(&'static str, String), ReminderTemplate>,
 }
 
 #[derive(Default)]
@@ -198,7 +201,10 @@ impl TenantStore for MemoryTenantStore {
 
     async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
         let state = self.lock()?;
-        let mut ctx = DeliveryContext::default();
+        let mut ctx = DeliveryContext {
+            templates: state.templates.values().cloned().collect(),
+            ..DeliveryContext::default()
+        };
         for s in schedules.iter().filter_map(|id| state.schedules.get(id)) {
             let participants: Vec<UserId> = s
                 .participants
@@ -419,6 +425,26 @@ impl TenantStore for MemoryTenantStore {
             .collect();
         v.sort_by_key(|m| m.created_at);
         Ok(v)
+    }
+
+    async fn put_template(&self, template: &ReminderTemplate, _now: Instant) -> StoreResult<()> {
+        self.lock()?.templates.insert(
+            (template.channel.as_str(), template.locale.clone()),
+            template.clone(),
+        );
+        Ok(())
+    }
+
+    async fn delete_template(&self, channel: Channel, locale: &str) -> StoreResult<bool> {
+        Ok(self
+            .lock()?
+            .templates
+            .remove(&(channel.as_str(), locale.to_string()))
+            .is_some())
+    }
+
+    async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>> {
+        Ok(self.lock()?.templates.values().cloned().collect())
     }
 
     async fn keep_change_baselines(

@@ -7,3 +7,4 @@ mod flow;
 mod registrar;
 mod scanner;
 mod series;
+mod templates;

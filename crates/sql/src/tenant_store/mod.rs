@@ -14,17 +14,18 @@ use toki_core::change::{ChangeNotice, NoticeEdge};
 use toki_core::ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
 };
+use toki_core::template::ReminderTemplate;
 use toki_core::{
-    encode_channels_off, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus, Instant,
-    ReminderKey, ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User, UserId,
-    ValidationError,
+    encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus,
+    Instant, ReminderKey, ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User,
+    UserId, ValidationError,
 };
 
 use crate::{begin_write, db_err};
 use rows::{
     participant, recurrence, recurrence_json, snapshot, snapshot_json, BaselineRow, ChatRow,
     ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
-    NoticeRow, OwnedRow, RuleRow, ScheduleRow, UserRow,
+    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow,
 };
 use statement::Statement;
 
@@ -102,6 +103,7 @@ where
     for<'r> ChatRow: FromRow<'r, DB::Row>,
     for<'r> NoticeRow: FromRow<'r, DB::Row>,
     for<'r> BaselineRow: FromRow<'r, DB::Row>,
+    for<'r> TemplateRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -402,6 +404,8 @@ where
         if schedules.is_empty() {
             return Ok(ctx);
         }
+        // Usually none: a tenant with no templates of its own reads an empty table.
+        ctx.templates = self.templates().await?;
         // One round trip: the schedules, and their participants joined with
         // their users, a row each; participants in order.
         let ids = || schedules.iter().map(ScheduleId::as_str);
@@ -703,6 +707,52 @@ where
             .await
             .map_err(db_err)?;
         rows.into_iter().map(ChatMessage::try_from).collect()
+    }
+
+    async fn put_template(&self, t: &ReminderTemplate, now: Instant) -> StoreResult<()> {
+        let mut s = Statement::new(
+            "INSERT INTO reminder_templates (channel, locale, subject, text, html, updated_at)",
+        );
+        s.values([t], |r, t| {
+            r.bind(t.channel.as_str())
+                .bind(t.locale.clone())
+                .bind(t.subject.clone())
+                .bind(t.text.clone())
+                .bind(t.html.clone())
+                .bind(now.timestamp_millis());
+        });
+        s.push(
+            " ON CONFLICT (channel, locale) DO UPDATE SET subject = excluded.subject,
+               text = excluded.text, html = excluded.html, updated_at = excluded.updated_at",
+        );
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn delete_template(&self, channel: Channel, locale: &str) -> StoreResult<bool> {
+        let mut s = Statement::new("DELETE FROM reminder_templates WHERE channel = ");
+        s.bind(channel.as_str())
+            .push(" AND locale = ")
+            .bind(locale.to_string())
+            .push(" RETURNING channel");
+        let gone: Vec<(String,)> = s
+            .query_as::<DB, (String,)>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(!gone.is_empty())
+    }
+
+    async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>> {
+        let rows: Vec<TemplateRow> = Statement::new(
+            "SELECT channel, locale, subject, text, html FROM reminder_templates
+             ORDER BY channel, locale",
+        )
+        .query_as::<DB, TemplateRow>()
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.into_iter().map(ReminderTemplate::try_from).collect()
     }
 
     async fn keep_change_baselines(

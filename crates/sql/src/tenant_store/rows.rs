@@ -371,3 +371,26 @@ pub(crate) struct BaselineRow {
     pub snapshot: Option<String>,
     pub last_notice_at: i64,
 }
+
+/// A tenant's reminder template.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TemplateRow {
+    pub channel: String,
+    pub locale: String,
+    pub subject: Option<String>,
+    pub text: String,
+    pub html: Option<String>,
+}
+
+impl TryFrom<TemplateRow> for toki_core::template::ReminderTemplate {
+    type Error = StoreError;
+    fn try_from(r: TemplateRow) -> StoreResult<Self> {
+        Ok(Self {
+            channel: channel(&r.channel)?,
+            locale: r.locale,
+            subject: r.subject,
+            text: r.text,
+            html: r.html,
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! A tenant's reminder templates: `GET /v1/tenants/{tenant}/templates`,
+//! `PUT/GET/DELETE /v1/tenants/{tenant}/templates/{channel}/{locale}`.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde::Serialize;
+use serde_json::Value;
+use toki_core::template::{ReminderTemplate, TemplateInput, Texts};
+use toki_core::{Channel, ValidationError};
+use utoipa::ToSchema;
+
+use super::{authorize, parse_body, ApiError, ApiState, ErrorBody};
+use crate::openapi::{BodyErrors, TemplateInputDoc, TemplatePath, TenantErrors, TenantPath};
+
+/// A reminder template: whose it is, and its parts.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Template)]
+pub(crate) struct TemplateView {
+    channel: String,
+    /// Lowercase (`ja`, `en-gb`).
+    locale: String,
+    /// `tenant`: the tenant's own; `default`: built in.
+    #[schema(pattern = "^(tenant|default)$")]
+    source: String,
+    /// Mail only.
+    #[schema(required = true)]
+    subject: Option<String>,
+    text: String,
+    /// Mail only: the HTML part (absent: the text, escaped).
+    #[schema(required = true)]
+    html: Option<String>,
+}
+
+impl TemplateView {
+    fn new(t: ReminderTemplate, own: bool) -> Self {
+        Self {
+            channel: t.channel.to_string(),
+            locale: t.locale,
+            source: if own { "tenant" } else { "default" }.into(),
+            subject: t.subject,
+            text: t.text,
+            html: t.html,
+        }
+    }
+}
+
+/// A reminder as a template renders it.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RenderedReminder)]
+pub(crate) struct TextsView {
+    subject: String,
+    text: String,
+    /// Mail only.
+    #[schema(required = true)]
+    html: Option<String>,
+}
+
+impl From<Texts> for TextsView {
+    fn from(t: Texts) -> Self {
+        Self {
+            subject: t.subject,
+            text: t.text,
+            html: t.html,
+        }
+    }
+}
+
+/// A template as written, and what it makes of a sample reminder.
+#[derive(Serialize, ToSchema)]
+#[schema(as = WrittenTemplate)]
+pub(crate) struct WrittenTemplate {
+    #[serde(flatten)]
+    template: TemplateView,
+    /// A sample reminder (Ana, in Berlin, 10 minutes before "Weekly review") rendered with it.
+    example: TextsView,
+}
+
+/// The tenant's templates.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Templates)]
+pub(crate) struct TemplatesView {
+    /// The tenant's own, by channel then locale; where it has none the
+    /// defaults (`en`, `ja`; English for any other language) apply.
+    templates: Vec<TemplateView>,
+}
+
+fn path_channel(channel: &str) -> Result<Channel, ApiError> {
+    channel.parse::<Channel>().map_err(|_| {
+        ValidationError::new(
+            "channel",
+            format!("{channel:?} is not a channel (mail, chat or slack)"),
+        )
+        .into()
+    })
+}
+
+/// Creates or replaces the tenant's template of a channel in a locale.
+#[utoipa::path(
+    put,
+    path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+    tag = "templates",
+    params(TemplatePath),
+    request_body = TemplateInputDoc,
+    responses(
+        (status = 200, description = "Written: the channel's reminders to recipients of this locale use it from the next batch", body = WrittenTemplate),
+        (status = 422, description = "Not valid (`field` names it): `channel`, `locale`, or a part (`subject`, `text`, `html`) that does not compile, uses an unknown variable, renders empty or is too long; `subject` and `html` are for mail only. Nothing written", body = ErrorBody),
+        BodyErrors,
+        TenantErrors,
+    ),
+    security(("bearer" = []), ("api_key" = []))
+)]
+pub(super) async fn put_template(
+    State(state): State<ApiState>,
+    Path((tenant, channel, locale)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<WrittenTemplate>, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let channel = path_channel(&channel)?;
+    let input: TemplateInput = parse_body(body)?;
+    let t = state
+        .registrar
+        .put_template(&tenant, channel, &locale, &input)
+        .await?;
+    let example = t.example().into();
+    Ok(Json(WrittenTemplate {
+        template: TemplateView::new(t, true),
+        example,
+    }))
+}
+
+/// The template a channel's reminders in a locale get: the tenant's, or the default.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+    tag = "templates",
+    params(TemplatePath),
+    responses(
+        (status = 200, description = "The tenant's template, or the built-in default (`source`)", body = TemplateView),
+        (status = 404, description = "The tenant has none and there is no default for the locale (defaults: `en`, `ja`)", body = ErrorBody),
+        (status = 422, description = "`channel` or `locale` is not valid (`field` names it)", body = ErrorBody),
+        TenantErrors,
+    ),
+    security(("bearer" = []), ("api_key" = []))
+)]
+pub(super) async fn get_template(
+    State(state): State<ApiState>,
+    Path((tenant, channel, locale)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<TemplateView>, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let channel = path_channel(&channel)?;
+    let (t, own) = state.registrar.template(&tenant, channel, &locale).await?;
+    Ok(Json(TemplateView::new(t, own)))
+}
+
+/// Deletes the tenant's template of a channel in a locale: the default applies again.
+#[utoipa::path(
+    delete,
+    path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+    tag = "templates",
+    params(TemplatePath),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "The tenant has no such template", body = ErrorBody),
+        (status = 422, description = "`channel` or `locale` is not valid (`field` names it)", body = ErrorBody),
+        TenantErrors,
+    ),
+    security(("bearer" = []), ("api_key" = []))
+)]
+pub(super) async fn delete_template(
+    State(state): State<ApiState>,
+    Path((tenant, channel, locale)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let channel = path_channel(&channel)?;
+    state
+        .registrar
+        .delete_template(&tenant, channel, &locale)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The tenant's own templates.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/templates",
+    tag = "templates",
+    params(TenantPath),
+    responses(
+        (status = 200, description = "The tenant's own templates (the defaults apply where it has none)", body = TemplatesView),
+        TenantErrors,
+    ),
+    security(("bearer" = []), ("api_key" = []))
+)]
+pub(super) async fn list_templates(
+    State(state): State<ApiState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<TemplatesView>, ApiError> {
+    let tenant = authorize(&state, &tenant, &headers).await?;
+    let templates = state.registrar.templates(&tenant).await?;
+    Ok(Json(TemplatesView {
+        templates: templates
+            .into_iter()
+            .map(|t| TemplateView::new(t, true))
+            .collect(),
+    }))
+}

@@ -1,0 +1,351 @@
+//! Reminder texts from templates: per tenant × locale × channel, with
+//! built-in defaults in English and Japanese, rendered by minijinja.
+//!
+//! A value put into a text is escaped for where the text goes: HTML for a
+//! mail's HTML part, Slack's mrkdwn control characters (`& < >`) for Slack,
+//! nothing for plain text (a mail's plain part, a chat row, a subject). What
+//! the template's author wrote is kept as written, so `<!here>` in a Slack
+//! template still mentions, while a meeting titled `<!here>` does not.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use chrono::Duration;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Channel, DueAt, Instant, Occurrence, User};
+use crate::ports::ScheduleSnapshot;
+
+/// A tenant's reminder text for one channel and locale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReminderTemplate {
+    pub channel: Channel,
+    /// Lowercase (`ja`, `en-gb`): a user whose locale is `en-GB` gets the
+    /// `en-gb` template, else `en`'s, else the default.
+    pub locale: String,
+    /// The mail's subject; the default subject when absent.
+    pub subject: Option<String>,
+    pub text: String,
+    /// The mail's HTML part; when absent, the text, escaped, line breaks kept.
+    pub html: Option<String>,
+}
+
+/// A template as the API takes it (its channel and locale are in the path).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateInput {
+    #[serde(default)]
+    pub subject: Option<String>,
+    pub text: String,
+    #[serde(default)]
+    pub html: Option<String>,
+}
+
+/// A reminder rendered for one recipient on one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Texts {
+    pub subject: String,
+    pub text: String,
+    /// Mail only: the HTML part.
+    pub html: Option<String>,
+}
+/// The variables a template can use, as the README lists them.
+pub const VARIABLES: [&str; 9] = [
+    "name",
+    "title",
+    "body",
+    "starts_at",
+    "date",
+    "time",
+    "time_zone",
+    "minutes",
+    "starts_at_utc",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Subject,
+    Text,
+    Html,
+}
+
+/// A template's name in an environment; its extension picks the escaping.
+fn name(channel: Channel, locale: &str, part: Part) -> String {
+    let part = match (part, channel) {
+        (Part::Subject, _) => "subject.txt",
+        (Part::Html, _) => "html.html",
+        (Part::Text, Channel::Slack) => "text.slack",
+        (Part::Text, _) => "text.txt",
+    };
+    format!("{channel}/{locale}/{part}")
+}
+/// `& < >` as Slack's mrkdwn wants them in text that is not markup.
+pub fn escape_mrkdwn(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Plain text as an HTML fragment: escaped, each line break a `<br>`.
+pub fn text_to_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 32);
+    out.push_str("<p>");
+    for (i, line) in s.trim_end().lines().enumerate() {
+        if i > 0 {
+            out.push_str("<br>\n");
+        }
+        for c in line.chars() {
+            match c {
+                '&' => out.push_str("&amp;"),
+                '<' => out.push_str("&lt;"),
+                '>' => out.push_str("&gt;"),
+                '"' => out.push_str("&quot;"),
+                '\'' => out.push_str("&#x27;"),
+                c => out.push(c),
+            }
+        }
+    }
+    out.push_str("</p>\n");
+    out
+}
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    // A misspelt variable is an error (caught at registration), not an empty string.
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|name| {
+        if name.ends_with(".html") {
+            AutoEscape::Html
+        } else if name.ends_with(".slack") {
+            AutoEscape::Custom("mrkdwn")
+        } else {
+            AutoEscape::None
+        }
+    });
+    env.set_formatter(|out, state, value| {
+        if state.auto_escape() == AutoEscape::Custom("mrkdwn") && !value.is_safe() {
+            let mut s = String::new();
+            write!(s, "{value}").map_err(|_| {
+                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, "formatting a value")
+            })?;
+            return out
+                .write_str(&escape_mrkdwn(&s))
+                .map_err(|_| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, "output"));
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
+    env
+}
+/// What a reminder's text may say, for one recipient.
+#[derive(Debug, Clone, Serialize)]
+struct Variables<'a> {
+    name: &'a str,
+    title: &'a str,
+    body: &'a str,
+    starts_at: String,
+    date: String,
+    time: String,
+    time_zone: &'a str,
+    minutes: i64,
+    starts_at_utc: String,
+}
+
+impl<'a> Variables<'a> {
+    fn new(
+        title: &'a str,
+        body: &'a str,
+        starts_at: Instant,
+        due_at: DueAt,
+        user: &'a User,
+    ) -> Self {
+        let local = starts_at.with_timezone(&user.time_zone);
+        Self {
+            name: &user.name,
+            title,
+            body,
+            starts_at: local.format("%Y-%m-%d %H:%M").to_string(),
+            date: local.format("%Y-%m-%d").to_string(),
+            time: local.format("%H:%M").to_string(),
+            time_zone: user.time_zone.name(),
+            minutes: (starts_at - due_at.0).max(Duration::zero()).num_minutes(),
+            starts_at_utc: starts_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }
+    }
+}
+
+/// The lookup order for a recipient's locale: `en-gb`, `en`, then `en` as the last resort.
+fn candidates(locale: &str) -> Vec<String> {
+    let locale = locale.to_ascii_lowercase();
+    let mut out = vec![locale.clone()];
+    if let Some((lang, _)) = locale.split_once(['-', '_']) {
+        out.push(lang.to_string());
+    }
+    if !out.iter().any(|l| l == "en") {
+        out.push("en".into());
+    }
+    out
+}
+
+/// One tenant's templates over the defaults, compiled: what the daemon
+/// renders a batch's reminders with.
+pub struct Templates {
+    tenant: Option<Environment<'static>>,
+    /// (channel, locale, part) the tenant has.
+    has: HashSet<(Channel, String, u8)>,
+}
+
+impl Templates {
+    /// The defaults only.
+    pub fn defaults() -> Self {
+        Self {
+            tenant: None,
+            has: HashSet::new(),
+        }
+    }
+
+    /// `templates` over the defaults. One that does not compile (they are
+    /// checked when registered, so only after a hand edit of the database)
+    /// is left out with a warning: its reminders get the default text.
+    pub fn compile(templates: &[ReminderTemplate]) -> Self {
+        if templates.is_empty() {
+            return Self::defaults();
+        }
+        let mut env = environment();
+        let mut has = HashSet::new();
+        for t in templates {
+            let parts = [
+                (Part::Subject, t.subject.as_deref()),
+                (Part::Text, Some(t.text.as_str())),
+                (Part::Html, t.html.as_deref()),
+            ];
+            for (part, source) in parts {
+                let Some(source) = source else { continue };
+                match env.add_template_owned(name(t.channel, &t.locale, part), source.to_owned()) {
+                    Ok(()) => {
+                        has.insert((t.channel, t.locale.clone(), part as u8));
+                    }
+                    Err(e) => tracing::warn!(
+                        channel = %t.channel, locale = %t.locale, error = %e,
+                        "a tenant template does not compile: the default is used"
+                    ),
+                }
+            }
+        }
+        Self {
+            tenant: Some(env),
+            has,
+        }
+    }
+
+    /// The environment and locale to render `part` with: the tenant's for
+    /// the first candidate locale it has, else the default for the first
+    /// candidate that has one.
+    fn pick(
+        &self,
+        channel: Channel,
+        locales: &[String],
+        part: Part,
+    ) -> (&Environment<'static>, String, bool) {
+        for l in locales {
+            if let Some(env) = &self.tenant {
+                if self.has.contains(&(channel, l.clone(), part as u8)) {
+                    return (env, l.clone(), true);
+                }
+            }
+            if DEFAULT_LOCALES.contains(&l.as_str()) {
+                return (defaults(), l.clone(), false);
+            }
+        }
+        (defaults(), "en".into(), false)
+    }
+
+    fn render_part(
+        &self,
+        channel: Channel,
+        locales: &[String],
+        part: Part,
+        vars: &Variables<'_>,
+    ) -> String {
+        let (env, locale, tenant) = self.pick(channel, locales, part);
+        let rendered = env
+            .get_template(&name(channel, &locale, part))
+            .and_then(|t| t.render(vars));
+        match rendered {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%channel, %locale, tenant, error = %e, "a template did not render: the default is used");
+                let locale = if DEFAULT_LOCALES.contains(&locale.as_str()) {
+                    locale
+                } else {
+                    "en".into()
+                };
+                defaults()
+                    .get_template(&name(channel, &locale, part))
+                    .and_then(|t| t.render(vars))
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    /// The reminder of the occurrence of `schedule` starting at `occurrence`,
+    /// due at `due_at`, for `user` on `channel`: in their language and zone.
+    pub fn reminder(
+        &self,
+        channel: Channel,
+        schedule: &ScheduleSnapshot,
+        occurrence: Occurrence,
+        due_at: DueAt,
+        user: &User,
+    ) -> Texts {
+        let (title, body) = schedule.texts_at(occurrence.0);
+        let vars = Variables::new(title, body, occurrence.0, due_at, user);
+        self.render(channel, &user.locale, &vars)
+    }
+
+    fn render(&self, channel: Channel, locale: &str, vars: &Variables<'_>) -> Texts {
+        let locales = candidates(locale);
+        let subject = one_line(&self.render_part(channel, &locales, Part::Subject, vars));
+        let text = self.render_part(channel, &locales, Part::Text, vars);
+        let html = (channel == Channel::Mail).then(|| {
+            let (_, text_locale, tenant_text) = self.pick(channel, &locales, Part::Text);
+            let tenant_html = self.has.contains(&(channel, text_locale, Part::Html as u8));
+            if tenant_text && !tenant_html {
+                // The tenant wrote the words: the HTML part says the same.
+                text_to_html(&text)
+            } else {
+                self.render_part(channel, &locales, Part::Html, vars)
+            }
+        });
+        Texts {
+            subject,
+            text,
+            html,
+        }
+    }
+}
+
+/// A subject is one line: line breaks in it would end the mail header.
+fn one_line(s: &str) -> String {
+    s.split(['\r', '\n'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+mod check;
+mod defaults;
+
+pub use check::parse_locale;
+use defaults::defaults;
+pub use defaults::{default_template, DEFAULT_LOCALES};
+
+#[cfg(test)]
+mod tests;

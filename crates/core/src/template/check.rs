@@ -1,0 +1,171 @@
+//! A template checked when it is registered: it compiles, it renders for
+//! sample recipients, its parts fit; and what it makes of a sample.
+
+use std::fmt::Write as _;
+
+use chrono::Duration;
+
+use super::{
+    environment, name, Part, ReminderTemplate, TemplateInput, Templates, Texts, Variables,
+};
+use crate::domain::{Channel, DueAt, Instant, User};
+use crate::error::ValidationError;
+
+/// Longest accepted sources, in bytes.
+const MAX_SUBJECT: usize = 1_000;
+const MAX_TEXT: usize = 8_000;
+const MAX_HTML: usize = 64_000;
+
+/// The instant the samples start at.
+fn sample_start() -> Instant {
+    chrono::DateTime::parse_from_rfc3339("2030-01-21T09:00:00Z")
+        .expect("a sample instant")
+        .to_utc()
+}
+
+/// A template's locale as stored: lowercase, `ll` or `ll-xx...`.
+pub fn parse_locale(locale: &str) -> Result<String, ValidationError> {
+    let l = locale.trim().to_ascii_lowercase();
+    let mut parts = l.split(['-', '_']);
+    let lang_ok = parts
+        .next()
+        .is_some_and(|p| (2..=3).contains(&p.len()) && p.chars().all(|c| c.is_ascii_lowercase()));
+    let rest_ok =
+        parts.all(|p| (1..=8).contains(&p.len()) && p.chars().all(|c| c.is_ascii_alphanumeric()));
+    if !lang_ok || !rest_ok || l.len() > 35 {
+        return Err(ValidationError::new(
+            "locale",
+            format!("{locale:?} is not a locale (a language code like `ja` or `en-GB`)"),
+        ));
+    }
+    Ok(l.replace('_', "-"))
+}
+
+/// Recipients and meetings a template is tried on when registered: every
+/// branch a template is likely to take (starting now, in one minute, in
+/// many; with and without details).
+fn samples() -> Vec<(User, &'static str, &'static str, i64)> {
+    let user = |name: &str, zone: chrono_tz::Tz, locale: &str| User {
+        id: "sample".parse().expect("a user id"),
+        name: name.into(),
+        email: Some("ana@example.com".into()),
+        slack_user_id: Some("U024BE7LH".into()),
+        time_zone: zone,
+        locale: locale.into(),
+        channels_off: Default::default(),
+    };
+    vec![
+        (
+            user("Ana", chrono_tz::Europe::Berlin, "en"),
+            "Weekly review",
+            "Agenda:\n1. Numbers <Q3> & plans",
+            10,
+        ),
+        (
+            user("花子", chrono_tz::Asia::Tokyo, "ja"),
+            "定例会議",
+            "",
+            1,
+        ),
+        (user("Ben", chrono_tz::UTC, "en"), "Stand-up", "", 0),
+    ]
+}
+
+impl ReminderTemplate {
+    /// `input` as `channel`'s template in `locale`, checked: each part
+    /// compiles and renders for sample recipients (an unknown variable is
+    /// an error), the text is not empty, only mail has a subject and HTML.
+    pub fn validate(
+        channel: Channel,
+        locale: &str,
+        input: &TemplateInput,
+    ) -> Result<Self, ValidationError> {
+        let locale = parse_locale(locale)?;
+        let t = ReminderTemplate {
+            channel,
+            locale,
+            subject: input.subject.clone(),
+            text: input.text.clone(),
+            html: input.html.clone(),
+        };
+        if channel != Channel::Mail {
+            for (field, given) in [("subject", &t.subject), ("html", &t.html)] {
+                if given.is_some() {
+                    return Err(ValidationError::new(
+                        field,
+                        format!("only mail has a {field}; {channel} sends the text"),
+                    ));
+                }
+            }
+        }
+        let parts = [
+            ("subject", Part::Subject, t.subject.as_deref(), MAX_SUBJECT),
+            ("text", Part::Text, Some(t.text.as_str()), MAX_TEXT),
+            ("html", Part::Html, t.html.as_deref(), MAX_HTML),
+        ];
+        let mut env = environment();
+        for (field, part, source, max) in parts {
+            let Some(source) = source else { continue };
+            if source.len() > max {
+                return Err(ValidationError::new(
+                    field,
+                    format!("is {} bytes; at most {max}", source.len()),
+                ));
+            }
+            env.add_template_owned(name(channel, &t.locale, part), source.to_owned())
+                .map_err(|e| ValidationError::new(field, template_problem(&e)))?;
+        }
+        for (user, title, body, minutes) in samples() {
+            let starts_at = sample_start();
+            let due_at = DueAt(starts_at - Duration::minutes(minutes));
+            let vars = Variables::new(title, body, starts_at, due_at, &user);
+            for (field, part, source, _) in parts {
+                if source.is_none() {
+                    continue;
+                }
+                let out = env
+                    .get_template(&name(channel, &t.locale, part))
+                    .and_then(|tpl| tpl.render(&vars))
+                    .map_err(|e| ValidationError::new(field, template_problem(&e)))?;
+                if part == Part::Text && out.trim().is_empty() {
+                    return Err(ValidationError::new(
+                        field,
+                        format!("renders empty (for {} with {title:?})", user.name),
+                    ));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// What this template makes of a sample reminder: shown when it is registered.
+    pub fn example(&self) -> Texts {
+        let templates = Templates::compile(std::slice::from_ref(self));
+        let (user, title, body, minutes) = samples().swap_remove(0);
+        let user = User {
+            locale: self.locale.clone(),
+            ..user
+        };
+        let starts_at = sample_start();
+        let vars = Variables::new(
+            title,
+            body,
+            starts_at,
+            DueAt(starts_at - Duration::minutes(minutes)),
+            &user,
+        );
+        templates.render(self.channel, &self.locale, &vars)
+    }
+}
+
+/// A minijinja error as one line for the API: what, and where.
+fn template_problem(e: &minijinja::Error) -> String {
+    let mut s = match e.detail() {
+        Some(d) => format!("{}: {d}", e.kind()),
+        None => e.kind().to_string(),
+    };
+    if let Some(line) = e.line() {
+        let _ = write!(s, " (line {line})");
+    }
+    s
+}

@@ -1,0 +1,289 @@
+use super::*;
+use crate::domain::{ScheduleId, UserId};
+
+fn user(locale: &str, zone: chrono_tz::Tz) -> User {
+    User {
+        id: "u1".parse::<UserId>().unwrap(),
+        name: "Ana".into(),
+        email: Some("ana@example.com".into()),
+        slack_user_id: Some("U1".into()),
+        time_zone: zone,
+        locale: locale.into(),
+        channels_off: Default::default(),
+    }
+}
+
+fn schedule(title: &str, body: &str) -> ScheduleSnapshot {
+    ScheduleSnapshot {
+        id: "s1".parse::<ScheduleId>().unwrap(),
+        title: title.into(),
+        body: body.into(),
+        version: 1,
+        participants: vec![],
+        exceptions: vec![],
+    }
+}
+
+fn at(s: &str) -> Instant {
+    chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+/// The reminder of a meeting at 2030-01-21 00:00 UTC, `minutes` before.
+fn render(t: &Templates, channel: Channel, s: &ScheduleSnapshot, u: &User, minutes: i64) -> Texts {
+    let start = at("2030-01-21T00:00:00Z");
+    t.reminder(
+        channel,
+        s,
+        Occurrence(start),
+        DueAt(start - Duration::minutes(minutes)),
+        u,
+    )
+}
+
+fn tenant(channel: Channel, locale: &str, text: &str) -> ReminderTemplate {
+    ReminderTemplate {
+        channel,
+        locale: locale.into(),
+        subject: None,
+        text: text.into(),
+        html: None,
+    }
+}
+
+#[test]
+fn defaults_say_when_in_the_recipients_zone_and_language() {
+    let t = Templates::defaults();
+    let s = schedule("Review", "Room 3");
+    let en = render(
+        &t,
+        Channel::Chat,
+        &s,
+        &user("en", chrono_tz::Europe::Berlin),
+        10,
+    );
+    assert_eq!(en.subject, "Reminder: Review");
+    assert_eq!(
+        en.text,
+        "Hi Ana, \"Review\" starts in 10 minutes (2030-01-21 01:00 Europe/Berlin).\nRoom 3"
+    );
+    assert_eq!(en.html, None, "chat has no HTML part");
+    let one = render(&t, Channel::Chat, &s, &user("en-US", chrono_tz::UTC), 1);
+    assert!(one.text.contains("starts in 1 minute ("), "{}", one.text);
+    let now = render(&t, Channel::Chat, &s, &user("en", chrono_tz::UTC), 0);
+    assert!(now.text.contains("is starting now"), "{}", now.text);
+    let ja = render(
+        &t,
+        Channel::Chat,
+        &s,
+        &user("ja-JP", chrono_tz::Asia::Tokyo),
+        10,
+    );
+    assert_eq!(ja.subject, "[リマインダー] Review");
+    assert_eq!(
+        ja.text,
+        "Anaさん、「Review」が10分後に開始します（2030-01-21 09:00 Asia/Tokyo）。\nRoom 3"
+    );
+    // A language without built-in texts reads English.
+    let fr = render(
+        &t,
+        Channel::Chat,
+        &s,
+        &user("fr", chrono_tz::Europe::Paris),
+        10,
+    );
+    assert!(fr.text.starts_with("Hi Ana"), "{}", fr.text);
+}
+
+#[test]
+fn values_are_escaped_for_the_channel_and_the_authors_markup_is_kept() {
+    let s = schedule("<!here> Q&A <b>", "1 < 2\nsecond line");
+    let u = user("en", chrono_tz::UTC);
+    let t = Templates::defaults();
+    let slack = render(&t, Channel::Slack, &s, &u, 5);
+    assert!(
+        slack.text.contains("\"&lt;!here&gt; Q&amp;A &lt;b&gt;\""),
+        "{}",
+        slack.text
+    );
+    assert!(
+        !slack.text.contains("<!here>"),
+        "a title cannot mention @here"
+    );
+    let chat = render(&t, Channel::Chat, &s, &u, 5);
+    assert!(
+        chat.text.contains("\"<!here> Q&A <b>\""),
+        "chat is plain: {}",
+        chat.text
+    );
+    let mail = render(&t, Channel::Mail, &s, &u, 5);
+    assert!(
+        mail.text.contains("<!here> Q&A <b>"),
+        "the plain part is plain"
+    );
+    let html = mail.html.unwrap();
+    assert!(
+        html.contains("<strong>&lt;!here&gt; Q&amp;A &lt;b&gt;</strong>"),
+        "{html}"
+    );
+    assert!(html.contains("1 &lt; 2\nsecond line"), "{html}");
+    assert_eq!(
+        mail.subject, "Reminder: <!here> Q&A <b>",
+        "a subject is plain"
+    );
+
+    // The tenant's own Slack markup stays; only the values are escaped.
+    let own = Templates::compile(&[tenant(
+        Channel::Slack,
+        "en",
+        "<!here> *{{ title }}* at {{ time }}",
+    )]);
+    let slack = render(&own, Channel::Slack, &s, &u, 5);
+    assert_eq!(
+        slack.text,
+        "<!here> *&lt;!here&gt; Q&amp;A &lt;b&gt;* at 00:00"
+    );
+}
+
+#[test]
+fn a_tenant_template_is_picked_by_locale_then_language_then_english() {
+    let own = Templates::compile(&[
+        tenant(Channel::Chat, "en-gb", "GB {{ title }}"),
+        tenant(Channel::Chat, "ja", "JA {{ title }}"),
+        tenant(Channel::Mail, "en", "EN {{ title }} at {{ starts_at }}"),
+    ]);
+    let s = schedule("Review", "");
+    let text =
+        |channel, locale: &str| render(&own, channel, &s, &user(locale, chrono_tz::UTC), 5).text;
+    assert_eq!(text(Channel::Chat, "en-GB"), "GB Review");
+    assert_eq!(text(Channel::Chat, "ja-JP"), "JA Review");
+    assert!(
+        text(Channel::Chat, "en-US").starts_with("Hi Ana"),
+        "the default en"
+    );
+    assert!(
+        text(Channel::Slack, "ja").starts_with("Anaさん"),
+        "other channels: defaults"
+    );
+    // No French: the tenant's English before the default English.
+    assert_eq!(text(Channel::Mail, "fr"), "EN Review at 2030-01-21 00:00");
+    // The tenant wrote the text but no HTML: the HTML part says the same.
+    let mail = render(
+        &own,
+        Channel::Mail,
+        &schedule("A & B", ""),
+        &user("en", chrono_tz::UTC),
+        5,
+    );
+    assert_eq!(
+        mail.html.unwrap(),
+        "<p>EN A &amp; B at 2030-01-21 00:00</p>\n"
+    );
+    assert_eq!(
+        mail.subject, "Reminder: A & B",
+        "no subject of its own: the default"
+    );
+}
+
+#[test]
+fn a_subject_is_one_line() {
+    let own = Templates::compile(&[ReminderTemplate {
+        subject: Some("{{ title }}\n\n(in {{ minutes }} min)".into()),
+        ..tenant(Channel::Mail, "en", "{{ title }}")
+    }]);
+    let mail = render(
+        &own,
+        Channel::Mail,
+        &schedule("Review\r\nBcc: x@y", ""),
+        &user("en", chrono_tz::UTC),
+        5,
+    );
+    assert_eq!(mail.subject, "Review Bcc: x@y (in 5 min)");
+}
+
+#[test]
+fn a_template_that_fails_at_send_time_falls_back_to_the_default() {
+    // Compiles, renders for the samples, fails on this recipient's data.
+    let own = Templates::compile(&[tenant(
+        Channel::Chat,
+        "en",
+        "{{ title }} {{ 10 // (minutes - 5) }}",
+    )]);
+    let out = render(
+        &own,
+        Channel::Chat,
+        &schedule("Review", ""),
+        &user("en", chrono_tz::UTC),
+        5,
+    );
+    assert!(out.text.starts_with("Hi Ana, \"Review\""), "{}", out.text);
+}
+
+#[test]
+fn registration_refuses_a_template_that_does_not_render_naming_the_part() {
+    let input = |subject: Option<&str>, text: &str, html: Option<&str>| TemplateInput {
+        subject: subject.map(Into::into),
+        text: text.into(),
+        html: html.map(Into::into),
+    };
+    let err = |channel, locale: &str, i: TemplateInput| {
+        ReminderTemplate::validate(channel, locale, &i).unwrap_err()
+    };
+    let e = err(Channel::Chat, "en", input(None, "Hi {{ nmae }}", None));
+    assert_eq!(e.field, "text");
+    assert!(e.problem.contains("undefined"), "{}", e.problem);
+    let e = err(Channel::Mail, "en", input(Some("{% if %}"), "x", None));
+    assert_eq!(e.field, "subject");
+    assert!(e.problem.contains("syntax"), "{}", e.problem);
+    let e = err(
+        Channel::Mail,
+        "en",
+        input(None, "x", Some("<p>{{ title }\n</p>")),
+    );
+    assert_eq!(e.field, "html");
+    assert!(e.problem.contains("line"), "{}", e.problem);
+    let e = err(Channel::Slack, "en", input(None, "x", Some("<p>x</p>")));
+    assert_eq!(
+        (e.field.as_str(), e.problem.contains("only mail")),
+        ("html", true)
+    );
+    let e = err(Channel::Chat, "en", input(Some("x"), "x", None));
+    assert_eq!(e.field, "subject");
+    let e = err(
+        Channel::Chat,
+        "en",
+        input(None, "{% if minutes > 5 %}{{ title }}{% endif %}", None),
+    );
+    assert_eq!(e.field, "text");
+    assert!(e.problem.contains("renders empty"), "{}", e.problem);
+    let e = err(Channel::Chat, "english!", input(None, "x", None));
+    assert_eq!(e.field, "locale");
+    let e = err(Channel::Chat, "en", input(None, &"x".repeat(8_001), None));
+    assert_eq!(e.field, "text");
+    // A good one, its locale normalised, and what it makes of a sample.
+    let t = ReminderTemplate::validate(
+        Channel::Mail,
+        "EN_gb",
+        &input(
+            Some("[{{ minutes }}] {{ title }}"),
+            "{{ name }}: {{ title }} at {{ time }}",
+            None,
+        ),
+    )
+    .unwrap();
+    assert_eq!(t.locale, "en-gb");
+    let ex = t.example();
+    assert_eq!(ex.subject, "[10] Weekly review");
+    assert_eq!(ex.text, "Ana: Weekly review at 10:00");
+    assert_eq!(
+        ex.html.as_deref(),
+        Some("<p>Ana: Weekly review at 10:00</p>\n")
+    );
+}
+
+#[test]
+fn mrkdwn_and_html_helpers() {
+    assert_eq!(escape_mrkdwn("a & <b> c"), "a &amp; &lt;b&gt; c");
+    assert_eq!(text_to_html("a\n<b>\n"), "<p>a<br>\n&lt;b&gt;</p>\n");
+    assert_eq!(candidates("EN-gb"), vec!["en-gb", "en"]);
+    assert_eq!(candidates("ja"), vec!["ja", "en"]);
+}
