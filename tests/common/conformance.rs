@@ -1234,7 +1234,7 @@ pub mod store {
             .delivery_context(std::slice::from_ref(&sch.id))
             .await
             .unwrap();
-        assert_eq!(ctx.users.get(&u.id), Some(&u3));
+        assert_eq!(ctx.users.get(&u.id).map(|u| u.as_ref()), Some(&u3));
     }
 
     pub async fn templates_round_trip(s: Arc<dyn TenantStore>) {
@@ -1266,14 +1266,6 @@ pub mod store {
             s.templates().await.unwrap(),
             vec![mail2.clone(), slack.clone()]
         );
-        // Read with the delivery context.
-        let sch = schedule("worded", &[]);
-        s.put_schedule(&sch, Utc::now()).await.unwrap();
-        let ctx = s
-            .delivery_context(std::slice::from_ref(&sch.id))
-            .await
-            .unwrap();
-        assert_eq!(ctx.templates, vec![mail2, slack.clone()]);
         assert!(s.delete_template(Channel::Mail, "en-gb").await.unwrap());
         assert!(!s.delete_template(Channel::Mail, "en-gb").await.unwrap());
         assert!(!s.delete_template(Channel::Chat, "ja").await.unwrap());
@@ -1552,7 +1544,7 @@ pub mod store {
             "the participants, in order"
         );
         assert_eq!(ctx.users.len(), 2, "only the participants' users");
-        assert_eq!(ctx.users[&"a".parse::<UserId>().unwrap()], user("a"));
+        assert_eq!(*ctx.users[&"a".parse::<UserId>().unwrap()], user("a"));
         // A later version's participants, for the daemon to deliver to.
         s.put_schedule(&schedule("ctx", &["a"]), Utc::now())
             .await

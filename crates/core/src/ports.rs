@@ -438,9 +438,8 @@ impl ScheduleSnapshot {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeliveryContext {
     pub schedules: HashMap<ScheduleId, ScheduleSnapshot>,
-    pub users: HashMap<UserId, User>,
-    /// The tenant's reminder templates (the defaults where it has none).
-    pub templates: Vec<ReminderTemplate>,
+    /// Shared: each of the user's notifications in a batch points here.
+    pub users: HashMap<UserId, Arc<User>>,
 }
 
 /// A chat message: a row in the tenant's database.

@@ -8,9 +8,11 @@
 //! template still mentions, while a meeting titled `<!here>` does not.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
+use std::sync::Arc;
 
 use chrono::Duration;
+use chrono::{Datelike, Timelike};
+use minijinja::value::{Enumerator, Object, Value};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
 
@@ -83,15 +85,25 @@ fn name(channel: Channel, locale: &str, part: Part) -> String {
 /// `& < >` as Slack's mrkdwn wants them in text that is not markup.
 pub fn escape_mrkdwn(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
+    write_mrkdwn(&mut out, s).expect("writing to a String");
     out
+}
+
+/// `s` into `out`, `& < >` escaped; the runs between them written as they are.
+fn write_mrkdwn(out: &mut impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    let mut from = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escaped = match b {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            b'>' => "&gt;",
+            _ => continue,
+        };
+        out.write_str(&s[from..i])?;
+        out.write_str(escaped)?;
+        from = i + 1;
+    }
+    out.write_str(&s[from..])
 }
 
 /// Plain text as an HTML fragment: escaped, each line break a `<br>`.
@@ -131,52 +143,75 @@ fn environment() -> Environment<'static> {
     });
     env.set_formatter(|out, state, value| {
         if state.auto_escape() == AutoEscape::Custom("mrkdwn") && !value.is_safe() {
-            let mut s = String::new();
-            write!(s, "{value}").map_err(|_| {
-                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, "formatting a value")
-            })?;
-            return out
-                .write_str(&escape_mrkdwn(&s))
-                .map_err(|_| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, "output"));
+            let written = match value.as_str() {
+                Some(s) => write_mrkdwn(out, s),
+                None => write_mrkdwn(out, &value.to_string()),
+            };
+            return written.map_err(|_| {
+                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, "writing the output")
+            });
         }
         minijinja::escape_formatter(out, state, value)
     });
     env
 }
-/// What a reminder's text may say, for one recipient.
-#[derive(Debug, Clone, Serialize)]
-struct Variables<'a> {
-    name: &'a str,
-    title: &'a str,
-    body: &'a str,
-    starts_at: String,
-    date: String,
-    time: String,
-    time_zone: &'a str,
+/// What a reminder's text may say, for one recipient: a minijinja object
+/// whose values are made when a template asks for them (a template that does
+/// not say `date` does not pay for formatting it).
+#[derive(Debug)]
+struct Variables {
+    name: Value,
+    title: Value,
+    body: Value,
+    starts_at: Instant,
+    /// The start in the recipient's zone.
+    local: chrono::DateTime<chrono_tz::Tz>,
     minutes: i64,
-    starts_at_utc: String,
 }
 
-impl<'a> Variables<'a> {
-    fn new(
-        title: &'a str,
-        body: &'a str,
-        starts_at: Instant,
-        due_at: DueAt,
-        user: &'a User,
-    ) -> Self {
-        let local = starts_at.with_timezone(&user.time_zone);
-        Self {
-            name: &user.name,
-            title,
-            body,
-            starts_at: local.format("%Y-%m-%d %H:%M").to_string(),
-            date: local.format("%Y-%m-%d").to_string(),
-            time: local.format("%H:%M").to_string(),
-            time_zone: user.time_zone.name(),
+impl Variables {
+    /// The variables, as the value a template is rendered with.
+    fn value(title: &str, body: &str, starts_at: Instant, due_at: DueAt, user: &User) -> Value {
+        Value::from_object(Self {
+            name: Value::from(user.name.as_str()),
+            title: Value::from(title),
+            body: Value::from(body),
+            starts_at,
+            local: starts_at.with_timezone(&user.time_zone),
             minutes: (starts_at - due_at.0).max(Duration::zero()).num_minutes(),
-            starts_at_utc: starts_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        }
+        })
+    }
+}
+
+impl Object for Variables {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let l = &self.local;
+        Some(match key.as_str()? {
+            "name" => self.name.clone(),
+            "title" => self.title.clone(),
+            "body" => self.body.clone(),
+            "starts_at" => Value::from(format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}",
+                l.year(),
+                l.month(),
+                l.day(),
+                l.hour(),
+                l.minute()
+            )),
+            "date" => Value::from(format!("{:04}-{:02}-{:02}", l.year(), l.month(), l.day())),
+            "time" => Value::from(format!("{:02}:{:02}", l.hour(), l.minute())),
+            "time_zone" => Value::from(l.timezone().name()),
+            "minutes" => Value::from(self.minutes),
+            "starts_at_utc" => Value::from(
+                self.starts_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ),
+            _ => return None,
+        })
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Str(&VARIABLES)
     }
 }
 
@@ -247,23 +282,23 @@ impl Templates {
     /// The environment and locale to render `part` with: the tenant's for
     /// the first candidate locale it has, else the default for the first
     /// candidate that has one.
-    fn pick(
-        &self,
+    fn pick<'a>(
+        &'a self,
         channel: Channel,
-        locales: &[String],
+        locales: &'a [String],
         part: Part,
-    ) -> (&Environment<'static>, String, bool) {
+    ) -> (&'a Environment<'static>, &'a str, bool) {
         for l in locales {
             if let Some(env) = &self.tenant {
                 if self.has.contains(&(channel, l.clone(), part as u8)) {
-                    return (env, l.clone(), true);
+                    return (env, l, true);
                 }
             }
             if DEFAULT_LOCALES.contains(&l.as_str()) {
-                return (defaults(), l.clone(), false);
+                return (defaults(), l, false);
             }
         }
-        (defaults(), "en".into(), false)
+        (defaults(), "en", false)
     }
 
     fn render_part(
@@ -271,23 +306,23 @@ impl Templates {
         channel: Channel,
         locales: &[String],
         part: Part,
-        vars: &Variables<'_>,
+        vars: &Value,
     ) -> String {
         let (env, locale, tenant) = self.pick(channel, locales, part);
         let rendered = env
-            .get_template(&name(channel, &locale, part))
+            .get_template(&name(channel, locale, part))
             .and_then(|t| t.render(vars));
         match rendered {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(%channel, %locale, tenant, error = %e, "a template did not render: the default is used");
-                let locale = if DEFAULT_LOCALES.contains(&locale.as_str()) {
+                let locale = if DEFAULT_LOCALES.contains(&locale) {
                     locale
                 } else {
-                    "en".into()
+                    "en"
                 };
                 defaults()
-                    .get_template(&name(channel, &locale, part))
+                    .get_template(&name(channel, locale, part))
                     .and_then(|t| t.render(vars))
                     .unwrap_or_default()
             }
@@ -305,17 +340,24 @@ impl Templates {
         user: &User,
     ) -> Texts {
         let (title, body) = schedule.texts_at(occurrence.0);
-        let vars = Variables::new(title, body, occurrence.0, due_at, user);
+        let vars = Variables::value(title, body, occurrence.0, due_at, user);
         self.render(channel, &user.locale, &vars)
     }
 
-    fn render(&self, channel: Channel, locale: &str, vars: &Variables<'_>) -> Texts {
+    fn render(&self, channel: Channel, locale: &str, vars: &Value) -> Texts {
         let locales = candidates(locale);
-        let subject = one_line(&self.render_part(channel, &locales, Part::Subject, vars));
+        // Only mail has a subject.
+        let subject = if channel == Channel::Mail {
+            one_line(&self.render_part(channel, &locales, Part::Subject, vars))
+        } else {
+            String::new()
+        };
         let text = self.render_part(channel, &locales, Part::Text, vars);
         let html = (channel == Channel::Mail).then(|| {
             let (_, text_locale, tenant_text) = self.pick(channel, &locales, Part::Text);
-            let tenant_html = self.has.contains(&(channel, text_locale, Part::Html as u8));
+            let tenant_html =
+                self.has
+                    .contains(&(channel, text_locale.to_owned(), Part::Html as u8));
             if tenant_text && !tenant_html {
                 // The tenant wrote the words: the HTML part says the same.
                 text_to_html(&text)

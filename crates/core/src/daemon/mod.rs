@@ -27,6 +27,7 @@ mod prepare;
 mod record;
 mod settle;
 mod stats;
+mod templates;
 #[cfg(test)]
 mod tests;
 mod work;
@@ -125,6 +126,7 @@ pub struct Daemon {
     flow: Option<Arc<Flow>>,
     /// Where outcomes are counted for `/metrics` (none: not exported).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    templates: templates::TemplateCache,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -155,6 +157,7 @@ impl Daemon {
             debounce: None,
             flow: None,
             metrics: None,
+            templates: templates::TemplateCache::default(),
         }
     }
 

@@ -2,7 +2,6 @@
 //! now and what the claim got, a verdict for every delivery.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 
 use crate::channel::Notification;
 use crate::domain::{
@@ -155,17 +154,13 @@ pub fn plan_batch(
     ctx: &DeliveryContext,
     claims: &Claims,
     channels: &ChannelState,
+    templates: &Templates,
 ) -> BatchPlan {
     // Each owned claim goes to one message only.
     let mut owned: HashMap<&DeliveryKey, &OwnedDelivery> =
         claims.owned.iter().map(|o| (&o.key, o)).collect();
     let busy: HashSet<&DeliveryKey> = claims.busy.iter().collect();
-    let users: HashMap<&UserId, Arc<User>> = ctx
-        .users
-        .iter()
-        .map(|(id, u)| (id, Arc::new(u.clone())))
-        .collect();
-    let templates = Templates::compile(&ctx.templates);
+    let users = &ctx.users;
     work.sort_by_key(|w| w.reminder.due_at);
     let mut messages = Vec::with_capacity(work.len());
     let mut to_send = Vec::new();

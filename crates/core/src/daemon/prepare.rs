@@ -13,6 +13,7 @@ use crate::error::{chain, StoreError};
 use crate::flow::tenantdb_key;
 use crate::plan::to_chrono;
 use crate::ports::{Claims, DeliveryContext, TenantStore};
+use crate::template::Templates;
 
 use super::plan::{claims_for, plan_batch, reads_for, BatchPlan, ChannelState};
 use super::work::{MessageFate, Work};
@@ -84,8 +85,8 @@ impl Daemon {
                 let read = self.read_and_claim(&tenant, &work, channels, now).await;
                 drop(permit);
                 match read {
-                    Ok((store, ctx, claims)) => {
-                        let plan = plan_batch(tenant, work, &ctx, &claims, channels);
+                    Ok((store, ctx, claims, templates)) => {
+                        let plan = plan_batch(tenant, work, &ctx, &claims, channels, &templates);
                         let spans = if spans.is_empty() {
                             Vec::new()
                         } else {
@@ -132,12 +133,21 @@ impl Daemon {
         work: &[Work],
         channels: &ChannelState,
         now: Instant,
-    ) -> Result<(Arc<dyn TenantStore>, DeliveryContext, Claims), StoreError> {
+    ) -> Result<
+        (
+            Arc<dyn TenantStore>,
+            DeliveryContext,
+            Claims,
+            Arc<Templates>,
+        ),
+        StoreError,
+    > {
         let store = self.stores.open(tenant).await?;
         let ctx = store.delivery_context(&reads_for(work)).await?;
+        let templates = self.templates.get(tenant, store.as_ref()).await?;
         let claims = claims_for(work, &ctx, channels);
         let claimed = self.claim(store.as_ref(), &claims, now).await?;
-        Ok((store, ctx, claimed))
+        Ok((store, ctx, claimed, templates))
     }
 
     /// Claims `claims` (nothing to claim: no claim, no round trip). A claim

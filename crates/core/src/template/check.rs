@@ -118,7 +118,7 @@ impl ReminderTemplate {
         for (user, title, body, minutes) in samples() {
             let starts_at = sample_start();
             let due_at = DueAt(starts_at - Duration::minutes(minutes));
-            let vars = Variables::new(title, body, starts_at, due_at, &user);
+            let vars = Variables::value(title, body, starts_at, due_at, &user);
             for (field, part, source, _) in parts {
                 if source.is_none() {
                     continue;
@@ -147,7 +147,7 @@ impl ReminderTemplate {
             ..user
         };
         let starts_at = sample_start();
-        let vars = Variables::new(
+        let vars = Variables::value(
             title,
             body,
             starts_at,

@@ -61,7 +61,16 @@ fn defaults_say_when_in_the_recipients_zone_and_language() {
         &user("en", chrono_tz::Europe::Berlin),
         10,
     );
-    assert_eq!(en.subject, "Reminder: Review");
+    assert_eq!(en.subject, "", "only mail has a subject");
+    let mail = render(
+        &t,
+        Channel::Mail,
+        &s,
+        &user("en", chrono_tz::Europe::Berlin),
+        10,
+    );
+    assert_eq!(mail.subject, "Reminder: Review");
+    assert_eq!(mail.text, en.text, "the plain part is chat's text");
     assert_eq!(
         en.text,
         "Hi Ana, \"Review\" starts in 10 minutes (2030-01-21 01:00 Europe/Berlin).\nRoom 3"
@@ -73,7 +82,7 @@ fn defaults_say_when_in_the_recipients_zone_and_language() {
     assert!(now.text.contains("is starting now"), "{}", now.text);
     let ja = render(
         &t,
-        Channel::Chat,
+        Channel::Mail,
         &s,
         &user("ja-JP", chrono_tz::Asia::Tokyo),
         10,

@@ -201,10 +201,7 @@ impl TenantStore for MemoryTenantStore {
 
     async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
         let state = self.lock()?;
-        let mut ctx = DeliveryContext {
-            templates: state.templates.values().cloned().collect(),
-            ..DeliveryContext::default()
-        };
+        let mut ctx = DeliveryContext::default();
         for s in schedules.iter().filter_map(|id| state.schedules.get(id)) {
             let participants: Vec<UserId> = s
                 .participants
@@ -213,7 +210,8 @@ impl TenantStore for MemoryTenantStore {
                 .cloned()
                 .collect();
             for p in &participants {
-                ctx.users.insert(p.clone(), state.users[p].clone());
+                ctx.users
+                    .insert(p.clone(), Arc::new(state.users[p].clone()));
             }
             ctx.schedules.insert(
                 s.id.clone(),

@@ -574,6 +574,6 @@ async fn a_newer_copy_meeting_an_older_claim_in_flight_is_not_lost() {
     let sent = kit.slack.sent();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].version, 2);
-    assert!(sent[0].subject.contains("room changed"));
+    assert!(sent[0].text.contains("room changed"));
     run.stop().await;
 }

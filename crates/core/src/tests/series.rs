@@ -182,7 +182,7 @@ async fn a_moved_occurrence_is_reminded_at_its_new_time_and_a_cancelled_one_not_
     let sent = kit.sent();
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].at, at("2026-11-23T08:35:00Z"));
-    assert!(sent[0].subject.contains("Daily (late today)"), "{sent:?}");
+    assert!(sent[0].text.contains("Daily (late today)"), "{sent:?}");
     run.stop().await;
     // What the API lists for the two days.
     let (_, list) = registrar

@@ -404,8 +404,6 @@ where
         if schedules.is_empty() {
             return Ok(ctx);
         }
-        // Usually none: a tenant with no templates of its own reads an empty table.
-        ctx.templates = self.templates().await?;
         // One round trip: the schedules, and their participants joined with
         // their users, a row each; participants in order.
         let ids = || schedules.iter().map(ScheduleId::as_str);
@@ -442,7 +440,7 @@ where
                 }
                 ContextItem::Participant(schedule, user) => {
                     participants.push((schedule, user.id.clone()));
-                    ctx.users.insert(user.id.clone(), user);
+                    ctx.users.insert(user.id.clone(), std::sync::Arc::new(user));
                 }
             }
         }

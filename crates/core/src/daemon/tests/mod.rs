@@ -79,8 +79,10 @@ pub(super) fn context(schedules: &[(&str, i64, &[&str])], users: &[User]) -> Del
                 )
             })
             .collect(),
-        users: users.iter().map(|u| (u.id.clone(), u.clone())).collect(),
-        templates: Vec::new(),
+        users: users
+            .iter()
+            .map(|u| (u.id.clone(), Arc::new(u.clone())))
+            .collect(),
     }
 }
 

@@ -7,6 +7,7 @@ use super::*;
 use crate::daemon::*;
 use crate::domain::*;
 use crate::message;
+use crate::template::Templates;
 
 #[test]
 fn intake_sets_aside_undecodable_and_early_messages() {
@@ -104,6 +105,7 @@ fn every_verdict() {
         &ctx,
         &claims,
         &channels,
+        &Templates::defaults(),
     );
     let v = verdicts(&plan);
     assert_eq!(
@@ -152,6 +154,7 @@ fn a_delivery_final_elsewhere_or_carried_by_another_copy_is_done() {
         &ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     );
     assert_eq!(
         verdicts(&plan),
@@ -163,6 +166,7 @@ fn a_delivery_final_elsewhere_or_carried_by_another_copy_is_done() {
         &ctx,
         &Claims::default(),
         &all_channels(),
+        &Templates::defaults(),
     );
     assert_eq!(verdicts(&nothing_owned), vec![vec![Verdict::Done]]);
 }
@@ -185,6 +189,7 @@ fn a_newer_version_meeting_an_older_claim_is_busy() {
         &ctx,
         &held_by_v1,
         &all_channels(),
+        &Templates::defaults(),
     );
     assert_eq!(verdicts(&plan), vec![vec![Verdict::Busy]]);
     let s = settle(plan.messages, vec![], &[], at(DUE));
@@ -212,6 +217,7 @@ fn a_stale_message_names_the_current_participants() {
         &ctx,
         &Claims::default(),
         &all_channels(),
+        &Templates::defaults(),
     );
     let why = "schedule is at version 2, message has 1".to_string();
     assert_eq!(verdicts(&plan), vec![vec![Verdict::Stale(why.clone()); 2]]);
@@ -241,6 +247,7 @@ fn an_open_circuit_parks_its_channel_only() {
         &ctx,
         &owning(claims.into_iter().map(|c| c.key)),
         &channels,
+        &Templates::defaults(),
     );
     assert_eq!(
         verdicts(&plan),
@@ -270,6 +277,7 @@ fn a_taken_over_claim_keeps_its_budget_and_is_marked() {
         &ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     );
     assert_eq!(plan.messages[0].deliveries[0].failures, 3);
     assert!(plan.to_send[0].taken_over);
@@ -294,6 +302,7 @@ fn a_channel_the_recipient_turned_off_is_not_sent() {
         &ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     );
     let by_channel: Vec<(Channel, Verdict)> = plan.messages[0]
         .deliveries

@@ -7,6 +7,7 @@ use super::*;
 use crate::channel::SendError;
 use crate::daemon::*;
 use crate::domain::*;
+use crate::template::Templates;
 
 fn planned(r: &[&Reminder], ctx: &DeliveryContext) -> BatchPlan {
     let work_items: Vec<Work> = r.iter().enumerate().map(|(i, r)| work(r, i)).collect();
@@ -21,6 +22,7 @@ fn planned(r: &[&Reminder], ctx: &DeliveryContext) -> BatchPlan {
         ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     )
 }
 
@@ -211,6 +213,7 @@ fn a_failure_counts_on_top_of_the_claims_budget() {
         &ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     );
     let s = settle(
         plan.messages,
@@ -355,6 +358,7 @@ fn every_failed_channel_is_in_the_fate_and_the_worst_speaks_for_the_budget() {
         &ctx,
         &claims,
         &all_channels(),
+        &Templates::defaults(),
     );
     let results = vec![
         sent(0, 0, Err(SendError::transient("smtp: 451 later"))),
