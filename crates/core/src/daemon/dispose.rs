@@ -14,6 +14,9 @@ use super::settle::{disposition, Disposition};
 use super::work::MessageFate;
 use super::Daemon;
 
+/// Queue requests in flight at once while disposing of a batch.
+const IN_FLIGHT: usize = 8;
+
 /// A parked message whose circuit closed before it could park comes back this soon.
 const UNPARK: Duration = Duration::from_millis(200);
 
@@ -36,6 +39,8 @@ impl Daemon {
     pub(super) async fn dispose(&self, fates: Vec<(ReceivedMessage, MessageFate)>) {
         let policy = &self.settings.retry;
         let mut acks = Vec::new();
+        // Messages to hide, and for how long: changed together at the end.
+        let mut hides: Vec<(String, Duration)> = Vec::new();
         for (msg, fate) in fates {
             let tenant = attr(&msg, ATTR_TENANT);
             let schedule = attr(&msg, ATTR_SCHEDULE);
@@ -63,7 +68,7 @@ impl Daemon {
                         }
                         _ => debug!(tenant, schedule, ?wait, "early message re-delayed"),
                     }
-                    self.hide(&msg, wait).await;
+                    hides.push((msg.receipt, wait));
                 }
                 Disposition::Retry(after) => {
                     match &fate {
@@ -103,7 +108,7 @@ impl Daemon {
                         _ => {}
                     }
                     self.stats.add(&self.stats.retried, 1);
-                    self.hide(&msg, after).await;
+                    hides.push((msg.receipt, after));
                 }
                 Disposition::Park(channels) => {
                     let parked = channels
@@ -112,10 +117,10 @@ impl Daemon {
                         .count();
                     if parked > 0 {
                         self.stats.add(&self.stats.parked, 1);
-                        self.hide(&msg, self.breakers.settings().park_for).await;
+                        hides.push((msg.receipt, self.breakers.settings().park_for));
                     } else {
                         // The circuit closed meanwhile: straight back.
-                        self.hide(&msg, UNPARK).await;
+                        hides.push((msg.receipt, UNPARK));
                     }
                 }
                 Disposition::DeadLetter(reason) => {
@@ -126,23 +131,38 @@ impl Daemon {
                         // and the queue's own redrive policy is the backstop.
                         Err(e) => {
                             error!(tenant, schedule, error = %chain(&e), "dead-lettering failed; the message stays in the queue");
-                            self.hide(&msg, policy.cap).await;
+                            hides.push((msg.receipt, policy.cap));
                         }
                     }
                 }
             }
         }
+        // A few requests in flight rather than one after the other: a batch
+        // that many refusals sent back is as many visibility changes.
+        let mut deletes = Vec::new();
         for chunk in acks.chunks(10) {
-            match self.queue.delete_batch(chunk).await {
-                Ok(()) => self.stats.add(&self.stats.acked, chunk.len()),
-                // Not deleted: it comes back and the delivery rows keep it from sending twice.
-                Err(e) => warn!(error = %chain(&e), "delete failed"),
+            deletes.push(self.delete(chunk));
+        }
+        futures::future::join_all(deletes).await;
+        for window in hides.chunks(IN_FLIGHT) {
+            let mut changes = Vec::with_capacity(window.len());
+            for (receipt, wait) in window {
+                changes.push(self.hide(receipt, *wait));
             }
+            futures::future::join_all(changes).await;
         }
     }
 
-    async fn hide(&self, msg: &ReceivedMessage, wait: Duration) {
-        if let Err(e) = self.queue.change_visibility(&msg.receipt, wait).await {
+    async fn delete(&self, receipts: &[String]) {
+        match self.queue.delete_batch(receipts).await {
+            Ok(()) => self.stats.add(&self.stats.acked, receipts.len()),
+            // Not deleted: it comes back and the delivery rows keep it from sending twice.
+            Err(e) => warn!(error = %chain(&e), "delete failed"),
+        }
+    }
+
+    async fn hide(&self, receipt: &str, wait: Duration) {
+        if let Err(e) = self.queue.change_visibility(receipt, wait).await {
             warn!(error = %chain(&e), "changing visibility failed; the message returns after its visibility timeout");
         }
     }
