@@ -12,7 +12,8 @@
 # infra/template.yaml); both architectures write the same paths, so build the
 # one you deploy last. Environment: TOKI_VENV (default .venv-tools, relative to
 # the repo root), CARGO_TARGET_DIR, CARGO_LAMBDA_COMPILER (cargo-zigbuild or
-# cargo; default: zig when it runs, else plain cargo for x86_64).
+# cargo; default: zig when it runs, else plain cargo for x86_64),
+# TOKI_LAMBDA_PROFILE (default lambda-release; CI uses lambda-ci).
 set -euo pipefail
 
 CARGO_LAMBDA_VERSION=1.9.2
@@ -87,7 +88,9 @@ echo "build-lambdas: ${BINS[*]} ($arch, $compiler)"
 # smaller binary of functions that wait on the network).
 selection=()
 for bin in "${BINS[@]}"; do selection+=(--package "$bin" --bin "$bin"); done
-cargo lambda build --profile lambda-release --disable-optimizations --output-format zip \
+profile=${TOKI_LAMBDA_PROFILE:-lambda-release}
+echo "build-lambdas: profile $profile"
+cargo lambda build --profile "$profile" --disable-optimizations --output-format zip \
   "$arch_flag" "${compiler_flag[@]}" "${selection[@]}"
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
