@@ -17,6 +17,19 @@ struct Server {
     data: std::path::PathBuf,
 }
 
+impl Server {
+    /// SIGTERM: the server drains what is in flight and exits 0.
+    async fn stop(&mut self) {
+        self.process.signal("TERM");
+        let status = self
+            .process
+            .wait_exit(Duration::from_secs(20))
+            .await
+            .expect("toki serve did not stop on SIGTERM");
+        assert!(status.success(), "{}", self.process.log());
+    }
+}
+
 fn toki(data: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(TOKI)
         .args(args)
@@ -265,13 +278,7 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
     // The Slack delivery reached the stand-in; the chat row goes with it.
     assert_eq!(standin.wait_unique(1, Duration::from_secs(20)).await, 1);
     // SIGTERM: the server drains and exits 0.
-    server.process.signal("TERM");
-    let status = server
-        .process
-        .wait_exit(Duration::from_secs(20))
-        .await
-        .expect("toki serve did not stop on SIGTERM");
-    assert!(status.success(), "{}", server.process.log());
+    server.stop().await;
     let report = toki(&server.data, &["report", "--json"]);
     let rows: Value = serde_json::from_slice(&report.stdout).unwrap();
     let count = |channel: &str, status: &str| -> u64 {
@@ -834,14 +841,8 @@ async fn templates_word_a_series_reminders_on_slack_and_mail() {
     );
     // SIGTERM drains what is in flight: then the mail was handed to the
     // capture server, which stores it before it answers.
-    server.process.signal("TERM");
-    let status = server
-        .process
-        .wait_exit(Duration::from_secs(20))
-        .await
-        .expect("toki serve did not stop on SIGTERM");
-    assert!(status.success(), "{}", server.process.log());
-    let mails: Vec<String> = maildir_files(&maildir)
+    server.stop().await;
+    let mails: Vec<String> = common::services::maildir_files(&maildir)
         .into_iter()
         .filter(|m| m.contains(&format!("{marker}@example.com")))
         .collect();
@@ -866,19 +867,6 @@ async fn templates_word_a_series_reminders_on_slack_and_mail() {
     let unfolded = unquote(mail);
     assert!(unfolded.contains(&plain), "{plain} in {unfolded}");
     assert!(unfolded.contains(&html), "{html} in {unfolded}");
-}
-
-/// The mail files the SMTP capture server wrote.
-fn maildir_files(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for sub in ["new", "cur"] {
-        if let Ok(entries) = std::fs::read_dir(dir.join(sub)) {
-            for e in entries.flatten() {
-                out.push(std::fs::read_to_string(e.path()).unwrap_or_default());
-            }
-        }
-    }
-    out
 }
 
 /// A mail's quoted-printable soft line breaks and `=XX` escapes undone

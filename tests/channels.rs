@@ -77,18 +77,6 @@ async fn slack_unknown_channel_is_permanent_and_bad_token_is_not() {
     );
 }
 
-fn maildir_files(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for sub in ["new", "cur"] {
-        if let Ok(entries) = std::fs::read_dir(dir.join(sub)) {
-            for e in entries.flatten() {
-                out.push(std::fs::read_to_string(e.path()).unwrap());
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_goes_through_smtp_with_its_delivery_header() {
     let (addr, maildir) = smtp();
@@ -109,7 +97,7 @@ async fn mail_goes_through_smtp_with_its_delivery_header() {
     let results = mail.send(&batch).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
     // The capture server stores a mail before it answers 250: it is there.
-    let mine: Vec<_> = maildir_files(&maildir)
+    let mine: Vec<_> = common::services::maildir_files(&maildir)
         .into_iter()
         .filter(|m| m.contains(&marker))
         .collect();

@@ -105,3 +105,17 @@ pub fn smtp() -> (String, std::path::PathBuf) {
     })
     .clone()
 }
+
+/// The mails the SMTP capture server wrote into `dir` (a maildir).
+#[allow(dead_code)]
+pub fn maildir_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in ["new", "cur"] {
+        if let Ok(entries) = std::fs::read_dir(dir.join(sub)) {
+            for e in entries.flatten() {
+                out.push(std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    out
+}

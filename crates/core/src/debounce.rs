@@ -28,7 +28,7 @@ use tracing::debug;
 use crate::domain::Instant;
 use crate::error::StoreError;
 use crate::message::{encode_debounce_check, DebounceCheck};
-use crate::plan::{to_chrono, MAX_DELAY};
+use crate::plan::{to_chrono, wait_between, MAX_DELAY};
 use crate::ports::{Clock, DelayQueue, OutgoingMessage};
 use crate::StoreResult;
 
@@ -135,7 +135,7 @@ pub fn after_call(
             Some(Edge::Leading),
         ),
         Some(p) => {
-            let gap = (now - p.last_call).to_std().unwrap_or_default();
+            let gap = wait_between(p.last_call, now);
             let delay = p
                 .delay
                 .max(gap)
@@ -245,10 +245,7 @@ impl DebounceTimer for QueueTimer {
         at: Instant,
         settings: &DebounceSettings,
     ) -> StoreResult<()> {
-        let delay = (at - self.clock.now())
-            .to_std()
-            .unwrap_or_default()
-            .min(MAX_DELAY);
+        let delay = wait_between(self.clock.now(), at).min(MAX_DELAY);
         let message = OutgoingMessage {
             id: "check".into(),
             body: key.to_owned(),

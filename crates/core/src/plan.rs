@@ -153,11 +153,8 @@ impl Window {
 /// before its due instant: clamped to 0..=900 s (the SQS limit). A message
 /// that arrives early because of the clamp is re-delayed by the daemon.
 pub fn delay_for(due: DueAt, now: Instant, lead: StdDuration) -> StdDuration {
-    let visible_at = due.0 - to_chrono(lead);
-    match (visible_at - now).to_std() {
-        Ok(d) => d.min(MAX_DELAY),
-        Err(_) => StdDuration::ZERO, // already past: deliver now
-    }
+    // Already past: zero, deliver now.
+    wait_between(now, due.0 - to_chrono(lead)).min(MAX_DELAY)
 }
 
 /// Backoff before a failed delivery is tried again: `base` doubling with each
@@ -173,6 +170,12 @@ pub fn retry_backoff(
     let exp = failures.saturating_sub(1).min(20);
     let full = base.saturating_mul(1u32 << exp).min(cap);
     full.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
+/// The time from `from` to `to`; zero when `to` is not later (a wait that is
+/// already over, an age not yet begun).
+pub fn wait_between(from: DateTime<Utc>, to: DateTime<Utc>) -> StdDuration {
+    (to - from).to_std().unwrap_or_default()
 }
 
 pub fn to_chrono(d: StdDuration) -> Duration {

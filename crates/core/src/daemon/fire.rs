@@ -13,6 +13,7 @@ use tracing::{warn, Span};
 use crate::channel::{ChannelSender, Notification, SendError, SendResult};
 use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
 use crate::error::chain;
+use crate::plan::wait_between;
 use crate::ports::TenantStore;
 use crate::trace;
 
@@ -48,7 +49,7 @@ const WARM_EVERY: Duration = Duration::from_secs(20);
 impl Daemon {
     /// The tokio instant `due` falls on by the daemon's clock.
     fn tokio_instant(&self, due: DueAt) -> tokio::time::Instant {
-        let ahead = (due.0 - self.clock.now()).to_std().unwrap_or_default();
+        let ahead = wait_between(self.clock.now(), due.0);
         tokio::time::Instant::now() + ahead
     }
 

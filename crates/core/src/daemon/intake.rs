@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::domain::{Instant, TenantId};
 use crate::message;
-use crate::plan::to_chrono;
+use crate::plan::{to_chrono, wait_between};
 use crate::ports::ReceivedMessage;
 
 use super::work::{MessageFate, Work};
@@ -68,10 +68,7 @@ pub fn intake(messages: Vec<ReceivedMessage>, now: Instant, lead: Duration) -> I
         let early = reminder.due_at.0 - now;
         if early > to_chrono(lead + EARLY_SLACK) {
             // Arrived before its time (the 900 s delay cap): hide it until lead before due.
-            let wait = (early - to_chrono(lead))
-                .to_std()
-                .unwrap_or_default()
-                .min(MAX_HIDE);
+            let wait = wait_between(now + to_chrono(lead), reminder.due_at.0).min(MAX_HIDE);
             out.set_aside.push((msg, MessageFate::Early { wait }));
             continue;
         }

@@ -131,7 +131,7 @@ pub struct Daemon {
 
 /// How long past due a message is at `now` (zero before).
 fn overdue(due: crate::domain::DueAt, now: Instant) -> Duration {
-    (now - due.0).to_std().unwrap_or_default()
+    crate::plan::wait_between(due.0, now)
 }
 
 impl Daemon {

@@ -119,7 +119,7 @@ impl DebounceTimer for TokioTimers {
         });
         let runner = self.runner.lock().expect("runner lock");
         if let Some(r) = runner.as_ref() {
-            let wait = (at - self.clock.now()).to_std().unwrap_or_default();
+            let wait = crate::plan::wait_between(self.clock.now(), at);
             let (debouncer, settings, action) =
                 (r.debouncer.clone(), settings.clone(), r.action.clone());
             let (key, token) = (key.to_owned(), token.to_owned());

@@ -199,7 +199,7 @@ impl DelayQueue for MemoryQueue {
             }
             let mut wake = deadline;
             if let Some(at) = next {
-                let in_ = (at - self.clock.now()).to_std().unwrap_or_default();
+                let in_ = crate::plan::wait_between(self.clock.now(), at);
                 wake = wake.min(now + in_);
             }
             tokio::select! {
