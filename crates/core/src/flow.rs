@@ -297,7 +297,7 @@ impl Flow {
     /// deliveries wait, so that at the instant they admit at the rate they
     /// will have. A tenant's own key is told only if its gate exists (its
     /// contract's limit is known once it has been admitted through).
-    pub fn expect(&self, keys: &std::collections::BTreeSet<&str>) {
+    pub fn expect(&self, keys: &std::collections::BTreeSet<&str>, until: tokio::time::Instant) {
         for key in keys {
             let gate = if key.starts_with("tenant:") {
                 self.gates.lock().expect("gates").get(*key).cloned()
@@ -305,7 +305,7 @@ impl Flow {
                 self.gate(key)
             };
             if let Some(gate) = gate {
-                gate.expect_demand();
+                gate.expect_demand(until);
             }
         }
     }

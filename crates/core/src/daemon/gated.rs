@@ -28,11 +28,18 @@ impl Daemon {
         // The shared keys only (the workspace, the mail account, the
         // tenant's own cap): a recipient's key is local, with no lease to take.
         let mut spent = std::collections::BTreeSet::new();
+        let mut last_due = None;
         for p in prepared {
             for t in &p.plan.to_send {
                 spent.insert((t.notification.key.channel, &p.plan.tenant));
+                last_due = last_due.max(Some(t.notification.due_at));
             }
         }
+        // Until the last of them is due: they wait in memory till then.
+        let until = tokio::time::Instant::now()
+            + last_due.map_or(std::time::Duration::ZERO, |due| {
+                crate::plan::wait_between(self.clock.now(), due.0)
+            });
         let settings = flow.settings();
         let mut keys = Vec::new();
         for (channel, tenant) in spent {
@@ -49,7 +56,7 @@ impl Daemon {
             }
         }
         if !keys.is_empty() {
-            flow.expect(&keys.iter().map(String::as_str).collect());
+            flow.expect(&keys.iter().map(String::as_str).collect(), until);
         }
     }
 

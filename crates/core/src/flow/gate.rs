@@ -515,9 +515,16 @@ impl Gate {
 
     /// Deliveries are coming: counts as pressed (the leaser wants every
     /// partition) and wakes the leaser now.
-    pub fn expect_demand(&self) {
+    pub fn expect_demand(&self, until: Instant) {
         if self.leased {
-            self.state.lock().expect("gate lock").pressed_at = Some(Instant::now());
+            // Pressed until the deliveries' instant, not only now: held in
+            // memory until then, they would otherwise let the leases drop
+            // to the reserved share a round later and meet their instant
+            // with a fraction of the rate.
+            let mut s = self.state.lock().expect("gate lock");
+            let until = until.max(Instant::now());
+            s.pressed_at = Some(s.pressed_at.map_or(until, |p| p.max(until)));
+            drop(s);
             self.demand.notify_one();
         }
     }

@@ -628,7 +628,9 @@ async fn expected_deliveries_take_the_leases_before_the_instant() {
         1,
         "reserved only, while idle"
     );
-    a.expect(&["slack:ws"].into_iter().collect());
+    // Announced 20 s ahead of their instant.
+    let due = tokio::time::Instant::now() + Duration::from_secs(20);
+    a.expect(&["slack:ws"].into_iter().collect(), due);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         held_by(&store, "a", "slack:ws"),
@@ -637,6 +639,22 @@ async fn expected_deliveries_take_the_leases_before_the_instant() {
     );
     let g = a.gate("slack:ws").unwrap();
     assert!((g.share() - 1.0).abs() < 1e-9, "{}", g.share());
+    // Kept (renewed) while the deliveries wait for their instant, however
+    // many rounds that is: not dropped to the reserved share on the way.
+    tokio::time::sleep_until(due - Duration::from_millis(100)).await;
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        10,
+        "kept until the instant"
+    );
+    assert!((g.share() - 1.0).abs() < 1e-9, "{}", g.share());
+    // Nothing came: back to the reserved share a few rounds later.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        held_by(&store, "a", "slack:ws"),
+        1,
+        "reserved only, once idle"
+    );
 }
 
 /// An idle gate saves up no more than its burst, however large a slice's
