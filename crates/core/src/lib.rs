@@ -13,6 +13,7 @@ pub mod flow;
 pub mod input;
 pub mod message;
 pub mod metrics;
+pub mod periodic;
 pub mod plan;
 pub mod ports;
 pub mod recurrence;

@@ -728,20 +728,17 @@ impl Registrar {
     pub async fn run_repair(
         &self,
         every: std::time::Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
         on_pass: impl Fn(&RepairSummary),
     ) {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => break,
-            }
+        let on_pass = &on_pass;
+        crate::periodic::run_every(every, shutdown, || async move {
             match self.repair_all().await {
                 Ok(summary) => on_pass(&summary),
                 Err(e) => warn!(error = %chain(&e), "repair: listing tenants failed"),
             }
-        }
+        })
+        .await
     }
 
     /// Finishes mirrors that failed (or were cut short) for one tenant.

@@ -58,19 +58,14 @@ impl Scanner {
     pub async fn run_every(
         &self,
         every: std::time::Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => break,
-            }
+        crate::periodic::run_every(every, shutdown, || async {
             if let Err(e) = self.scan_once().await {
                 warn!(error = %chain(&e), "scan failed; next run retries");
             }
-        }
+        })
+        .await
     }
 
     pub async fn scan_once(&self) -> StoreResult<ScanSummary> {
