@@ -52,6 +52,7 @@ pub struct Texts {
     /// Mail only: the HTML part.
     pub html: Option<String>,
 }
+
 /// The variables a template can use, as the README lists them.
 pub const VARIABLES: [&str; 9] = [
     "name",
@@ -82,6 +83,7 @@ fn name(channel: Channel, locale: &str, part: Part) -> String {
     };
     format!("{channel}/{locale}/{part}")
 }
+
 /// `& < >` as Slack's mrkdwn wants them in text that is not markup.
 pub fn escape_mrkdwn(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -128,6 +130,7 @@ pub fn text_to_html(s: &str) -> String {
     out.push_str("</p>\n");
     out
 }
+
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     // A misspelt variable is an error (caught at registration), not an empty string.
@@ -155,6 +158,7 @@ fn environment() -> Environment<'static> {
     });
     env
 }
+
 /// What a reminder's text may say, for one recipient: a minijinja object
 /// whose values are made when a template asks for them (a template that does
 /// not say `date` does not pay for formatting it).
