@@ -238,8 +238,13 @@ impl DelayQueue for SqliteDelayQueue {
         .execute(&self.pool)
         .await
         .map_err(db_err)?;
-        // Receivers waiting in this process recompute when the next message is visible.
-        self.sent.notify_waiters();
+        // Visible now: receivers waiting in this process look at once. Not
+        // for a later instant: they would wake exactly then while other
+        // processes' receivers look only at their next poll, and a message
+        // sent back for a moment would come back to this process every time.
+        if timeout.is_zero() {
+            self.sent.notify_waiters();
+        }
         Ok(())
     }
 
