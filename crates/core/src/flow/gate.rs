@@ -9,7 +9,8 @@
 //! done by its holder, held → revoked by the guide), so a permit is never
 //! released twice nor lost.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,9 +20,25 @@ use tokio::time::Instant;
 
 use super::limits::Limit;
 
-/// A refused delivery comes back after this part of the time the waiters
-/// ahead of it take (the rest covers the way back through the queue).
-const RETURN_EARLY: f64 = 0.6;
+/// A refused delivery is told to come back this part of the wait before its
+/// turn: its way back through the queue, then the rest in the waiting room.
+const RETURN_EARLY_OF_WAIT: u32 = 2;
+
+/// Refused messages are planned to come back this much faster than the
+/// fleet sends: a message refused again costs a trip through the queue, an
+/// instance with nothing to send loses its share of the rate for good. Twice
+/// in a fleet: each instance plans only its own refusals, and one whose
+/// refusals are all back (it refused fewer) brings back nothing more.
+fn return_surplus(fleet: u32) -> f64 {
+    if fleet > 1 {
+        2.0
+    } else {
+        1.1
+    }
+}
+
+/// The longest a refused delivery is told to stay away.
+const MAX_RETURN: Duration = Duration::from_secs(300);
 
 const HELD: u8 = 0;
 const DONE: u8 = 1;
@@ -114,22 +131,67 @@ struct State {
     waiting: usize,
     /// When a delivery last waited or was refused here: demand for leases.
     pressed_at: Option<Instant>,
+    /// Refused deliveries on their way back, per tenant: the instant each is
+    /// to be served. They are ahead of later refusals, so a backlog refused
+    /// at once comes back spread at the rate it can be served, rather than
+    /// all together, to be refused again (and again).
+    booked: HashMap<String, BinaryHeap<Reverse<Instant>>>,
+    /// Instances sharing the key (holding its leases), this one included:
+    /// refused messages come back to any of them.
+    fleet: u32,
+    /// The largest share any of them holds (0..=1).
+    largest_share: f64,
+    /// The last booked turn: until then refused deliveries are coming back.
+    last_turn: Option<Instant>,
 }
 
-/// The waiters served before one more of `tenant`'s: waiters are served
-/// round-robin across tenants, so each other tenant goes at most once per
-/// turn of this one. A tenant with few waiters beside a large backlog is
-/// reached long before the key's whole queue drains, and its refused
-/// deliveries are told to come back that soon, not after the backlog.
+/// A delivery of `tenant` got in: taken for one of its refused ones coming
+/// back (the earliest booked), whichever instance refused it. A booking
+/// otherwise stays until its turn, and one served early elsewhere (or
+/// served at another instance) would be counted ahead of later refusals
+/// for seconds after it was gone: near the end of a backlog, those were
+/// told to come back seconds after there was room.
+fn came_back(s: &mut State, tenant: &str) {
+    if let Some(turns) = s.booked.get_mut(tenant) {
+        turns.pop();
+        if turns.is_empty() {
+            s.booked.remove(tenant);
+        }
+    }
+}
+
+/// Bookings whose turn has come are no longer ahead of anyone.
+fn forget_served(s: &mut State, now: Instant) {
+    s.booked.retain(|_, turns| {
+        while turns.peek().is_some_and(|Reverse(at)| *at <= now) {
+            turns.pop();
+        }
+        !turns.is_empty()
+    });
+}
+
+/// The deliveries served before one more of `tenant`'s: those waiting here
+/// and those refused and on their way back. They are served round-robin
+/// across tenants, so each other tenant goes at most once per turn of this
+/// one: a tenant with few deliveries beside a large backlog is reached long
+/// before the backlog is through, and its refused ones are told to come
+/// back that soon, not after it.
 fn ahead_in_turn(s: &State, tenant: &str) -> usize {
-    let mine = s.queues.get(tenant).map_or(0, VecDeque::len);
-    let others: usize = s
+    let count = |t: &str| {
+        s.queues.get(t).map_or(0, VecDeque::len) + s.booked.get(t).map_or(0, BinaryHeap::len)
+    };
+    let mine = count(tenant);
+    let others: BTreeSet<&str> = s
         .queues
-        .iter()
-        .filter(|(t, _)| t.as_str() != tenant)
-        .map(|(_, q)| q.len().min(mine + 1))
-        .sum();
-    (mine + others).min(s.waiting)
+        .keys()
+        .chain(s.booked.keys())
+        .map(String::as_str)
+        .filter(|t| *t != tenant)
+        .collect();
+    mine + others
+        .into_iter()
+        .map(|t| count(t).min(mine + 1))
+        .sum::<usize>()
 }
 
 /// Counters, for logs and `toki bench`.
@@ -206,6 +268,10 @@ impl Gate {
                 turn: VecDeque::new(),
                 waiting: 0,
                 pressed_at: None,
+                booked: HashMap::new(),
+                fleet: 1,
+                largest_share: 0.0,
+                last_turn: None,
             }),
             limit,
             counters: GateCounters::default(),
@@ -229,8 +295,15 @@ impl Gate {
             s.per_second = rate * share;
             // Summed over the fleet the caps make the burst, so that no
             // second sees more than rate + burst; at least one, or nothing
-            // could ever be granted.
-            s.cap = (f64::from(self.limit.burst) * share).max(1.0);
+            // could ever be granted. A leased key's instances release their
+            // slices out of step, so a 1-second window can hold one slice
+            // more than a second's rate: that slice comes off the burst.
+            let burst = if self.leased {
+                (f64::from(self.limit.burst) - rate * self.slice.as_secs_f64()).max(0.0)
+            } else {
+                f64::from(self.limit.burst)
+            };
+            s.cap = (burst * share).max(1.0);
             s.tokens = s.tokens.min(if share > 0.0 { s.cap } else { 0.0 });
         }
     }
@@ -344,13 +417,20 @@ impl Gate {
         }
     }
 
-    /// The rate to plan returns with: a leased key's share grows within a
-    /// lease round trip once deliveries wait, and a refused message may come
-    /// back to any instance, so plan with the fleet's rate (a return planned
-    /// too early ends in another refusal, never in an idle gate).
-    fn expected_rate(&self, s: &State) -> f64 {
+    /// The rate this instance's refused deliveries are planned to come back
+    /// at. A local key: its own. A leased key: refused messages come back to
+    /// any instance of the fleet (each refusing its own), so each plans with
+    /// the rate of the largest share among them (at least an even part of
+    /// the fleet's rate, which a share grows to within a lease round trip
+    /// once deliveries wait), a little more: every instance then gets back
+    /// at least what it can send, and the largest does not idle; what a
+    /// smaller one cannot take is refused again, and comes back later.
+    fn return_rate(&self, s: &State) -> f64 {
         match self.limit.rate {
-            Some(rate) if self.leased => rate,
+            Some(rate) if self.leased => {
+                let even = 1.0 / f64::from(s.fleet.max(1));
+                rate * s.largest_share.max(even) * return_surplus(s.fleet)
+            }
             _ => s.per_second,
         }
     }
@@ -364,21 +444,33 @@ impl Gate {
         }
     }
 
-    /// How long the queue ahead takes to drain at the expected rate.
-    fn drain_time(&self, s: &State, ahead: usize) -> Duration {
+    /// Refuses a delivery of `tenant`: it is booked for its turn behind
+    /// everything ahead of it (waiting here or refused before it), and told
+    /// to come back a part of the wait before that turn.
+    fn refuse(&self, s: &mut State, tenant: &str, now: Instant, max_wait: Duration) -> NoRoom {
+        forget_served(s, now);
         let paused = s
             .paused_until
-            .map(|u| u.saturating_duration_since(s.released_at))
+            .map(|u| u.saturating_duration_since(now))
             .unwrap_or_default();
-        // Back a little before the waiters ahead are through, so that the
-        // gate does not stand idle while the message is on its way back.
-        let rate = self.expected_rate(s);
-        let drain = if rate > 0.0 {
-            Duration::from_secs_f64(ahead as f64 / rate * RETURN_EARLY)
+        let rate = self.return_rate(s);
+        let ahead = ahead_in_turn(s, tenant) + 1;
+        let turn = if rate > 0.0 {
+            Duration::from_secs_f64(ahead as f64 / rate)
         } else {
             Duration::from_secs(1)
         };
-        (paused + drain).clamp(self.slice, Duration::from_secs(300))
+        let turn = (paused + turn).min(MAX_RETURN);
+        s.booked
+            .entry(tenant.to_owned())
+            .or_default()
+            .push(Reverse(now + turn));
+        s.last_turn = s.last_turn.max(Some(now + turn));
+        let retry_after = turn
+            .saturating_sub(max_wait / RETURN_EARLY_OF_WAIT)
+            .max(self.slice);
+        tracing::trace!(key = %self.key, tenant, ahead, ?retry_after, "refused");
+        NoRoom { retry_after }
     }
 
     /// A grant now, or a place in the waiting room for at most `max_wait`;
@@ -395,14 +487,16 @@ impl Gate {
             let mut s = self.state.lock().expect("gate lock");
             self.serve(&mut s, now);
             if s.waiting == 0 && self.has_room(&s) {
+                came_back(&mut s, tenant);
                 return Ok(self.take(&mut s, now));
             }
             s.pressed_at = Some(now);
             self.demand.notify_one();
-            if let Some(refused) = self.admit(&s, tenant, max_wait) {
+            if !self.admits(&s, tenant, max_wait) {
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                return Err(refused);
+                return Err(self.refuse(&mut s, tenant, now, max_wait));
             }
+            came_back(&mut s, tenant);
             let (tx, rx) = oneshot::channel();
             if !s.queues.contains_key(tenant) {
                 s.turn.push_back(tenant.to_owned());
@@ -427,19 +521,19 @@ impl Gate {
                     return Ok(grant); // granted as the wait ran out
                 }
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                let s = self.state.lock().expect("gate lock");
-                Err(NoRoom {
-                    retry_after: self.drain_time(&s, ahead_in_turn(&s, tenant)),
-                })
+                let mut s = self.state.lock().expect("gate lock");
+                Err(self.refuse(&mut s, tenant, Instant::now(), max_wait))
             }
         }
     }
 
-    /// Refuses (with when to come back) if the tenant's waiters fill its
-    /// share of what can be served within `max_wait`. Keys with permits only
+    /// Whether the tenant's waiters leave room for one more within its share
+    /// of what can be served within `max_wait`. Keys with permits only
     /// admit everyone: their waits end by the deadline.
-    fn admit(&self, s: &State, tenant: &str, max_wait: Duration) -> Option<NoRoom> {
-        self.limit.rate?;
+    fn admits(&self, s: &State, tenant: &str, max_wait: Duration) -> bool {
+        if self.limit.rate.is_none() {
+            return true;
+        }
         // What this instance can serve within the wait at its share now (a
         // share about to grow is planned with by the return delay instead:
         // refused deliveries come back soon and find it).
@@ -448,11 +542,7 @@ impl Gate {
         let mine = s.queues.get(tenant).map_or(0, VecDeque::len);
         let tenants = s.queues.len() + usize::from(mine == 0);
         let share = (capacity / tenants as f64).floor().max(0.0) as usize;
-        (mine >= share).then(|| {
-            let retry_after = self.drain_time(s, ahead_in_turn(s, tenant) + 1);
-            tracing::trace!(key = %self.key, tenant, mine, share, tenants, capacity, ?retry_after, "refused");
-            NoRoom { retry_after }
-        })
+        mine < share
     }
 
     /// A holder finished: its permit goes straight to the next waiter, or back.
@@ -529,10 +619,22 @@ impl Gate {
         }
     }
 
-    /// Whether deliveries waited or were refused here since `since`.
+    /// Whether deliveries waited or were refused here since `since`, or
+    /// refused ones are still on their way back.
     pub fn pressed_since(&self, since: Instant) -> bool {
         let s = self.state.lock().expect("gate lock");
-        s.waiting > 0 || s.pressed_at.is_some_and(|p| p >= since)
+        s.waiting > 0
+            || s.pressed_at.is_some_and(|p| p >= since)
+            || s.last_turn.is_some_and(|t| t > Instant::now())
+    }
+
+    /// How many instances share the key now (the holders of its leases,
+    /// this one included): refused messages come back to any of them.
+    /// and the largest share one of them holds.
+    pub fn set_fleet(&self, instances: u32, largest_share: f64) {
+        let mut s = self.state.lock().expect("gate lock");
+        s.fleet = instances.max(1);
+        s.largest_share = largest_share.clamp(0.0, 1.0);
     }
 
     /// Nothing waits or is held here and the key has saved up all it may:

@@ -56,8 +56,9 @@ pub trait LeaseStore: Send + Sync {
 
 /// How an instance keeps its partitions of one key: renews those it has,
 /// takes free ones while deliveries wait, gives back all but the reserved
-/// ones once idle, and lets go of a partition it held a long time so that
-/// other instances with work get their turn.
+/// ones once idle, and lets go of those beyond its fair part (the partitions
+/// over the instances holding them) while another instance holds fewer, so
+/// that the instances with work even out rather than one keeping most.
 pub(super) struct Leaser {
     pub key: String,
     pub holder: String,
@@ -70,21 +71,33 @@ pub(super) struct Leaser {
 /// Free partitions are looked for at most this often while deliveries wait.
 const DEMAND_EVERY: Duration = Duration::from_millis(250);
 
+/// A partition let go for another instance is not taken back for this long:
+/// enough for one with deliveries waiting to find it (it looks every
+/// `DEMAND_EVERY`), short enough that, if none wants it, it idles little.
+const LET_GO_FOR: Duration = Duration::from_millis(600);
+
+/// At most this many partitions are let go for others in one round (one
+/// while the last let go was not taken).
+const LET_GO_AT_ONCE: usize = 2;
+
 /// A partition this instance holds.
 struct Held {
-    since: tokio::time::Instant,
     /// Ours until then by our own clock (a little before the row says).
     until: tokio::time::Instant,
+}
+
+/// The live leases of `key` per holder, as read at `now`.
+fn holders(rows: &[PartitionLease], now: Instant) -> HashMap<&str, usize> {
+    let mut by_holder = HashMap::new();
+    for l in rows.iter().filter(|l| l.expires_at > now) {
+        *by_holder.entry(l.holder.as_str()).or_default() += 1;
+    }
+    by_holder
 }
 
 impl Leaser {
     fn renew_every(&self) -> Duration {
         self.settings.lease() / 3
-    }
-
-    /// A partition held this long (beyond the reserved ones) is let go.
-    fn max_hold(&self) -> Duration {
-        self.settings.lease() * 3
     }
 
     /// Until the flow stops or the gate is retired (its tenant's contract
@@ -96,6 +109,11 @@ impl Leaser {
     ) {
         let mut held: BTreeMap<u32, Held> = BTreeMap::new();
         let mut cooling: HashMap<u32, tokio::time::Instant> = HashMap::new();
+        // Evening out stops for a lease once a partition let go was not
+        // taken by anyone (the others have no deliveries waiting), and then
+        // lets one go at a time until one is taken.
+        let mut quiet_until = tokio::time::Instant::now();
+        let mut probing = false;
         let all = self.settings.partitions as usize;
         'run: loop {
             let now_t = tokio::time::Instant::now();
@@ -107,8 +125,26 @@ impl Leaser {
             } else {
                 self.settings.reserved_partitions as usize
             };
+            let let_go: Vec<u32> = cooling
+                .iter()
+                .filter(|(_, until)| **until <= now_t)
+                .map(|(p, _)| *p)
+                .collect();
             cooling.retain(|_, until| *until > now_t);
-            self.keep(&mut held, &mut cooling, target, now_t).await;
+            let rows = self.rows().await;
+            if let (Some(rows), false) = (&rows, let_go.is_empty()) {
+                if let_go.iter().all(|p| self.held_by_another(rows, *p)) {
+                    probing = false;
+                } else {
+                    quiet_until = now_t + self.settings.lease();
+                    probing = true;
+                }
+            }
+            let even_out = now_t >= quiet_until;
+            let rows = rows.as_deref().filter(|_| even_out);
+            let at_once = if probing { 1 } else { LET_GO_AT_ONCE };
+            self.keep(&mut held, &mut cooling, target, now_t, rows, at_once)
+                .await;
             if held.len() < target {
                 self.take_more(&mut held, &cooling, target).await;
             }
@@ -139,40 +175,34 @@ impl Leaser {
         self.gate.set_share(0.0);
     }
 
-    /// Renews what is held, lets go of what is beyond `target` or held too
-    /// long, and forgets what was lost (taken over after our lease ran out).
+    /// Renews what is held, lets go of what is beyond `target` or (given
+    /// the key's `rows`) beyond the fair part while others hold fewer, and
+    /// forgets what was lost (taken over after our lease ran out).
     async fn keep(
         &self,
         held: &mut BTreeMap<u32, Held>,
         cooling: &mut HashMap<u32, tokio::time::Instant>,
         target: usize,
         now_t: tokio::time::Instant,
+        rows: Option<&[PartitionLease]>,
+        at_once: usize,
     ) {
-        let reserved = self.settings.reserved_partitions as usize;
         let mut excess = held.len().saturating_sub(target);
-        // One partition a round at most: the share drops by a partition, never
-        // at once; and only while another instance uses the key (holds a live
-        // lease on it): alone, a partition let go would only sit idle.
-        let overdue = held.len() > reserved
-            && held
-                .values()
-                .any(|h| now_t.duration_since(h.since) >= self.max_hold());
-        let mut may_rotate = overdue && self.others_hold().await;
+        let mut even_out = if excess == 0 {
+            rows.map_or(0, |rows| self.beyond_fair(held.len(), rows).min(at_once))
+        } else {
+            0
+        };
         let partitions: Vec<u32> = held.keys().rev().copied().collect();
         for partition in partitions {
-            let h = &held[&partition];
-            let rotate = may_rotate
-                && held.len() > reserved
-                && now_t.duration_since(h.since) >= self.max_hold();
-            if rotate {
-                may_rotate = false;
-            }
-            if excess > 0 || rotate {
-                excess = excess.saturating_sub(1);
-                held.remove(&partition);
-                if rotate {
-                    cooling.insert(partition, now_t + self.settings.lease());
+            if excess > 0 || even_out > 0 {
+                if excess > 0 {
+                    excess -= 1;
+                } else {
+                    even_out -= 1;
+                    cooling.insert(partition, now_t + LET_GO_FOR);
                 }
+                held.remove(&partition);
                 if let Err(e) = self.store.release(&self.key, partition, &self.holder).await {
                     warn!(key = %self.key, partition, error = %chain(&e), "giving a lease back failed; it expires");
                 }
@@ -196,16 +226,52 @@ impl Leaser {
         }
     }
 
-    /// Whether another instance holds a live lease on the key (reading the
-    /// rows failed: assume so, and take turns as before).
-    async fn others_hold(&self) -> bool {
-        let now = self.clock.now();
+    /// The key's lease rows, and the fleet's size told to the gate (reading
+    /// failed: none, and the gate keeps the size it had).
+    async fn rows(&self) -> Option<Vec<PartitionLease>> {
         match self.store.leases(&self.key).await {
-            Ok(rows) => rows
-                .iter()
-                .any(|l| l.holder != self.holder && l.expires_at > now),
-            Err(_) => true,
+            Ok(rows) => {
+                let by_holder = holders(&rows, self.clock.now());
+                let others = by_holder.keys().filter(|h| **h != self.holder).count();
+                let largest = by_holder.values().copied().max().unwrap_or(0);
+                self.gate.set_fleet(
+                    others as u32 + 1,
+                    largest as f64 / f64::from(self.settings.partitions.max(1)),
+                );
+                Some(rows)
+            }
+            Err(e) => {
+                warn!(key = %self.key, error = %chain(&e), "reading leases failed");
+                None
+            }
         }
+    }
+
+    /// How many of `mine` partitions to let go this round: those beyond a
+    /// fair part of them (among the instances holding any), as many as the
+    /// others holding fewer than that lack. Whether those want them is not
+    /// known here: one with deliveries waiting takes them within a quarter
+    /// second; if none does, they are taken back after `LET_GO_FOR`.
+    fn beyond_fair(&self, mine: usize, rows: &[PartitionLease]) -> usize {
+        let reserved = self.settings.reserved_partitions as usize;
+        let by_holder = holders(rows, self.clock.now());
+        let fleet = by_holder.keys().filter(|h| **h != self.holder).count() + 1;
+        // The even part rounded down: 10 among three is 3, so that 4, 4 and
+        // 2 even out to 4, 3 and 3.
+        let fair = (self.settings.partitions as usize / fleet).max(reserved);
+        let lacking: usize = by_holder
+            .iter()
+            .filter(|(h, _)| **h != self.holder)
+            .map(|(_, n)| fair.saturating_sub(*n))
+            .sum();
+        mine.saturating_sub(fair).min(lacking)
+    }
+
+    /// Whether another instance holds a live lease on `partition`.
+    fn held_by_another(&self, rows: &[PartitionLease], partition: u32) -> bool {
+        let now = self.clock.now();
+        rows.iter()
+            .any(|l| l.partition == partition && l.holder != self.holder && l.expires_at > now)
     }
 
     /// Takes free partitions (no row, expired, not cooling) until `target`.
@@ -216,12 +282,8 @@ impl Leaser {
         target: usize,
     ) {
         let now = self.clock.now();
-        let rows = match self.store.leases(&self.key).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                warn!(key = %self.key, error = %chain(&e), "reading leases failed");
-                return;
-            }
+        let Some(rows) = self.rows().await else {
+            return;
         };
         let live: HashSet<u32> = rows
             .iter()
@@ -244,7 +306,6 @@ impl Leaser {
                     held.insert(
                         partition,
                         Held {
-                            since: now_t,
                             until: self.until(now_t),
                         },
                     );
