@@ -511,6 +511,9 @@ impl Config {
         if let Some(v) = env_parse("TOKI_FLOW_PARTITIONS")? {
             self.flow.partitions = v;
         }
+        if let Some(v) = env_parse("TOKI_FLOW_MAX_WAIT_MS")? {
+            self.flow.max_wait_ms = v;
+        }
         if let Some(v) = env("TOKI_SLACK_API_URL") {
             self.slack.api_url = v;
         }
