@@ -86,11 +86,20 @@ struct Held {
     until: tokio::time::Instant,
 }
 
-/// The live leases of `key` per holder, as read at `now`.
-fn holders(rows: &[PartitionLease], now: Instant) -> HashMap<&str, usize> {
+/// Presence rows are numbered from the key's partitions up, in this many
+/// slots: an instance's is picked from its name, the next one on a clash.
+const PRESENCE_SLOTS: u32 = 1 << 20;
+
+/// The instances on a key, as read at `now`: every holder of a live row
+/// (a partition's lease or a presence), with how many of the `partitions`
+/// it leases (zero: present only).
+fn holders(rows: &[PartitionLease], now: Instant, partitions: u32) -> HashMap<&str, usize> {
     let mut by_holder = HashMap::new();
     for l in rows.iter().filter(|l| l.expires_at > now) {
-        *by_holder.entry(l.holder.as_str()).or_default() += 1;
+        let n = by_holder.entry(l.holder.as_str()).or_default();
+        if l.partition < partitions {
+            *n += 1;
+        }
     }
     by_holder
 }
@@ -114,6 +123,10 @@ impl Leaser {
         // lets one go at a time until one is taken.
         let mut quiet_until = tokio::time::Instant::now();
         let mut probing = false;
+        // A row beyond the partitions, kept while this runs: an instance
+        // that holds no partition (all taken when it started) is still seen
+        // by the others, who let it have its even part.
+        let mut presence = None;
         let all = self.settings.partitions as usize;
         'run: loop {
             let now_t = tokio::time::Instant::now();
@@ -125,6 +138,7 @@ impl Leaser {
             } else {
                 self.settings.reserved_partitions as usize
             };
+            presence = self.keep_presence(presence).await;
             let let_go: Vec<u32> = cooling
                 .iter()
                 .filter(|(_, until)| **until <= now_t)
@@ -166,7 +180,7 @@ impl Leaser {
             }
         }
         // Shutting down: give every partition back for the others.
-        for partition in held.keys() {
+        for partition in held.keys().chain(presence.as_ref()) {
             let _ = self
                 .store
                 .release(&self.key, *partition, &self.holder)
@@ -231,7 +245,7 @@ impl Leaser {
     async fn rows(&self) -> Option<Vec<PartitionLease>> {
         match self.store.leases(&self.key).await {
             Ok(rows) => {
-                let by_holder = holders(&rows, self.clock.now());
+                let by_holder = holders(&rows, self.clock.now(), self.settings.partitions);
                 let others = by_holder.keys().filter(|h| **h != self.holder).count();
                 let largest = by_holder.values().copied().max().unwrap_or(0);
                 self.gate.set_fleet(
@@ -254,7 +268,7 @@ impl Leaser {
     /// second; if none does, they are taken back after `LET_GO_FOR`.
     fn beyond_fair(&self, mine: usize, rows: &[PartitionLease]) -> usize {
         let reserved = self.settings.reserved_partitions as usize;
-        let by_holder = holders(rows, self.clock.now());
+        let by_holder = holders(rows, self.clock.now(), self.settings.partitions);
         let fleet = by_holder.keys().filter(|h| **h != self.holder).count() + 1;
         // The even part rounded down: 10 among three is 3, so that 4, 4 and
         // 2 even out to 4, 3 and 3.
@@ -265,6 +279,33 @@ impl Leaser {
             .map(|(_, n)| fair.saturating_sub(*n))
             .sum();
         mine.saturating_sub(fair).min(lacking)
+    }
+
+    /// Takes or renews this instance's presence row: the one it has, else
+    /// the slot its name picks (or the next few, taken by others).
+    async fn keep_presence(&self, current: Option<u32>) -> Option<u32> {
+        use std::hash::{Hash, Hasher};
+        let partitions = self.settings.partitions;
+        let offset = match current {
+            Some(slot) => slot - partitions,
+            None => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                self.holder.hash(&mut h);
+                (h.finish() % u64::from(PRESENCE_SLOTS)) as u32
+            }
+        };
+        for attempt in 0..8 {
+            let slot = partitions + (offset + attempt) % PRESENCE_SLOTS;
+            match self.lease(slot).await {
+                Ok(true) => return Some(slot),
+                Ok(false) => continue,
+                Err(e) => {
+                    debug!(key = %self.key, error = %chain(&e), "keeping the presence row failed");
+                    return current;
+                }
+            }
+        }
+        None
     }
 
     /// Whether another instance holds a live lease on `partition`.
