@@ -84,6 +84,10 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
                 .get(templates::get_template)
                 .delete(templates::delete_template),
         )
+        .route(
+            "/v1/templates/{channel}/{locale}",
+            get(templates::get_default_template),
+        )
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi_json))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))

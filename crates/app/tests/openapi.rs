@@ -50,6 +50,7 @@ const ROUTES: &[(&str, &[&str])] = &[
         "/v1/tenants/{tenant}/templates/{channel}/{locale}",
         &["delete", "get", "put"],
     ),
+    ("/v1/templates/{channel}/{locale}", &["get"]),
     ("/healthz", &["get"]),
     ("/openapi.json", &["get"]),
 ];
@@ -496,7 +497,8 @@ async fn the_document_is_openapi_3_with_every_route_and_method() {
         }
         for method in methods.iter() {
             let op = &doc.0["paths"][path][method];
-            if path.starts_with("/v1/") {
+            // A tenant's routes need its key; the built-in templates do not.
+            if path.starts_with("/v1/tenants/") {
                 assert_eq!(
                     op["security"],
                     json!([{"bearer": []}, {"api_key": []}]),
@@ -569,7 +571,7 @@ async fn path_patterns_are_the_id_parsers() {
     let schedules = "/v1/tenants/{tenant}/schedules/{id}";
     let users = "/v1/tenants/{tenant}/users/{id}";
     let mut tenant_patterns = Vec::new();
-    for (path, methods) in ROUTES.iter().filter(|(p, _)| p.starts_with("/v1/")) {
+    for (path, methods) in ROUTES.iter().filter(|(p, _)| p.starts_with("/v1/tenants/")) {
         for m in methods.iter() {
             tenant_patterns.push(pattern(path, m, "tenant"));
         }
@@ -791,6 +793,40 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     view("SplitResult", &a.body);
+    // A series with no end: listed up to a day before RFC 3339's last
+    // instant, never into year 10000 (which no date-time can write).
+    let spath2 = format!("{base}/schedules/forever");
+    let mut forever = json!(series);
+    forever["recurrence"]["rrule"] = json!("FREQ=DAILY");
+    let a = call(&kit, &doc, "PUT", &spath2, Some(forever)).await;
+    assert!(a.status.is_success(), "{}", a.body);
+    let a = call(
+        &kit,
+        &doc,
+        "GET",
+        &format!("{spath2}/occurrences?from=9999-12-01T00:00:00"),
+        None,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let listed = a.body["occurrences"].as_array().unwrap();
+    assert!(!listed.is_empty(), "{}", a.body);
+    for o in listed {
+        for field in ["original", "starts_at", "local_start"] {
+            let at = o[field].as_str().unwrap();
+            assert!(at.starts_with("9999-12-"), "{field} {at}");
+        }
+    }
+    let a = call(
+        &kit,
+        &doc,
+        "GET",
+        &format!("{spath2}/occurrences?from=9999-12-31T23:59:59"),
+        None,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
+    assert_eq!(a.body["error"]["field"], "from", "{}", a.body);
 
     // A batch: one written, one refused (with its id), one without a valid id.
     let mut ghost = json!(series);
@@ -849,6 +885,8 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     let a = call(&kit, &doc, "GET", &tpl, None).await;
     assert_eq!(a.body["source"], "tenant");
     view("Template", &a.body);
+    // The tenant has no Slack template in Japanese: the resource is not
+    // there (404), and the default it gets is at the built-in path.
     let a = call(
         &kit,
         &doc,
@@ -857,11 +895,22 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
         None,
     )
     .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+    assert!(
+        a.body["error"]["message"]
+            .as_str()
+            .is_some_and(|e| e.contains("/v1/templates/slack/ja")),
+        "{}",
+        a.body
+    );
+    let a = call(&kit, &doc, "GET", "/v1/templates/slack/ja", None).await;
     assert_eq!(
         (a.status, a.body["source"].clone()),
         (StatusCode::OK, json!("default"))
     );
     view("Template", &a.body);
+    let a = call(&kit, &doc, "GET", "/v1/templates/slack/fr", None).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
     let a = call(&kit, &doc, "GET", &format!("{base}/templates"), None).await;
     assert_eq!(a.body["templates"].as_array().map(Vec::len), Some(1));
     view("Templates", &a.body);

@@ -160,25 +160,35 @@ impl Registrar {
         Ok(self.stores.open(tenant).await?.templates().await?)
     }
 
-    /// The template reminders of `channel` in `locale` get: the tenant's, or
-    /// the default; with whose it is.
+    /// The tenant's own template of `channel` in `locale` (none: a default applies).
     pub async fn template(
         &self,
         tenant: &TenantId,
         channel: Channel,
         locale: &str,
-    ) -> Result<(ReminderTemplate, bool), RegistrarError> {
+    ) -> Result<ReminderTemplate, RegistrarError> {
         let locale = parse_locale(locale)?;
         let own = self.templates(tenant).await?;
-        if let Some(t) = own
-            .into_iter()
+        own.into_iter()
             .find(|t| t.channel == channel && t.locale == locale)
-        {
-            return Ok((t, true));
-        }
-        default_template(channel, &locale)
-            .map(|t| (t, false))
-            .ok_or_else(|| RegistrarError::NotFound(format!("template {channel}/{locale}")))
+            .ok_or_else(|| {
+                RegistrarError::NotFound(format!(
+                    "{tenant} has no {channel} template for {locale}: a default applies (GET /v1/templates/{channel}/{locale})"
+                ))
+            })
+    }
+
+    /// The built-in template of `channel` in `locale` (`en`, `ja`).
+    pub fn default_template(
+        channel: Channel,
+        locale: &str,
+    ) -> Result<ReminderTemplate, RegistrarError> {
+        let locale = parse_locale(locale)?;
+        default_template(channel, &locale).ok_or_else(|| {
+            RegistrarError::NotFound(format!(
+                "no default {channel} template for {locale} (defaults: en, ja; any other language reads en)"
+            ))
+        })
     }
 
     /// Deletes the tenant's template of `channel` in `locale` (the default applies again).
@@ -532,6 +542,16 @@ impl Registrar {
             Some(t) => instant_in("to", t, zone, dst)?,
             None => from + chrono::Duration::days(90),
         };
+        // RFC 3339 ends with year 9999, in UTC and on every wall clock: a
+        // series is listed up to a day before that (a zone is at most 14 h
+        // ahead), not into "+10000-01-03T09:00:00-05:00".
+        let last = chrono::DateTime::parse_from_rfc3339("9999-12-31T00:00:00Z")
+            .expect("a valid instant")
+            .with_timezone(&chrono::Utc);
+        if from >= last {
+            return Err(ValidationError::new("from", "must be before 9999-12-31T00:00:00Z").into());
+        }
+        let to = to.min(last);
         if to <= from || to - from > chrono::Duration::days(400) {
             return Err(ValidationError::new(
                 "to",

@@ -7,12 +7,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
+use toki_core::registrar::Registrar;
 use toki_core::template::{ReminderTemplate, TemplateInput, Texts};
 use toki_core::{Channel, ValidationError};
 use utoipa::ToSchema;
 
 use super::{authorize, parse_body, ApiError, ApiState, ErrorBody};
-use crate::openapi::{BodyErrors, TemplateInputDoc, TemplatePath, TenantErrors, TenantPath};
+use crate::openapi::{
+    BodyErrors, DefaultTemplatePath, TemplateInputDoc, TemplatePath, TenantErrors, TenantPath,
+};
 
 /// A reminder template: whose it is, and its parts.
 #[derive(Serialize, ToSchema)]
@@ -131,15 +134,15 @@ pub(super) async fn put_template(
     }))
 }
 
-/// The template a channel's reminders in a locale get: the tenant's, or the default.
+/// The tenant's template of a channel in a locale.
 #[utoipa::path(
     get,
     path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
     tag = "templates",
     params(TemplatePath),
     responses(
-        (status = 200, description = "The tenant's template, or the built-in default (`source`)", body = TemplateView),
-        (status = 404, description = "The tenant has none and there is no default for the locale (defaults: `en`, `ja`)", body = ErrorBody),
+        (status = 200, description = "The tenant's template", body = TemplateView),
+        (status = 404, description = "The tenant has none: its reminders in the locale use the default (`GET /v1/templates/{channel}/{locale}`)", body = ErrorBody),
         (status = 422, description = "`channel` or `locale` is not valid (`field` names it)", body = ErrorBody),
         TenantErrors,
     ),
@@ -152,8 +155,29 @@ pub(super) async fn get_template(
 ) -> Result<Json<TemplateView>, ApiError> {
     let tenant = authorize(&state, &tenant, &headers).await?;
     let channel = path_channel(&channel)?;
-    let (t, own) = state.registrar.template(&tenant, channel, &locale).await?;
-    Ok(Json(TemplateView::new(t, own)))
+    let t = state.registrar.template(&tenant, channel, &locale).await?;
+    Ok(Json(TemplateView::new(t, true)))
+}
+
+/// A built-in template: what a channel's reminders in a locale get where the
+/// tenant has none of its own (English for a language with no default).
+#[utoipa::path(
+    get,
+    path = "/v1/templates/{channel}/{locale}",
+    tag = "templates",
+    params(DefaultTemplatePath),
+    responses(
+        (status = 200, description = "The default (`source`: `default`)", body = TemplateView),
+        (status = 404, description = "No default for the locale (defaults: `en`, `ja`)", body = ErrorBody),
+        (status = 422, description = "`channel` or `locale` is not valid (`field` names it)", body = ErrorBody),
+    )
+)]
+pub(super) async fn get_default_template(
+    Path((channel, locale)): Path<(String, String)>,
+) -> Result<Json<TemplateView>, ApiError> {
+    let channel = path_channel(&channel)?;
+    let t = Registrar::default_template(channel, &locale)?;
+    Ok(Json(TemplateView::new(t, false)))
 }
 
 /// Deletes the tenant's template of a channel in a locale: the default applies again.
