@@ -47,6 +47,22 @@ fn guide(gate: &Arc<Gate>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// `n` deliveries of `tenant` asking at once, each waiting at most `wait`:
+/// whether each got in.
+fn ask(
+    gate: &Arc<Gate>,
+    tenant: &'static str,
+    n: usize,
+    wait: Duration,
+) -> Vec<tokio::task::JoinHandle<bool>> {
+    (0..n)
+        .map(|_| {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.acquire(tenant, wait).await.is_ok() })
+        })
+        .collect()
+}
+
 /// Asks for `n` grants for `tenant` at once; the instants they came, in order of asking.
 async fn grant_times(gate: &Arc<Gate>, tenant: &str, n: usize, wait: Duration) -> Vec<Duration> {
     let start = Instant::now();
@@ -134,13 +150,7 @@ async fn a_tenant_beyond_its_fair_share_is_told_when_to_come_back() {
     let _guide = guide(&gate);
     let wait = Duration::from_secs(1);
     // 1 s at 10/s (+1 token): about 11 fit; the rest are refused at once.
-    let mut waiting = Vec::new();
-    for _ in 0..11 {
-        let gate = gate.clone();
-        waiting.push(tokio::spawn(async move {
-            gate.acquire("large", wait).await.is_ok()
-        }));
-    }
+    let waiting = ask(&gate, "large", 11, wait);
     tokio::task::yield_now().await;
     let refused = gate
         .acquire("large", wait)
@@ -687,8 +697,8 @@ async fn an_idle_gate_saves_no_more_than_its_burst() {
 /// A tenant refused beside a large backlog is told to come back when its own
 /// turn comes (waiters are served round-robin), not when the whole queue has
 /// drained: 10 of its own and 11 turns of the large tenant ahead (22 with
-/// itself at 10/s, 1.3 s planned early), where the key's queue of 31 would
-/// say 1.9 s.
+/// itself at 10/s: its turn in 2.2 s, back half the wait before it, 1.2 s),
+/// where the key's queue of 31 would say 2.2 s.
 #[tokio::test(start_paused = true)]
 async fn a_refused_small_tenant_comes_back_at_its_own_turn() {
     let gate = rate_gate(10.0, 0);
@@ -696,12 +706,7 @@ async fn a_refused_small_tenant_comes_back_at_its_own_turn() {
     let wait = Duration::from_secs(2);
     let mut waiting = Vec::new();
     for (tenant, n) in [("large", 21), ("small", 10)] {
-        for _ in 0..n {
-            let gate = gate.clone();
-            waiting.push(tokio::spawn(async move {
-                gate.acquire(tenant, wait).await.is_ok()
-            }));
-        }
+        waiting.extend(ask(&gate, tenant, n, wait));
         tokio::task::yield_now().await;
     }
     // The first of the large tenant's took the one token there was.
@@ -726,13 +731,7 @@ async fn a_backlog_refused_at_once_comes_back_spread_at_the_rate() {
     let gate = rate_gate(10.0, 0);
     let _guide = guide(&gate);
     let wait = Duration::from_secs(1);
-    let mut waiting = Vec::new();
-    for _ in 0..11 {
-        let gate = gate.clone();
-        waiting.push(tokio::spawn(async move {
-            gate.acquire("t", wait).await.is_ok()
-        }));
-    }
+    let waiting = ask(&gate, "t", 11, wait);
     tokio::task::yield_now().await;
     assert_eq!(gate.view().waiting, 10, "{:?}", gate.view());
     let mut returns = Vec::new();
@@ -772,13 +771,7 @@ async fn a_fleets_refusals_come_back_faster_than_it_sends() {
     gate.set_fleet(3, 0.4);
     let _guide = guide(&gate);
     let wait = Duration::from_secs(1);
-    let mut waiting = Vec::new();
-    for _ in 0..21 {
-        let gate = gate.clone();
-        waiting.push(tokio::spawn(async move {
-            gate.acquire("t", wait).await.is_ok()
-        }));
-    }
+    let waiting = ask(&gate, "t", 21, wait);
     tokio::task::yield_now().await;
     let mut returns = Vec::new();
     for _ in 0..30 {
