@@ -160,7 +160,7 @@ pub(super) async fn get_template(
 }
 
 /// A built-in template: what a channel's reminders in a locale get where the
-/// tenant has none of its own (English for a language with no default).
+/// tenant has none of its own. A language without one (404) reads `en`.
 #[utoipa::path(
     get,
     path = "/v1/templates/{channel}/{locale}",

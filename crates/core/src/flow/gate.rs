@@ -141,8 +141,6 @@ struct State {
     fleet: u32,
     /// The largest share any of them holds (0..=1).
     largest_share: f64,
-    /// The last booked turn: until then refused deliveries are coming back.
-    last_turn: Option<Instant>,
 }
 
 /// A delivery of `tenant` got in: taken for one of its refused ones coming
@@ -271,7 +269,6 @@ impl Gate {
                 booked: HashMap::new(),
                 fleet: 1,
                 largest_share: 0.0,
-                last_turn: None,
             }),
             limit,
             counters: GateCounters::default(),
@@ -465,7 +462,6 @@ impl Gate {
             .entry(tenant.to_owned())
             .or_default()
             .push(Reverse(now + turn));
-        s.last_turn = s.last_turn.max(Some(now + turn));
         let retry_after = turn
             .saturating_sub(max_wait / RETURN_EARLY_OF_WAIT)
             .max(self.slice);
@@ -622,15 +618,14 @@ impl Gate {
     /// Whether deliveries waited or were refused here since `since`, or
     /// refused ones are still on their way back.
     pub fn pressed_since(&self, since: Instant) -> bool {
-        let s = self.state.lock().expect("gate lock");
-        s.waiting > 0
-            || s.pressed_at.is_some_and(|p| p >= since)
-            || s.last_turn.is_some_and(|t| t > Instant::now())
+        let mut s = self.state.lock().expect("gate lock");
+        forget_served(&mut s, Instant::now());
+        s.waiting > 0 || s.pressed_at.is_some_and(|p| p >= since) || !s.booked.is_empty()
     }
 
     /// How many instances share the key now (the holders of its leases,
-    /// this one included): refused messages come back to any of them.
-    /// and the largest share one of them holds.
+    /// this one included: refused messages come back to any of them), and
+    /// the largest share one of them holds.
     pub fn set_fleet(&self, instances: u32, largest_share: f64) {
         let mut s = self.state.lock().expect("gate lock");
         s.fleet = instances.max(1);
