@@ -13,17 +13,28 @@
 # one you deploy last. Environment: TOKI_VENV (default .venv-tools, relative to
 # the repo root), CARGO_TARGET_DIR, CARGO_LAMBDA_COMPILER (cargo-zigbuild or
 # cargo; default: zig when it runs, else plain cargo for x86_64),
-# TOKI_LAMBDA_PROFILE (default lambda-release; CI uses lambda-ci).
+# TOKI_LAMBDA_PROFILE (default lambda-release).
+#
+#   scripts/build-lambdas.sh --from-build target/debug
+#
+# packages binaries that are already built (CI: its test build's, made by
+# `cargo build --workspace --all-targets` on top of the tests' units, so no
+# crate is compiled twice) into the same zips, without cargo-lambda. Those
+# are checks that the Lambdas build and package, not deployable artefacts:
+# they are unoptimised, linked against this machine's glibc, and built with
+# the workspace's features.
 set -euo pipefail
 
 CARGO_LAMBDA_VERSION=1.9.2
 BINS=(toki-scanner-lambda toki-registrar-lambda toki-repair-lambda)
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
 arch=x86_64
+from_build=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --from-build) from_build=${2:?--from-build needs the folder of the built binaries}; shift ;;
     --arm64) arch=arm64 ;;
     --x86-64 | --x86_64) arch=x86_64 ;;
     -h | --help) usage; exit 0 ;;
@@ -34,7 +45,36 @@ done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+
+# Writes <target>/lambda/<bin>/bootstrap.zip around $1/<bin> (named bootstrap,
+# executable: the provided runtimes run that file) and checks what it wrote.
+zip_built() { # dir target_dir
+  for bin in "${BINS[@]}"; do
+    if [ ! -x "$1/$bin" ]; then
+      echo "build-lambdas: $1/$bin is missing (build it first: cargo build --workspace --all-targets)" >&2
+      exit 1
+    fi
+    mkdir -p "$2/lambda/$bin"
+    python3 - "$1/$bin" "$2/lambda/$bin/bootstrap.zip" <<'PY'
+import sys, zipfile
+info = zipfile.ZipInfo("bootstrap")
+info.external_attr = 0o100755 << 16
+info.compress_type = zipfile.ZIP_DEFLATED
+with open(sys.argv[1], "rb") as f, zipfile.ZipFile(sys.argv[2], "w") as z:
+    z.writestr(info, f.read(), compresslevel=1)
+PY
+  done
+}
 venv=$root/${TOKI_VENV:-.venv-tools}
+
+if [ -n "$from_build" ]; then
+  [ "$arch" = x86_64 ] || { echo "build-lambdas: --from-build packages this machine's x86_64 binaries only" >&2; exit 2; }
+  started=$(date +%s)
+  target_dir=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+  echo "build-lambdas: packaging ${BINS[*]} from $from_build (not for deployment)"
+  zip_built "$from_build" "$target_dir"
+else
 
 # cargo-lambda, pinned.
 if [ ! -x "$venv/bin/python" ]; then
@@ -95,6 +135,7 @@ cargo lambda build --profile "$profile" --disable-optimizations --output-format 
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+fi
 echo "build-lambdas: done in $(($(date +%s) - started)) s ($arch)"
 for bin in "${BINS[@]}"; do
   zip=$target_dir/lambda/$bin/bootstrap.zip
