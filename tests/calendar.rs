@@ -118,8 +118,10 @@ const PER_OCCURRENCE: [(&str, Channel, DeliveryStatus); 4] = [
 
 async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
     let clock = Arc::new(HandClock::default());
-    let step = ChronoDuration::seconds(3);
-    clock.set(at("2027-03-08T13:55:00Z") - step);
+    let step = ChronoDuration::seconds(4);
+    // Registered an hour before the first reminder, so that every reminder
+    // reaches the queue the same way: the repair pass or the scan after a jump.
+    clock.set(at("2027-03-08T12:55:00Z"));
 
     let standin = toki_devtools::slack_standin::Standin::with_clock(
         Default::default(),
@@ -134,6 +136,9 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
     config.slack.token = Some("xoxb-calendar".into());
     config.flow.limits.clear();
     config.pipeline.lead_ms = 1000;
+    // Fewer index partitions per scan (21 minutes x 2 rather than x 16): the
+    // test scans eight times, on a shared emulator under the whole suite.
+    config.pipeline.shards = 2;
     config.daemon.workers = 2;
     config.validate().unwrap();
 
@@ -168,7 +173,7 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
         .await;
     assert_eq!(hana["channels"]["slack"], false, "{hana}");
 
-    // Registered 3 s before the first reminder (Monday 8 March, 09:00 EST).
+    // The first occurrence is Monday 8 March, 09:00 EST.
     api.put("schedules/standup", standup("09:00:00")).await;
     // 22 March moves to 10:30 (EDT); 29 March is cancelled. Named by local time.
     api.put(
@@ -210,7 +215,7 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
         }
     };
 
-    // 8 March, EST: registration enqueued it already.
+    // 8 March, EST.
     assert_eq!(jump("2027-03-08T13:55:00Z").await, 1);
     delivered(3).await;
     // 15 March, the day after spring forward: 08:55 EDT.
@@ -249,9 +254,12 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
             (d.status, d.version),
         );
         assert!(previous.is_none(), "two rows for {}", d.key);
+        // Sent at its own occurrence, not at a later scan (the next is days
+        // on). How punctual is the bench's and the fault suite's business:
+        // here a loaded emulator may take a second or two to scan after a jump.
         if d.status == DeliveryStatus::Delivered {
             assert!(
-                (0..1000).contains(&late),
+                (0..step.num_milliseconds()).contains(&late),
                 "{} sent {late} ms after its instant",
                 d.key
             );
