@@ -9,7 +9,8 @@
 #     (started if installed and stopped, installed from Debian's packages if absent)
 #   - Chromium from Debian's packages if absent (the report page's browser test)
 # Then: cargo test for the whole workspace, and infra/check.sh (cfn-lint, emulator deploy),
-# then schemathesis against a live toki serve (scripts/schemathesis.sh).
+# and schemathesis against a live toki serve (scripts/schemathesis.sh), side by side;
+# then the flow tests on their own.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -202,10 +203,10 @@ part() { # name command...
 # their tail stretched past the 10 % they are held to.
 QUIET='binary(flow)'
 if cargo nextest --version >/dev/null 2>&1; then
-  step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh"
+  step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo nextest run --workspace --no-fail-fast -E "not ($QUIET)" "$@"
 else
-  step "in parallel: cargo test --workspace (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh"
+  step "in parallel: cargo test --workspace (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo test --workspace --all-targets --no-fail-fast "$@"
 fi
 if [ -n "$LS_PORT" ]; then
@@ -221,6 +222,9 @@ if [ -n "$LS_PORT" ]; then
   fi
 fi
 part infra env TOKI_VENV="$VENV" bash infra/check.sh
+# The registrar API fuzzed against its own OpenAPI document, on the debug
+# toki the test build made (a toki serve of its own on a free port).
+part schemathesis env TOKI_VENV="$VENV" bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
 FAILED=()
 for p in "${PARTS[@]}"; do
   name="${p%%:*}"
@@ -230,16 +234,12 @@ for p in "${PARTS[@]}"; do
     tests) title="cargo tests of the workspace" ;;
     localstack) title="AWS tests with LocalStack's SQS + moto's DynamoDB" ;;
     infra) title="infra: cfn-lint and emulator deploy (infra/check.sh)" ;;
+    schemathesis) title="schemathesis against toki serve (scripts/schemathesis.sh)" ;;
   esac
   step "$title: exit $rc"
   cat "$WORK/part-$name.log"
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
-# The registrar API fuzzed against its own OpenAPI document, on the debug
-# toki the test build made; after the parts, so that it does not load the
-# machine under their timing tests.
-step "schemathesis against toki serve (scripts/schemathesis.sh)"
-TOKI_VENV="$VENV" bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki" || FAILED+=("schemathesis")
 if cargo nextest --version >/dev/null 2>&1; then
   step "the flow tests, on a quiet machine (cargo nextest run -E '$QUIET')"
   cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$QUIET" "$@" || FAILED+=("flow")
