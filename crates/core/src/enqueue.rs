@@ -40,7 +40,11 @@ impl EnqueueSummary {
 }
 
 /// The message for a reminder, to be visible `lead` before it is due.
-pub fn message_for(r: &Reminder, now: Instant, settings: &PipelineSettings) -> OutgoingMessage {
+pub(crate) fn message_for(
+    r: &Reminder,
+    now: Instant,
+    settings: &PipelineSettings,
+) -> OutgoingMessage {
     OutgoingMessage {
         id: r.key.to_string(),
         body: r.key.to_string(),

@@ -53,7 +53,6 @@ pub use plan::{
     claims_for, plan_batch, reads_for, BatchPlan, ChannelState, PlannedDelivery, PlannedMessage,
     ToSend, Verdict,
 };
-pub use record::RecordError;
 pub use settle::{disposition, settle, Disposition, RetryPolicy, Sent, Settlement};
 pub use stats::{DaemonStats, StatsSnapshot};
 pub use work::{MessageFate, Work};

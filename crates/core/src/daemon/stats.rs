@@ -87,13 +87,6 @@ impl Tally {
     }
 }
 
-impl StatsSnapshot {
-    /// Deliveries that reached a final state (sent, stale or undeliverable).
-    pub fn settled(&self) -> u64 {
-        self.delivered + self.stale + self.undeliverable
-    }
-}
-
 impl DaemonStats {
     pub fn snapshot(&self) -> StatsSnapshot {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
