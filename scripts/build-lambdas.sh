@@ -19,22 +19,29 @@
 #
 # packages binaries that are already built (CI: its test build's, made by
 # `cargo build --workspace --all-targets` on top of the tests' units, so no
-# crate is compiled twice) into the same zips, without cargo-lambda. Those
-# are checks that the Lambdas build and package, not deployable artefacts:
-# they are unoptimised, linked against this machine's glibc, and built with
-# the workspace's features.
+# crate is compiled twice) into zips of the same form, without cargo-lambda,
+# under <target>/lambda-ci/ (not <target>/lambda/, which a deploy reads).
+# Those are checks that the Lambdas build and package, not deployable
+# artefacts: they are unoptimised, linked against this machine's glibc, and
+# built with the workspace's features.
 set -euo pipefail
 
 CARGO_LAMBDA_VERSION=1.9.2
 BINS=(toki-scanner-lambda toki-registrar-lambda toki-repair-lambda)
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 
 arch=x86_64
 from_build=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --from-build) from_build=${2:?--from-build needs the folder of the built binaries}; shift ;;
+    --from-build)
+      case "${2:-}" in
+        "" | -*) echo "build-lambdas: --from-build needs the folder of the built binaries" >&2; exit 2 ;;
+      esac
+      # Absolute: the script works from the repository root.
+      from_build=$(cd "$2" && pwd)
+      shift ;;
     --arm64) arch=arm64 ;;
     --x86-64 | --x86_64) arch=x86_64 ;;
     -h | --help) usage; exit 0 ;;
@@ -46,16 +53,16 @@ done
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-# Writes <target>/lambda/<bin>/bootstrap.zip around $1/<bin> (named bootstrap,
-# executable: the provided runtimes run that file) and checks what it wrote.
-zip_built() { # dir target_dir
+# Writes <out>/<bin>/bootstrap.zip around $1/<bin> (named bootstrap,
+# executable: the provided runtimes run that file).
+zip_built() { # dir out
   for bin in "${BINS[@]}"; do
     if [ ! -x "$1/$bin" ]; then
       echo "build-lambdas: $1/$bin is missing (build it first: cargo build --workspace --all-targets)" >&2
       exit 1
     fi
-    mkdir -p "$2/lambda/$bin"
-    python3 - "$1/$bin" "$2/lambda/$bin/bootstrap.zip" <<'PY'
+    mkdir -p "$2/$bin"
+    python3 - "$1/$bin" "$2/$bin/bootstrap.zip" <<'PY'
 import sys, zipfile
 info = zipfile.ZipInfo("bootstrap")
 info.external_attr = 0o100755 << 16
@@ -72,8 +79,9 @@ if [ -n "$from_build" ]; then
   started=$(date +%s)
   target_dir=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-  echo "build-lambdas: packaging ${BINS[*]} from $from_build (not for deployment)"
-  zip_built "$from_build" "$target_dir"
+  out=$target_dir/lambda-ci
+  echo "build-lambdas: packaging ${BINS[*]} from $from_build into $out (not for deployment)"
+  zip_built "$from_build" "$out"
 else
 
 # cargo-lambda, pinned.
@@ -135,10 +143,11 @@ cargo lambda build --profile "$profile" --disable-optimizations --output-format 
 
 target_dir=$(cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+out=$target_dir/lambda
 fi
 echo "build-lambdas: done in $(($(date +%s) - started)) s ($arch)"
 for bin in "${BINS[@]}"; do
-  zip=$target_dir/lambda/$bin/bootstrap.zip
+  zip=$out/$bin/bootstrap.zip
   if [ ! -f "$zip" ]; then
     echo "build-lambdas: $zip is missing" >&2
     exit 1

@@ -188,9 +188,9 @@ fi
 echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 
 # The tests mostly wait (on timers, sockets and the emulators: about 12 % of
-# two cores with two test threads), so the three parts run side by side: the
-# workspace's tests, the LocalStack pass and the infra check; each part's
-# output is printed when it ends. Measured in README (Tests, "CI").
+# two cores with two test threads), so four parts run side by side: the
+# workspace's tests, the LocalStack pass, the infra check and schemathesis
+# (at idle priority, below); each part's output is printed when it ends. Measured in README (Tests, "CI").
 PARTS=()
 part() { # name command...
   local name="$1"; shift
@@ -226,10 +226,11 @@ part infra env TOKI_VENV="$VENV" bash infra/check.sh
 # toki the test build made (a toki serve of its own on a free port), at idle
 # CPU priority: it takes only what the tests leave (they mostly wait), so
 # their timing checks see the machine as without it (at normal priority a
-# fault test's chat went 1.07 s late against its 1 s bound).
+# fault test's chat went 1.07 s late against its 1 s bound), and idle I/O.
 idle=()
-command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && idle=(chrt --idle 0)
-part schemathesis env TOKI_VENV="$VENV" "${idle[@]}" nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
+command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && idle+=(chrt --idle 0)
+command -v ionice >/dev/null && ionice -c3 true 2>/dev/null && idle+=(ionice -c3)
+part schemathesis env TOKI_VENV="$VENV" ${idle[@]+"${idle[@]}"} nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
 FAILED=()
 for p in "${PARTS[@]}"; do
   name="${p%%:*}"

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{Duration as ChronoDuration, Utc};
+use chrono::Duration as ChronoDuration;
 use common::faults::{
     at, due_in, fast, meeting_at, outage, register_burst, report, statuses, tenants, wait_all,
     Sinks,
@@ -19,7 +19,7 @@ use common::faults::{
 use common::pipeline::Harness;
 use common::process::{Process, TOKI};
 use toki_app::{Config, Toki};
-use toki_core::ports::{Clock, OutgoingMessage};
+use toki_core::ports::OutgoingMessage;
 use toki_core::Channel;
 use toki_devtools::slack_standin::Behaviour;
 use toki_devtools::smtp_standin::SmtpBehaviour;
@@ -400,15 +400,6 @@ async fn two_scanners_at_once_enqueue_each_reminder_once() {
 
 // ---------------------------------------------------------------- time
 
-/// A clock `offset` from the true time.
-struct SkewedClock(ChronoDuration);
-
-impl Clock for SkewedClock {
-    fn now(&self) -> toki_core::Instant {
-        Utc::now() + self.0
-    }
-}
-
 async fn daemon_clock_skewed(fault: &str, offset_ms: i64) {
     let sinks = Sinks::start().await;
     // Registration on the true clock; the daemon on a skewed one.
@@ -422,7 +413,9 @@ async fn daemon_clock_skewed(fault: &str, offset_ms: i64) {
     let toki = Toki::open(config.clone()).await.unwrap();
     let skewed = Toki::open_with_clock(
         config,
-        Arc::new(SkewedClock(ChronoDuration::milliseconds(offset_ms))),
+        Arc::new(common::clock::OffsetClock::skewed(
+            ChronoDuration::milliseconds(offset_ms),
+        )),
     )
     .await
     .unwrap();

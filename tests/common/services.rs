@@ -62,7 +62,15 @@ pub fn smtp_addr() -> Option<String> {
 pub async fn slack_standin(
     options: toki_devtools::slack_standin::StandinOptions,
 ) -> (toki_devtools::slack_standin::Standin, String) {
-    let standin = toki_devtools::slack_standin::Standin::new(options);
+    slack_standin_on(options, Arc::new(toki_core::ports::SystemClock)).await
+}
+
+/// The same, its arrivals on `clock`.
+pub async fn slack_standin_on(
+    options: toki_devtools::slack_standin::StandinOptions,
+    clock: Arc<dyn toki_core::ports::Clock>,
+) -> (toki_devtools::slack_standin::Standin, String) {
+    let standin = toki_devtools::slack_standin::Standin::with_clock(options, clock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/api", listener.local_addr().unwrap());
     tokio::spawn(toki_devtools::slack_standin::serve(
