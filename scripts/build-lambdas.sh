@@ -72,17 +72,35 @@ with open(sys.argv[1], "rb") as f, zipfile.ZipFile(sys.argv[2], "w") as z:
 PY
   done
 }
-venv=$root/${TOKI_VENV:-.venv-tools}
+
+# Checks each <out>/<bin>/bootstrap.zip and prints its size.
+check_zips() { # out
+  for bin in "${BINS[@]}"; do
+    local zip=$1/$bin/bootstrap.zip
+    if [ ! -f "$zip" ]; then
+      echo "build-lambdas: $zip is missing" >&2
+      exit 1
+    fi
+    # The runtime runs the file named bootstrap at the root of the zip.
+    python3 -c 'import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); sys.exit(0 if "bootstrap" in n else "no bootstrap in %s: %s" % (sys.argv[1], n))' "$zip"
+    printf '%s\t%s bytes\t(%s)\n' "$zip" "$(stat -c %s "$zip")" "$(du -h "$zip" | cut -f1)"
+  done
+}
+
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
 if [ -n "$from_build" ]; then
   [ "$arch" = x86_64 ] || { echo "build-lambdas: --from-build packages this machine's x86_64 binaries only" >&2; exit 2; }
   started=$(date +%s)
-  target_dir=$(cargo metadata --format-version 1 --no-deps |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-  out=$target_dir/lambda-ci
-  echo "build-lambdas: packaging ${BINS[*]} from $from_build into $out (not for deployment)"
-  zip_built "$from_build" "$out"
-else
+  echo "build-lambdas: packaging ${BINS[*]} from $from_build into $target_dir/lambda-ci (not for deployment)"
+  zip_built "$from_build" "$target_dir/lambda-ci"
+  echo "build-lambdas: done in $(($(date +%s) - started)) s"
+  check_zips "$target_dir/lambda-ci"
+  exit 0
+fi
+
+venv=$root/${TOKI_VENV:-.venv-tools}
 
 # cargo-lambda, pinned.
 if [ ! -x "$venv/bin/python" ]; then
@@ -141,18 +159,5 @@ echo "build-lambdas: profile $profile"
 cargo lambda build --profile "$profile" --disable-optimizations --output-format zip \
   "$arch_flag" "${compiler_flag[@]}" "${selection[@]}"
 
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-out=$target_dir/lambda
-fi
 echo "build-lambdas: done in $(($(date +%s) - started)) s ($arch)"
-for bin in "${BINS[@]}"; do
-  zip=$out/$bin/bootstrap.zip
-  if [ ! -f "$zip" ]; then
-    echo "build-lambdas: $zip is missing" >&2
-    exit 1
-  fi
-  # The runtime runs the file named bootstrap at the root of the zip.
-  python3 -c 'import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); sys.exit(0 if "bootstrap" in n else "no bootstrap in %s: %s" % (sys.argv[1], n))' "$zip"
-  printf '%s\t%s bytes\t(%s)\n' "$zip" "$(stat -c %s "$zip")" "$(du -h "$zip" | cut -f1)"
-done
+check_zips "$target_dir/lambda"

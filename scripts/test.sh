@@ -190,7 +190,8 @@ echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 # The tests mostly wait (on timers, sockets and the emulators: about 12 % of
 # two cores with two test threads), so four parts run side by side: the
 # workspace's tests, the LocalStack pass, the infra check and schemathesis
-# (at idle priority, below); each part's output is printed when it ends. Measured in README (Tests, "CI").
+# (at idle priority, below); each part's output is printed when it ends.
+# Measured in README (Tests, "CI").
 PARTS=()
 part() { # name command...
   local name="$1"; shift
