@@ -24,14 +24,15 @@ echo "long outages: Slack/SMTP ${TOKI_FAULT_OUTAGE_S} s, tenant database ${TOKI_
 # The long outages wait most of the time: they run side by side. The rest
 # (a crash, bursts, skew) runs one at a time, at CI's lengths, so that their
 # timings are not disturbed by each other.
+FAULTS='test(/^faults::/)'
 LONG='test(slack_down_then_back) | test(smtp_port_closed_then_open) | test(a_tenant_database_down)'
 status=0
 if [ "${TOKI_RELIABILITY_PASSES:-long,rest}" != rest ]; then
-  cargo nextest run --test faults --no-fail-fast --test-threads 3 -E "$LONG" "$@" || status=$?
+  cargo nextest run --test integration --no-fail-fast --test-threads 3 -E "$FAULTS & ($LONG)" "$@" || status=$?
 fi
 if [ "${TOKI_RELIABILITY_PASSES:-long,rest}" != long ]; then
   env -u TOKI_FAULT_OUTAGE_S -u TOKI_FAULT_DB_OUTAGE_S \
-    cargo nextest run --test faults --no-fail-fast --test-threads 1 -E "not ($LONG)" "$@" || status=$?
+    cargo nextest run --test integration --no-fail-fast --test-threads 1 -E "$FAULTS & not ($LONG)" "$@" || status=$?
 fi
 python3 - "$OUT" RELIABILITY.md "$TOKI_FAULT_OUTAGE_S" "$TOKI_FAULT_DB_OUTAGE_S" <<'PY'
 import json, sys, datetime

@@ -1,7 +1,7 @@
 //! The registrar HTTP API as a client uses it: `toki serve` started as a
 //! process, a tenant created with `toki tenant create`, then HTTP calls.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

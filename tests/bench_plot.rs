@@ -1,7 +1,7 @@
 //! `toki bench --plot DIR`: each run's lateness CDF as an SVG file named after
 //! the run, with a line per series and the run's own figures in its title.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -18,8 +18,8 @@
 //! - a recipient who turned Slack off gets no Slack reminder (her row says
 //!   undeliverable); her Japanese text shows the meeting in Tokyo time.
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

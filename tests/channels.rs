@@ -1,7 +1,7 @@
 //! Channels against real receivers: SMTP to a capture server and to the SMTP stand-in,
 //! Slack's Web API through a local stand-in (including 429 + Retry-After).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,9 +5,8 @@
 //! Emulator: `TOKI_TEST_AWS_ENDPOINT` if set, else a moto server started for
 //! this test binary (see `aws_support`).
 
-#[macro_use]
-mod common;
-mod aws_support;
+use crate::aws_support;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::error::Error as _;

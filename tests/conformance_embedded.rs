@@ -1,7 +1,6 @@
 //! The conformance suite on the embedded backend (SQLite).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,7 @@
 //! The conformance suite on the testing kit's in-memory ports: the fakes the
 //! paused-clock tests rely on behave like the real backends.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,7 +1,6 @@
 //! The tenant-store conformance suite on Postgres (one database per test).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

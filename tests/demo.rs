@@ -1,8 +1,8 @@
 //! `toki demo` as a user runs it, with `--json`: on the embedded default and
 //! against the AWS emulator (DynamoDB + SQS on moto, tenant databases on Postgres).
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@
 //! shortened through `TOKI_FAULT_OUTAGE_S` so CI stays fast; timeouts through
 //! configuration.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;

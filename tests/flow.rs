@@ -3,7 +3,7 @@
 //! index and the rate-limit leases), and the Slack stand-in process set to
 //! answer 429 beyond the limit, as Slack does.
 
-mod common;
+use crate::common;
 
 /// `toki bench ARGS --json`, with the flow's log lines in the daemons' logs.
 fn bench(args: &[&str]) -> serde_json::Value {

@@ -8,8 +8,8 @@
 //! Fixtures hold `{{TENANT}}`, `{{API_KEY}}` and `{{STARTS_AT}}` where a test
 //! fills in its own values.
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::time::{Duration, Instant as StdInstant};
 

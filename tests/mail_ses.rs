@@ -4,8 +4,8 @@
 //! drop), and the probe answers. Read back through moto's model dump, on a
 //! moto of this binary's own.
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! when its control store (the emulator, behind a proxy that can be cut)
 //! stops answering, and ready again when it is back.
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! End to end on the AWS backend (DynamoDB + SQS on moto, one Postgres
 //! database per tenant): a delivery for one tenant never opens another's database.
 
-mod aws_support;
-mod common;
+use crate::aws_support;
+use crate::common;
 
 use std::time::Duration;
 

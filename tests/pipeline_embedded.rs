@@ -1,6 +1,6 @@
 //! End to end on the embedded backend: registrar → index → scanner → queue → daemon → channels.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! message decoder and the registrar API's input. Whatever arrives, the
 //! answer is a value or an error naming the field — never a panic, never 500.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestRunner};

@@ -4,7 +4,7 @@
 //! asked with wrong and right keys. Its whole stderr, and what `toki tenant`
 //! printed to stderr, must hold none of the secrets, plain or base64.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

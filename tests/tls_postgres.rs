@@ -5,7 +5,7 @@
 //! (`sslrootcert`, as with the RDS bundle) succeeds, and `verify-full` with
 //! only the public roots refuses the self-signed server.
 
-mod common;
+use crate::common;
 
 use sqlx::{Connection, PgConnection};
 

@@ -3,7 +3,7 @@
 //! registered with a caller's `traceparent`, and its reminder followed from
 //! the API request through the enqueue and the daemon to each channel send.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! reminder that meets the version-1 claim still being sent must not be
 //! acknowledged; if the version-1 send then fails, the reminder is still sent.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,33 @@
+//! Toki's integration tests, one binary: each file beside this one is a
+//! module (`api::…`, `faults::…`), and `common` and `aws_support` are the
+//! helpers they share. One binary rather than one per file: the helpers are
+//! compiled once and the whole stack is linked once (22 links of it were
+//! about a quarter of CI's test build). Run one file's tests with a filter,
+//! e.g. `cargo nextest run --test integration -E 'test(/^faults::/)'`.
+
+#[macro_use]
+mod common;
+mod aws_support;
+
+mod api;
+mod bench_plot;
+mod calendar;
+mod channels;
+mod conformance_aws;
+mod conformance_embedded;
+mod conformance_memory;
+mod conformance_postgres;
+mod demo;
+mod faults;
+mod flow;
+mod lambdas;
+mod mail_ses;
+mod ops;
+mod pipeline_aws;
+mod pipeline_embedded;
+mod properties;
+mod report_page;
+mod secrets;
+mod tls_postgres;
+mod traces;
+mod version_identity;
