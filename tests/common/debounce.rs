@@ -120,13 +120,15 @@ pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String,
     let tenant: TenantId = "acme".parse().unwrap();
     let (mut record, key) = toki.create_tenant(&tenant, true).await.unwrap();
     // A burst of edits a few ms apart stays one burst however the two
-    // processes contend; the trailing notice follows 3 s after the last.
+    // processes contend; the trailing notice follows 10 s after the last.
     // The burst may last up to 30 s: on a loaded machine (the whole suite
-    // at once) 20 edits through the emulator once took more than 5 s, and a
-    // second trailing notice fired mid-burst, as the settings said it should.
+    // at once) 20 edits through the emulator once took more than 5 s, and
+    // with a 3 s delay one round's gap once passed it, so a second trailing
+    // notice fired mid-burst, as the settings said it should. 10 s of quiet
+    // is far beyond any round's gap seen (the test waits 7 s longer).
     record.change_notices = ChangeNoticeSettings {
         enabled: true,
-        min_delay_ms: 3_000,
+        min_delay_ms: 10_000,
         max_delay_ms: 30_000,
         hard_cap_ms: 60_000,
     };
