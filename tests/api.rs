@@ -611,12 +611,15 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
             "acme",
             "--change-notices",
             "on",
+            // 3 s of quiet ends the burst: far beyond a PUT's time even
+            // under the whole suite (with 0.5 s a loaded PUT once outlasted
+            // it mid-burst, and a third notice went out, as set).
             "--notice-min-delay-ms",
-            "500",
+            "3000",
             "--notice-max-delay-ms",
-            "2000",
+            "10000",
             "--notice-hard-cap-ms",
-            "20000",
+            "60000",
         ],
     );
     assert!(
@@ -626,7 +629,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
     );
     let listed = String::from_utf8(toki(&data, &["tenant", "list"]).stdout).unwrap();
     assert!(
-        listed.contains("on (min 0.5 s, max 2 s, cap 20 s)"),
+        listed.contains("on (min 3 s, max 10 s, cap 60 s)"),
         "{listed}"
     );
     let mut cmd = Command::new(TOKI);
