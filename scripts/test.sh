@@ -199,16 +199,16 @@ part() { # name command...
   PIDS+=($!)
   PARTS+=("$name:$!")
 }
-# Two groups of timing tests run on their own at the end, one group after
-# the other: the flow tests (daemon processes paced by a fleet-wide limit,
+# Three groups of timing tests run on their own at the end, one after
+# another: the flow tests (daemon processes paced by a fleet-wide limit,
 # timed against the ideal: beside the other parts their tail stretched past
-# the 10 % they are held to) and the fault suite (the other channels held
-# to within a second of due while one fails: beside the infra check and
-# LocalStack, on a slow day, chat went seconds late).
+# the 10 % they are held to), the fault suite (the other channels held to
+# within a second of due while one fails: beside the other parts, on a slow
+# day, chat went seconds late) and the calendar test (its clock jumps 4 s
+# before each reminder: beside the other parts the emulator's scan after a
+# jump once took longer than that).
 FLOW='test(/^flow::/)'
 FAULTS='test(/^faults::/)'
-# And the calendar test, which jumps its clock 4 s before each reminder: beside
-# the other parts the emulator's scan after a jump once took longer than that.
 CALENDAR='test(/^calendar::/)'
 QUIET="$FLOW | $FAULTS | $CALENDAR"
 if cargo nextest --version >/dev/null 2>&1; then
@@ -256,12 +256,11 @@ for p in "${PARTS[@]}"; do
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
 if cargo nextest --version >/dev/null 2>&1; then
-  step "the flow tests, on a quiet machine (cargo nextest run -E '$FLOW')"
-  cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$FLOW" "$@" || FAILED+=("flow")
-  step "the fault suite, on a quiet machine (cargo nextest run -E '$FAULTS')"
-  cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$FAULTS" "$@" || FAILED+=("faults")
-  step "the calendar test, on a quiet machine (cargo nextest run -E '$CALENDAR')"
-  cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$CALENDAR" "$@" || FAILED+=("calendar")
+  for group in "flow:$FLOW" "faults:$FAULTS" "calendar:$CALENDAR"; do
+    name="${group%%:*}" filter="${group#*:}"
+    step "the $name tests, on a quiet machine (cargo nextest run -E '$filter')"
+    cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$filter" "$@" || FAILED+=("$name")
+  done
 fi
 if [ "${#FAILED[@]}" -gt 0 ]; then
   step "FAILED: ${FAILED[*]}"
