@@ -199,18 +199,15 @@ part() { # name command...
   PIDS+=($!)
   PARTS+=("$name:$!")
 }
-# Three groups of timing tests run on their own at the end, one after
-# another: the flow tests (daemon processes paced by a fleet-wide limit,
-# timed against the ideal: beside the other parts their tail stretched past
-# the 10 % they are held to), the fault suite (the other channels held to
-# within a second of due while one fails: beside the other parts, on a slow
-# day, chat went seconds late) and the calendar test (its clock jumps 4 s
-# before each reminder: beside the other parts the emulator's scan after a
-# jump once took longer than that).
+# Two groups of timing tests run on their own at the end, one after the
+# other: the flow tests (daemon processes paced by a fleet-wide limit, timed
+# against the ideal: beside the other parts their tail stretched past the
+# 10 % they are held to) and the calendar test (its clock jumps 4 s before
+# each reminder: beside the other parts the emulator's scan after a jump once
+# took longer than that).
 FLOW='test(/^flow::/)'
-FAULTS='test(/^faults::/)'
 CALENDAR='test(/^calendar::/)'
-QUIET="$FLOW | $FAULTS | $CALENDAR"
+QUIET="$FLOW | $CALENDAR"
 if cargo nextest --version >/dev/null 2>&1; then
   step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo nextest run --workspace --no-fail-fast -E "not ($QUIET)" "$@"
@@ -256,7 +253,7 @@ for p in "${PARTS[@]}"; do
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
 if cargo nextest --version >/dev/null 2>&1; then
-  for group in "flow:$FLOW" "faults:$FAULTS" "calendar:$CALENDAR"; do
+  for group in "flow:$FLOW" "calendar:$CALENDAR"; do
     name="${group%%:*}" filter="${group#*:}"
     step "the $name tests, on a quiet machine (cargo nextest run -E '$filter')"
     cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$filter" "$@" || FAILED+=("$name")
