@@ -199,15 +199,11 @@ part() { # name command...
   PIDS+=($!)
   PARTS+=("$name:$!")
 }
-# Two groups of timing tests run on their own at the end, one after the
-# other: the flow tests (daemon processes paced by a fleet-wide limit, timed
-# against the ideal: beside the other parts their tail stretched past the
-# 10 % they are held to) and the calendar test (its clock jumps 4 s before
-# each reminder: beside the other parts the emulator's scan after a jump once
-# took longer than that).
+# The flow tests run on their own at the end: daemon processes paced by a
+# fleet-wide limit, timed against the ideal (beside the other parts their
+# tail stretched past the 10 % they are held to).
 FLOW='test(/^flow::/)'
-CALENDAR='test(/^calendar::/)'
-QUIET="$FLOW | $CALENDAR"
+QUIET="$FLOW"
 if cargo nextest --version >/dev/null 2>&1; then
   step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo nextest run --workspace --no-fail-fast -E "not ($QUIET)" "$@"
@@ -253,11 +249,8 @@ for p in "${PARTS[@]}"; do
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
 if cargo nextest --version >/dev/null 2>&1; then
-  for group in "flow:$FLOW" "calendar:$CALENDAR"; do
-    name="${group%%:*}" filter="${group#*:}"
-    step "the $name tests, on a quiet machine (cargo nextest run -E '$filter')"
-    cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$filter" "$@" || FAILED+=("$name")
-  done
+  step "the flow tests, on a quiet machine (cargo nextest run -E '$FLOW')"
+  cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$FLOW" "$@" || FAILED+=(flow)
 fi
 if [ "${#FAILED[@]}" -gt 0 ]; then
   step "FAILED: ${FAILED[*]}"
