@@ -148,28 +148,10 @@ pub struct UserPath {
     id: String,
 }
 
+/// A template's channel and locale (after the tenant, or alone for the defaults).
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
-pub struct TemplatePath {
-    /// The tenant (lowercase letters, digits, `_` and `-`, starting with a letter).
-    #[param(pattern = "^[a-z][a-z0-9_-]{0,39}$", example = "acme")]
-    tenant: String,
-    /// The channel whose reminders it words.
-    #[param(inline)]
-    channel: ChannelDoc,
-    /// The recipients' locale: a language (`ja`), or a language and region
-    /// (`en-GB`); matched without regard to case.
-    #[param(
-        pattern = "^[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8}){0,3}$",
-        max_length = 35,
-        example = "ja"
-    )]
-    locale: String,
-}
-
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct DefaultTemplatePath {
+pub struct TemplateKeyPath {
     /// The channel whose reminders it words.
     #[param(inline)]
     channel: ChannelDoc,

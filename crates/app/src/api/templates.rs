@@ -13,9 +13,7 @@ use toki_core::{Channel, ValidationError};
 use utoipa::ToSchema;
 
 use super::{authorize, parse_body, ApiError, ApiState, ErrorBody};
-use crate::openapi::{
-    BodyErrors, DefaultTemplatePath, TemplateInputDoc, TemplatePath, TenantErrors, TenantPath,
-};
+use crate::openapi::{BodyErrors, TemplateInputDoc, TemplateKeyPath, TenantErrors, TenantPath};
 
 /// A reminder template: whose it is, and its parts.
 #[derive(Serialize, ToSchema)]
@@ -104,7 +102,7 @@ fn path_channel(channel: &str) -> Result<Channel, ApiError> {
     put,
     path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
     tag = "templates",
-    params(TemplatePath),
+    params(TenantPath, TemplateKeyPath),
     request_body = TemplateInputDoc,
     responses(
         (status = 200, description = "Written: the channel's reminders to recipients of this locale use it from the next batch", body = WrittenTemplate),
@@ -139,7 +137,7 @@ pub(super) async fn put_template(
     get,
     path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
     tag = "templates",
-    params(TemplatePath),
+    params(TenantPath, TemplateKeyPath),
     responses(
         (status = 200, description = "The tenant's template", body = TemplateView),
         (status = 404, description = "The tenant has none: its reminders in the locale use the default (`GET /v1/templates/{channel}/{locale}`)", body = ErrorBody),
@@ -165,7 +163,7 @@ pub(super) async fn get_template(
     get,
     path = "/v1/templates/{channel}/{locale}",
     tag = "templates",
-    params(DefaultTemplatePath),
+    params(TemplateKeyPath),
     responses(
         (status = 200, description = "The default (`source`: `default`)", body = TemplateView),
         (status = 404, description = "No default for the locale (defaults: `en`, `ja`)", body = ErrorBody),
@@ -185,7 +183,7 @@ pub(super) async fn get_default_template(
     delete,
     path = "/v1/tenants/{tenant}/templates/{channel}/{locale}",
     tag = "templates",
-    params(TemplatePath),
+    params(TenantPath, TemplateKeyPath),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "The tenant has no such template", body = ErrorBody),
