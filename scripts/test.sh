@@ -203,10 +203,9 @@ part() { # name command...
 # fleet-wide limit, timed against the ideal (beside the other parts their
 # tail stretched past the 10 % they are held to).
 FLOW='test(/^flow::/)'
-QUIET="$FLOW"
 if cargo nextest --version >/dev/null 2>&1; then
   step "in parallel: cargo nextest run --workspace; the AWS tests on LocalStack; infra/check.sh; schemathesis"
-  part tests cargo nextest run --workspace --no-fail-fast -E "not ($QUIET)" "$@"
+  part tests cargo nextest run --workspace --no-fail-fast -E "not ($FLOW)" "$@"
 else
   step "in parallel: cargo test --workspace (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo test --workspace --all-targets --no-fail-fast "$@"

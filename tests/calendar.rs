@@ -240,8 +240,9 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
         );
         // Sent at its own occurrence, not at a later scan (the next is days
         // on): within the jump's lead or, if a loaded emulator's repair pass
-        // and scan took longer than that, within as long again (how punctual
-        // the pipeline is, is the bench's and the fault suite's business).
+        // and scan took longer than that, within the time they took (how
+        // punctual the pipeline is, is the bench's and the fault suite's
+        // business).
         if d.status == DeliveryStatus::Delivered {
             let scan = took.lock().unwrap()[&d.due_at.0];
             let bound = step.max(scan);

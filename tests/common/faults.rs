@@ -15,7 +15,9 @@ use serde::Serialize;
 use toki_app::{Config, Toki};
 use toki_core::input::{RuleInput, ScheduleInput};
 use toki_core::ports::TenantStores;
-use toki_core::{Channel, DeliveryStatus, ScheduleId, TenantId};
+use toki_core::{Channel, DeliveryStatus, TenantId};
+use toki_devtools::progress::Progress;
+use toki_devtools::scenario::{register, Meeting};
 use toki_devtools::slack_standin::{Standin, StandinOptions};
 use toki_devtools::smtp_standin::SmtpStandin;
 
@@ -179,10 +181,11 @@ const SETUP_MARGIN: Duration = Duration::from_secs(2);
 /// Registers `meetings` meetings over `tenants`, `participants` each (of
 /// u0..u9), on the channels `channels_of(i)` gives meeting i, all due at `due`.
 ///
-/// Each tenant's meetings go in one batch (one transaction, one index write),
-/// as a calendar importing them would: twenty writes one by one took over 6 s
-/// on a loaded 2-core machine, and a burst registered after its due instant
-/// is late before the daemon sees it. Panics, saying so, if the set-up still
+/// Through the bench's `scenario::register`: each tenant's meetings in one
+/// batch (one transaction, one index write), as a calendar importing them
+/// would. Twenty writes one by one took over 6 s on a loaded 2-core machine,
+/// and a burst registered after its due instant is late before the daemon
+/// sees it. Panics, saying so, if the set-up still
 /// ends later than [`SETUP_MARGIN`] before `due`: what the test then
 /// measures is the set-up, not the pipeline.
 pub async fn register_burst(
@@ -207,18 +210,17 @@ pub async fn register_burst(
         let input = meeting_at(due, &people, &channels);
         list.push((tenant, format!("drill-{i}"), input));
     }
-    for tenant in tenants {
-        let items: Vec<(ScheduleId, ScheduleInput)> = list
-            .iter()
-            .filter(|(t, _, _)| t == tenant)
-            .map(|(_, id, input)| (id.parse().unwrap(), input.clone()))
-            .collect();
-        for chunk in items.chunks(toki_core::registrar::MAX_BATCH) {
-            for written in toki.registrar().put_schedules(tenant, chunk).await.unwrap() {
-                written.unwrap();
-            }
-        }
-    }
+    let meetings = list
+        .iter()
+        .map(|(tenant, id, input)| Meeting {
+            tenant: tenant.clone(),
+            id: id.parse().unwrap(),
+            input: input.clone(),
+        })
+        .collect();
+    register(toki, meetings, &Progress::new(false))
+        .await
+        .unwrap();
     let margin = due - Utc::now();
     let needed = ChronoDuration::from_std(SETUP_MARGIN).unwrap();
     assert!(
