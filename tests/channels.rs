@@ -546,3 +546,95 @@ fn a_bad_smtp_url_is_refused_naming_the_field_and_the_part() {
         );
     }
 }
+
+/// A `chat.postMessage` endpoint that holds each request until `permits`
+/// are in flight at once (or every request expected has arrived), and
+/// records the order in which recipients arrived and the most in flight.
+#[derive(Clone)]
+struct HeldSlack {
+    permits: usize,
+    expected: usize,
+    /// (in flight, arrived so far)
+    state: std::sync::Arc<tokio::sync::watch::Sender<(usize, usize)>>,
+    arrivals: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    most_in_flight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn held_post(
+    axum::extract::State(s): axum::extract::State<HeldSlack>,
+    body: axum::Json<serde_json::Value>,
+) -> axum::Json<serde_json::Value> {
+    use std::sync::atomic::Ordering;
+    let user = body["channel"].as_str().unwrap_or_default().to_owned();
+    s.arrivals.lock().unwrap().push(user.clone());
+    s.state.send_modify(|(in_flight, arrived)| {
+        *in_flight += 1;
+        *arrived += 1;
+        s.most_in_flight.fetch_max(*in_flight, Ordering::SeqCst);
+    });
+    let mut rx = s.state.subscribe();
+    rx.wait_for(|(in_flight, arrived)| *in_flight >= s.permits || *arrived >= s.expected)
+        .await
+        .unwrap();
+    s.state.send_modify(|(in_flight, _)| *in_flight -= 1);
+    axum::Json(if user == "A3" {
+        serde_json::json!({"ok": false, "error": "user_not_found"})
+    } else {
+        serde_json::json!({"ok": true, "ts": "1.0"})
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notification() {
+    let permits = 3;
+    let per_batch = 12;
+    let held = HeldSlack {
+        permits,
+        expected: 2 * per_batch,
+        state: std::sync::Arc::new(tokio::sync::watch::channel((0, 0)).0),
+        arrivals: Default::default(),
+        most_in_flight: Default::default(),
+    };
+    let app = axum::Router::new()
+        .route("/api/chat.postMessage", axum::routing::post(held_post))
+        .with_state(held.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let slack = SlackChannel::api(&url, "xoxb-test", permits, clock()).unwrap();
+    let batch = |prefix: &str| -> Vec<Notification> {
+        (0..per_batch)
+            .map(|i| {
+                let mut n = notification(i, &format!("{prefix}{i}"));
+                n.key.schedule = format!("{prefix}-s{i}").parse().unwrap();
+                n
+            })
+            .collect()
+    };
+    let (a, b) = (batch("A"), batch("B"));
+    let (ra, rb) = tokio::join!(slack.send(&a), slack.send(&b));
+    for (i, r) in ra.iter().enumerate() {
+        match r {
+            Err(SendError::Permanent(e)) if i == 3 => assert!(e.contains("user_not_found")),
+            Ok(_) if i != 3 => {}
+            other => panic!("A{i}: {other:?}"),
+        }
+    }
+    assert!(rb.iter().all(|r| r.is_ok()), "{rb:?}");
+    let most = held
+        .most_in_flight
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(most, permits, "at most (and up to) the permits in flight");
+    let arrivals = held.arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 2 * per_batch, "{arrivals:?}");
+    // One batch's requests, then the next one's: the first batch ends
+    // first (its messages are recorded and acknowledged, and the daemon
+    // takes new ones), rather than every batch ending together.
+    let first_b = arrivals.iter().position(|u| u.starts_with('B')).unwrap();
+    let last_a = arrivals.iter().rposition(|u| u.starts_with('A')).unwrap();
+    assert_eq!(
+        (last_a, first_b),
+        (per_batch - 1, per_batch),
+        "the batches' requests interleaved: {arrivals:?}"
+    );
+}

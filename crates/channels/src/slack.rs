@@ -25,6 +25,14 @@ struct SlackReply {
     error: Option<String>,
 }
 
+/// The Web API's requests in flight, shared by every batch.
+struct Permits {
+    requests: tokio::sync::Semaphore,
+    /// Batches take the permits in the order they come, one batch's
+    /// requests before the next one's (tokio's mutex is fair).
+    turn: Mutex<()>,
+}
+
 enum Mode {
     Api {
         client: reqwest::Client,
@@ -32,7 +40,7 @@ enum Mode {
         token: String,
         /// Requests in flight across every batch: reuses a bounded pool of
         /// keep-alive connections instead of opening one per request at the due instant.
-        permits: Arc<tokio::sync::Semaphore>,
+        permits: Arc<Permits>,
     },
     Outbox(Arc<Mutex<tokio::fs::File>>),
 }
@@ -79,7 +87,10 @@ impl SlackChannel {
                 client,
                 base_url: base_url.trim_end_matches('/').to_owned(),
                 token: token.to_owned(),
-                permits: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
+                permits: Arc::new(Permits {
+                    requests: tokio::sync::Semaphore::new(concurrency.max(1)),
+                    turn: Mutex::new(()),
+                }),
             },
             concurrency: concurrency.max(1),
             clock,
@@ -147,6 +158,57 @@ impl SlackChannel {
         serde_json::to_writer(&mut out, &body)
             .map_err(|e| SendError::Permanent(format!("slack: body: {e}")))?;
         Ok(out)
+    }
+
+    /// Sends a batch with at most one request per free permit. A request's
+    /// body and future are made only once its permit is taken: a batch
+    /// waiting for permits holds one waiter, not a future and a serialised
+    /// body per notification (23 MB of the daemon's heap at 30,000 Slack
+    /// notifications due at once: BENCHMARKS.md). Batches take their turn
+    /// in the order they come, as when each queued all its requests at
+    /// once: batches served in turn, one request each, ended together, so a
+    /// daemon at its `max_in_flight` took new messages later (the last of
+    /// 100,000 about a second later: BENCHMARKS.md).
+    async fn send_with_permits(
+        clock: &dyn Clock,
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        token: &reqwest::header::HeaderValue,
+        permits: &Permits,
+        batch: &[Notification],
+    ) -> Vec<SendResult> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let mut results: Vec<Option<SendResult>> = vec![None; batch.len()];
+        let mut in_flight = FuturesUnordered::new();
+        let turn = permits.turn.lock().await;
+        for (i, n) in batch.iter().enumerate() {
+            // Pinned once: its place in the semaphore's queue is kept while
+            // the requests already in flight are driven.
+            let acquire = permits.requests.acquire();
+            tokio::pin!(acquire);
+            let permit = loop {
+                tokio::select! {
+                    biased;
+                    permit = &mut acquire => break permit.expect("semaphore never closed"),
+                    Some((j, r)) = in_flight.next() => results[j] = Some(r),
+                }
+            };
+            match Self::body(n, None) {
+                Ok(body) => in_flight.push(async move {
+                    let _permit = permit;
+                    (i, Self::post(clock, client, url, token, body.into()).await)
+                }),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        drop(turn);
+        while let Some((j, r)) = in_flight.next().await {
+            results[j] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(SendError::transient("slack: no answer"))))
+            .collect()
     }
 
     async fn post(
@@ -401,22 +463,8 @@ impl ChannelSender for SlackChannel {
                             return vec![Err(err); batch.len()];
                         }
                     };
-                // Bodies are serialised before any permit is taken. (Serialising
-                // them before the due instant instead bought nothing measurable
-                // and held more memory across the lead: BENCHMARKS.md.)
-                let bodies: Vec<_> = batch
-                    .iter()
-                    .map(|n| Self::body(n, None).map(bytes::Bytes::from))
-                    .collect();
-                let sends: Vec<_> = bodies
-                    .into_iter()
-                    .map(|body| async move {
-                        let body = body?;
-                        let _permit = permits.acquire().await.expect("semaphore never closed");
-                        Self::post(self.clock.as_ref(), client, url, token, body).await
-                    })
-                    .collect();
-                futures::future::join_all(sends).await
+                Self::send_with_permits(self.clock.as_ref(), client, url, token, permits, batch)
+                    .await
             }
             Mode::Outbox(file) => {
                 let mut lines = Vec::new();
