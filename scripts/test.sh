@@ -48,12 +48,24 @@ wait_for() { # url-or-port what
 
 # The Python tools install while cargo builds the tests (both take minutes cold).
 step "python tools in the background (.venv-tools, pinned in scripts/requirements-test.txt; .venv-localstack)"
+# Installed with uv (pinned, from PyPI, into each venv by its pip): pip took
+# about 80 s of CPU for the tools alone, uv about 5, and the installs share
+# the two cores with the test build (README, Tests: CI). uv does not compile
+# bytecode up front; Python does it for the modules a tool imports.
+UV_VERSION=0.13.9
+uv_into() { # venv
+  [ -x "$1/bin/uv" ] && [ "$("$1/bin/uv" --version | cut -d' ' -f2)" = "$UV_VERSION" ] && return 0
+  "$1/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+}
 install_tools() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   local stamp="$VENV/.toki-test.sha256" want
   want="$(cat scripts/requirements-test.txt infra/requirements-tools.txt | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    (cd scripts && "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt)
+    uv_into "$VENV"
+    (cd scripts && "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -r requirements-test.txt)
+    # infra/check.sh's own stamp: its tools are in already.
+    sha256sum infra/requirements-tools.txt | cut -d' ' -f1 >"$VENV/.toki-tools.sha256"
     echo "$want" >"$stamp"
   fi
 }
@@ -70,7 +82,8 @@ install_localstack() {
   local want
   want="$(sha256sum scripts/requirements-localstack.txt | cut -d' ' -f1)"
   if [ "$(cat "$LS_VENV/.toki.sha256" 2>/dev/null)" != "$want" ]; then
-    "$LS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/requirements-localstack.txt
+    uv_into "$LS_VENV"
+    "$LS_VENV/bin/uv" pip install --quiet --python "$LS_VENV/bin/python" -r scripts/requirements-localstack.txt
     echo "$want" >"$LS_VENV/.toki.sha256"
   fi
 }
@@ -232,9 +245,34 @@ idle=()
 command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && idle+=(chrt --idle 0)
 command -v ionice >/dev/null && ionice -c3 true 2>/dev/null && idle+=(ionice -c3)
 part schemathesis env TOKI_VENV="$VENV" ${idle[@]+"${idle[@]}"} nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
+# CI's Lambda zips (TOKI_TEST_ZIPS=1, set by .ci/run): the binaries without
+# tests built on top of the test build, and zipped, at idle priority in the
+# CPU the tests leave. Started once the test parts have their binaries (else
+# its build would hold cargo's lock while they wait for it).
+if [ -n "${TOKI_TEST_ZIPS:-}" ]; then
+  zips() {
+    local name
+    for name in tests localstack; do
+      [ -e "$WORK/part-$name.log" ] || continue
+      until grep -qE '^ *Starting|^running [0-9]+ test' "$WORK/part-$name.log" || [ -e "$WORK/part-$name.rc" ]; do sleep 1; done
+    done
+    cargo build --workspace --all-targets
+    scripts/build-lambdas.sh --from-build "${CARGO_TARGET_DIR:-target}/debug"
+  }
+  part zips ${idle[@]+"${idle[@]}"} nice -n 19 bash -c "$(declare -f zips); WORK='$WORK'; zips"
+fi
 FAILED=()
+flow() {
+  if cargo nextest --version >/dev/null 2>&1; then
+    step "the flow tests, on a quiet machine (cargo nextest run -E '$FLOW')"
+    cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$FLOW" "$@" || FAILED+=(flow)
+  fi
+}
 for p in "${PARTS[@]}"; do
   name="${p%%:*}"
+  # The parts at idle priority (schemathesis, the zips) take no CPU the flow
+  # tests want: those run as soon as the others have ended.
+  case "$name" in schemathesis | zips) [ -n "${FLOW_RAN:-}" ] || { flow "$@"; FLOW_RAN=1; } ;; esac
   wait "${p#*:}" || true
   rc="$(cat "$WORK/part-$name.rc" 2>/dev/null || echo 1)"
   case "$name" in
@@ -242,15 +280,13 @@ for p in "${PARTS[@]}"; do
     localstack) title="AWS tests with LocalStack's SQS + moto's DynamoDB" ;;
     infra) title="infra: cfn-lint and emulator deploy (infra/check.sh)" ;;
     schemathesis) title="schemathesis against toki serve (scripts/schemathesis.sh)" ;;
+    zips) title="CI's Lambda zips: cargo build --workspace --all-targets; scripts/build-lambdas.sh --from-build" ;;
   esac
   step "$title: exit $rc"
   cat "$WORK/part-$name.log"
   [ "$rc" = 0 ] || FAILED+=("$name")
 done
-if cargo nextest --version >/dev/null 2>&1; then
-  step "the flow tests, on a quiet machine (cargo nextest run -E '$FLOW')"
-  cargo nextest run --workspace --no-fail-fast --no-tests=pass -E "$FLOW" "$@" || FAILED+=(flow)
-fi
+[ -n "${FLOW_RAN:-}" ] || flow "$@"
 if [ "${#FAILED[@]}" -gt 0 ]; then
   step "FAILED: ${FAILED[*]}"
   exit 1
