@@ -244,7 +244,6 @@ part infra env TOKI_VENV="$VENV" bash infra/check.sh
 idle=()
 command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && idle+=(chrt --idle 0)
 command -v ionice >/dev/null && ionice -c3 true 2>/dev/null && idle+=(ionice -c3)
-part schemathesis env TOKI_VENV="$VENV" ${idle[@]+"${idle[@]}"} nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
 # CI's Lambda zips (TOKI_TEST_ZIPS=1, set by .ci/run): the binaries without
 # tests built on top of the test build, and zipped, at idle priority in the
 # CPU the tests leave. Started once the test parts have their binaries (else
@@ -261,6 +260,7 @@ if [ -n "${TOKI_TEST_ZIPS:-}" ]; then
   }
   part zips ${idle[@]+"${idle[@]}"} nice -n 19 bash -c "$(declare -f zips); WORK='$WORK'; zips"
 fi
+part schemathesis env TOKI_VENV="$VENV" ${idle[@]+"${idle[@]}"} nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
 FAILED=()
 flow() {
   if cargo nextest --version >/dev/null 2>&1; then
@@ -270,9 +270,10 @@ flow() {
 }
 for p in "${PARTS[@]}"; do
   name="${p%%:*}"
-  # The parts at idle priority (schemathesis, the zips) take no CPU the flow
-  # tests want: those run as soon as the others have ended.
-  case "$name" in schemathesis | zips) [ -n "${FLOW_RAN:-}" ] || { flow "$@"; FLOW_RAN=1; } ;; esac
+  # Schemathesis, at idle priority, takes no CPU the flow tests want: they
+  # run as soon as the other parts have ended (the zips too: they end
+  # within the tests' time, and a build beside the flow tests is not quiet).
+  case "$name" in schemathesis) [ -n "${FLOW_RAN:-}" ] || { flow "$@"; FLOW_RAN=1; } ;; esac
   wait "${p#*:}" || true
   rc="$(cat "$WORK/part-$name.rc" 2>/dev/null || echo 1)"
   case "$name" in
