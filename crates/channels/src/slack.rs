@@ -164,11 +164,11 @@ impl SlackChannel {
     /// body and future are made only once its permit is taken: a batch
     /// waiting for permits holds one waiter, not a future and a serialised
     /// body per notification (23 MB of the daemon's heap at 30,000 Slack
-    /// notifications due at once: BENCHMARKS.md). Batches take their turn
-    /// in the order they come, as when each queued all its requests at
-    /// once: batches served in turn, one request each, ended together, so a
-    /// daemon at its `max_in_flight` took new messages later (the last of
-    /// 100,000 about a second later: BENCHMARKS.md).
+    /// notifications due at once: BENCHMARKS.md). Batches take the permits
+    /// one batch after another, in the order they come: served in turn, one
+    /// request each, they all ended together, so a daemon at its
+    /// `max_in_flight` took new messages later (the last of 100,000 about a
+    /// second later: BENCHMARKS.md).
     async fn send_with_permits(
         clock: &dyn Clock,
         client: &reqwest::Client,
