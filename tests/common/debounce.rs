@@ -49,7 +49,8 @@ pub async fn both_edges_across_a_daemon_restart(
                     retry: toki_core::daemon::RetryPolicy {
                         base: Duration::from_millis(200),
                         cap: Duration::from_secs(2),
-                        ..Default::default()
+                        // The rest as the daemon's own (busy_wait follows its visibility).
+                        ..DaemonSettings::default().retry
                     },
                     ..DaemonSettings::default()
                 },
