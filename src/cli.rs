@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toki_app::{BackendKind, Config, Toki};
-use toki_core::{Channel, TenantId};
+use toki_model::{Channel, TenantId};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -173,7 +173,7 @@ pub enum Command {
         count: usize,
         /// From this instant (RFC 3339); default: now.
         #[arg(long, value_parser = parse_instant)]
-        from: Option<toki_core::Instant>,
+        from: Option<toki_model::Instant>,
         #[arg(long)]
         json: bool,
     },
@@ -345,7 +345,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 large,
                 large_limits: match &large_limits {
                     Some(spec) => {
-                        let mut limits = toki_core::flow::ContractLimits::default();
+                        let mut limits = toki_model::limits::ContractLimits::default();
                         limits.edit(spec).map_err(|e| {
                             anyhow::anyhow!("--large-limits: {}: {}", e.field, e.problem)
                         })?;
@@ -408,7 +408,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 std::fs::read_to_string(&file)
                     .with_context(|| format!("reading {}", file.display()))?
             };
-            let input: toki_core::input::ScheduleInput = serde_json::from_str(&text)
+            let input: toki_model::input::ScheduleInput = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a schedule body", file.display()))?;
             let from = from.unwrap_or_else(chrono::Utc::now);
             match toki_app::preview::preview(&input, from, count) {
@@ -557,7 +557,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
             }
             if turned_on {
                 // What was edited while notices were off is not news now.
-                let store = toki_core::ports::TenantStores::open(toki.stores.as_ref(), &id).await?;
+                let store = toki_ports::TenantStores::open(toki.stores.as_ref(), &id).await?;
                 store.clear_change_baselines().await?;
             }
             toki.directory.put(&record).await?;
@@ -617,7 +617,7 @@ async fn tenant(file: Option<&std::path::Path>, command: TenantCommand) -> anyho
 }
 
 /// `off`, or `on (min 5 s, max 300 s, cap 900 s)`.
-fn notices_summary(n: &toki_core::change::ChangeNoticeSettings) -> String {
+fn notices_summary(n: &toki_model::change::ChangeNoticeSettings) -> String {
     if !n.enabled {
         return "off".into();
     }
@@ -630,7 +630,7 @@ fn notices_summary(n: &toki_core::change::ChangeNoticeSettings) -> String {
     )
 }
 
-fn parse_instant(s: &str) -> Result<toki_core::Instant, String> {
+fn parse_instant(s: &str) -> Result<toki_model::Instant, String> {
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.to_utc())
         .map_err(|e| format!("{s:?} is not an RFC 3339 instant ({e})"))

@@ -319,7 +319,7 @@ async fn input_limits_are_answered_and_nothing_is_written() {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let starts = (Utc::now() + ChronoDuration::days(1)).to_rfc3339();
     // Too many rules: 422 naming the field and the limit.
-    let rules: Vec<Value> = (0..=toki_core::input::MAX_RULES)
+    let rules: Vec<Value> = (0..=toki_model::input::MAX_RULES)
         .map(|m| json!({"minutes_before": m, "channels": ["chat"]}))
         .collect();
     let r = http

@@ -29,8 +29,8 @@ use chrono::{DateTime, Duration as ChronoDuration};
 use common::clock::OffsetClock;
 use serde_json::{json, Value};
 use toki_app::{api, Config, Toki};
-use toki_core::ports::TenantStores;
-use toki_core::{Channel, DeliveryStatus, Instant, TenantId};
+use toki_model::{Channel, DeliveryStatus, Instant, TenantId};
+use toki_ports::TenantStores;
 
 fn at(s: &str) -> Instant {
     DateTime::parse_from_rfc3339(s).unwrap().to_utc()

@@ -10,12 +10,12 @@ use common::notification;
 use common::pipeline::{due_in, meeting, Harness};
 use common::services::{slack_standin, smtp};
 use toki_channels::{MailChannel, SlackChannel};
-use toki_core::channel::{ChannelSender, Notification, SendError};
-use toki_core::*;
 use toki_devtools::slack_standin::StandinOptions;
+use toki_model::*;
+use toki_ports::channel::{ChannelSender, Notification, SendError};
 
-fn clock() -> std::sync::Arc<dyn toki_core::ports::Clock> {
-    std::sync::Arc::new(toki_core::ports::SystemClock)
+fn clock() -> std::sync::Arc<dyn toki_ports::Clock> {
+    std::sync::Arc::new(toki_ports::SystemClock)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,10 +18,11 @@ use chrono::{Duration as ChronoDuration, Utc};
 use toki_aws::aws_sdk_dynamodb::types::{IndexStatus as GsiStatus, TableStatus};
 use toki_aws::aws_sdk_sqs::types::QueueAttributeName;
 use toki_aws::{AwsNames, DynamoReminderIndex, SqsDelayQueue};
-use toki_core::message;
-use toki_core::plan::Partition;
-use toki_core::ports::{DelayQueue, OutgoingMessage, ReminderIndex, TenantDirectory};
-use toki_core::{IndexStatus, StoreError};
+use toki_model::index::Partition;
+use toki_model::IndexStatus;
+use toki_ports::message;
+use toki_ports::StoreError;
+use toki_ports::{DelayQueue, OutgoingMessage, ReminderIndex, TenantDirectory};
 
 use common::conformance::reminder;
 
@@ -226,7 +227,7 @@ async fn init_aws_script_creates_the_resources() {
         names.index_table.clone(),
         4,
         Duration::from_secs(3600),
-        Arc::new(toki_core::ports::SystemClock),
+        Arc::new(toki_ports::SystemClock),
     );
     let r = reminder("acme", "from-script", ChronoDuration::minutes(3), 1);
     ix.replace_schedule(
@@ -314,7 +315,7 @@ async fn index_skips_expired_rows_and_never_creates_rows_by_update() {
     assert_eq!(
         rows[0].status,
         IndexStatus::Enqueuing {
-            lease_until: toki_core::from_millis("l", lease.timestamp_millis()).unwrap()
+            lease_until: toki_model::from_millis("l", lease.timestamp_millis()).unwrap()
         }
     );
     assert!(
@@ -337,7 +338,7 @@ async fn index_skips_expired_rows_and_never_creates_rows_by_update() {
 }
 
 /// Rows of `rows`' partitions in their due range.
-async fn count(ix: &DynamoReminderIndex, rows: &[toki_core::Reminder]) -> usize {
+async fn count(ix: &DynamoReminderIndex, rows: &[toki_model::Reminder]) -> usize {
     let parts: std::collections::BTreeSet<_> = rows.iter().map(|r| Partition::of(r, 2)).collect();
     let from = rows.iter().map(|r| r.due_at.0).min().unwrap();
     let to = rows.iter().map(|r| r.due_at.0).max().unwrap();
@@ -356,7 +357,7 @@ async fn index_replaces_more_rows_than_one_batch() {
         .map(|i| {
             let mut r = reminder(&tenant, "big", ChronoDuration::minutes(3), 1);
             r.key.minutes_before = i;
-            r.due_at = toki_core::Reminder::due_for(r.key.occurrence, i);
+            r.due_at = toki_model::Reminder::due_for(r.key.occurrence, i);
             r
         })
         .collect();
@@ -462,7 +463,7 @@ async fn errors_map_to_store_errors() {
         aws_support::unique("missing"),
         4,
         Duration::from_secs(60),
-        Arc::new(toki_core::ports::SystemClock),
+        Arc::new(toki_ports::SystemClock),
     );
     let r = reminder("acme", "s1", ChronoDuration::minutes(1), 1);
     match ix
@@ -470,7 +471,7 @@ async fn errors_map_to_store_errors() {
         .await
     {
         Err(e @ StoreError::Backend { .. }) => {
-            let m = toki_core::error::chain(&e);
+            let m = toki_model::error::chain(&e);
             assert!(m.contains("ResourceNotFound"), "{m}")
         }
         other => panic!("missing table: {other:?}"),

@@ -5,7 +5,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory, TenantStore};
+use toki_ports::{DelayQueue, ReminderIndex, TenantDirectory, TenantStore};
 use toki_sql::{ControlDb, SqliteDelayQueue, SqliteReminderIndex, SqliteTenantDirectory};
 
 async fn control() -> ControlDb {
@@ -18,7 +18,7 @@ async fn queue(max_receives: u32) -> Arc<dyn DelayQueue> {
         control().await.pool,
         common::conformance::unique("q"),
         max_receives,
-        Arc::new(toki_core::ports::SystemClock),
+        Arc::new(toki_ports::SystemClock),
     ))
 }
 
@@ -38,11 +38,11 @@ async fn store() -> Arc<dyn TenantStore> {
     common::services::sqlite_store().await
 }
 
-async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
+async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
     Arc::new(toki_sql::SqliteDebounceStore::new(control().await.pool))
 }
 
-async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     Arc::new(toki_sql::SqliteLeaseStore::new(control().await.pool))
 }
 

@@ -5,8 +5,8 @@ use crate::common;
 
 use std::sync::Arc;
 
-use toki_core::ports::{DelayQueue, ReminderIndex, SystemClock, TenantDirectory, TenantStore};
 use toki_core::testing::{MemoryDirectory, MemoryIndex, MemoryQueue, MemoryTenantStore};
+use toki_ports::{DelayQueue, ReminderIndex, SystemClock, TenantDirectory, TenantStore};
 
 async fn queue(max_receives: u32) -> Arc<dyn DelayQueue> {
     Arc::new(MemoryQueue::new(Arc::new(SystemClock), max_receives))
@@ -24,11 +24,11 @@ async fn store() -> Arc<dyn TenantStore> {
     Arc::new(MemoryTenantStore::default())
 }
 
-async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
+async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
     Arc::new(toki_core::testing::MemoryDebounceStore::default())
 }
 
-async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     Arc::new(toki_core::testing::MemoryLeaseStore::default())
 }
 

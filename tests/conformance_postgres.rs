@@ -4,7 +4,7 @@ use crate::common;
 
 use std::sync::Arc;
 
-use toki_core::ports::TenantStore;
+use toki_ports::TenantStore;
 
 async fn store() -> Arc<dyn TenantStore> {
     common::services::postgres_store().await

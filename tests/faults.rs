@@ -19,10 +19,10 @@ use common::faults::{
 use common::pipeline::Harness;
 use common::process::{Process, TOKI};
 use toki_app::{Config, Toki};
-use toki_core::ports::OutgoingMessage;
-use toki_core::Channel;
 use toki_devtools::slack_standin::Behaviour;
 use toki_devtools::smtp_standin::SmtpBehaviour;
+use toki_model::Channel;
+use toki_ports::OutgoingMessage;
 
 const ALL: [Channel; 3] = [Channel::Chat, Channel::Slack, Channel::Mail];
 
@@ -324,7 +324,7 @@ async fn poison_messages_are_dead_lettered_and_the_rest_goes_out_on_time() {
     let t = tenants(&h.toki, &["poison"]).await;
     let garbage: Vec<OutgoingMessage> = (0..10)
         .map(|i| {
-            let mut attributes = toki_core::message::Attributes::new();
+            let mut attributes = toki_ports::message::Attributes::new();
             attributes.insert("tenant".into(), t[0].to_string());
             attributes.insert("due".into(), format!("garbage-{i}"));
             OutgoingMessage {
@@ -356,7 +356,7 @@ async fn poison_messages_are_dead_lettered_and_the_rest_goes_out_on_time() {
     assert_eq!(letters.len(), 10);
     assert!(letters
         .iter()
-        .all(|l| l.attributes[toki_core::ports::DEAD_LETTER_REASON].contains("undecodable")));
+        .all(|l| l.attributes[toki_ports::DEAD_LETTER_REASON].contains("undecodable")));
     report(
         "Poison messages",
         "10 undecodable messages among the burst",
@@ -463,7 +463,7 @@ async fn a_reschedule_storm_delivers_only_the_last_time() {
     let h = pipeline(&sinks, |c| c.pipeline.window_s = 10).await;
     let t = tenants(&h.toki, &["storm"]).await;
     let people: Vec<String> = (0..3).map(|k| format!("u{k}")).collect();
-    let id: toki_core::ScheduleId = "drill-0".parse().unwrap();
+    let id: toki_model::ScheduleId = "drill-0".parse().unwrap();
     let base = due_in(6);
     let mut last = base;
     for i in 0..20 {
@@ -524,7 +524,7 @@ async fn a_late_delete_and_move_are_honoured() {
         .enumerate()
         .map(|(i, (tenant, id, input))| {
             let registrar = h.toki.registrar();
-            let id: toki_core::ScheduleId = id.parse().unwrap();
+            let id: toki_model::ScheduleId = id.parse().unwrap();
             let moved = meeting_at(moved_to, &input.participants, &ALL);
             async move {
                 if i % 2 == 0 {

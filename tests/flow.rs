@@ -7,7 +7,7 @@ use crate::common;
 
 /// `toki bench ARGS --json`, with the flow's log lines in the daemons' logs.
 fn bench(args: &[&str]) -> serde_json::Value {
-    common::bench(args, &[("RUST_LOG", "warn,toki_core::flow=info")])
+    common::bench(args, &[("RUST_LOG", "warn,toki_flow=info")])
 }
 
 /// The run's lateness for one group (`large tenant`, `other tenants`),

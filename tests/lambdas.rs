@@ -20,8 +20,8 @@ use lambda_http::{Context, LambdaEvent, Service};
 use serde_json::{json, Value};
 use toki_app::Toki;
 use toki_aws::aws_sdk_dynamodb::types::AttributeValue;
-use toki_core::message;
-use toki_core::TenantId;
+use toki_model::TenantId;
+use toki_ports::message;
 
 const TENANT: &str = "acme";
 
@@ -566,10 +566,9 @@ async fn a_registration_the_index_missed_is_repaired_and_delivered_on_time() {
     stop.send(true).unwrap();
     task.await.unwrap();
     assert_eq!(s.delivered, 2, "mail and chat to ana: {s:?}");
-    let store =
-        toki_core::ports::TenantStores::open(aws.toki.stores.as_ref(), &TENANT.parse().unwrap())
-            .await
-            .unwrap();
+    let store = toki_ports::TenantStores::open(aws.toki.stores.as_ref(), &TENANT.parse().unwrap())
+        .await
+        .unwrap();
     for row in store.deliveries().await.unwrap() {
         let late = (row.at - row.due_at.0).num_milliseconds();
         assert!(

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::conformance::unique;
 use toki_channels::{ses_error_verdict, MailChannel};
-use toki_core::channel::{ChannelSender, Notification, SendError};
-use toki_core::*;
+use toki_model::*;
+use toki_ports::channel::{ChannelSender, Notification, SendError};
 
 fn notification(i: usize, subject: &str) -> Notification {
     let mut n = common::notification(i, "U0");
@@ -35,7 +35,7 @@ fn channel(client: aws_sdk_sesv2::Client, from: &str) -> MailChannel {
         from,
         4,
         Duration::from_secs(10),
-        Arc::new(toki_core::ports::SystemClock),
+        Arc::new(toki_ports::SystemClock),
     )
     .unwrap()
 }

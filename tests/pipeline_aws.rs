@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::pipeline::{due_in, meeting, user};
 use toki_app::{Config, Toki};
-use toki_core::TenantId;
+use toki_model::TenantId;
 
 fn config(dir: &std::path::Path) -> Config {
     let mut config = aws_support::backend_config("pa", dir);

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use common::pipeline::{due_in, meeting, Harness};
-use toki_core::message;
-use toki_core::plan::reminders_for;
-use toki_core::ports::{OutgoingMessage, TenantStores};
-use toki_core::{DeliveryStatus, IndexStatus};
 use toki_devtools::scenario::sink_key;
+use toki_model::index::reminders_for;
+use toki_model::{DeliveryStatus, IndexStatus};
+use toki_ports::message;
+use toki_ports::{OutgoingMessage, TenantStores};
 
-fn assert_on_time(outcomes: &[toki_core::DeliveryOutcome]) {
+fn assert_on_time(outcomes: &[toki_model::DeliveryOutcome]) {
     for o in outcomes {
         let late = (o.at - o.due_at.0).num_milliseconds();
         assert!(
@@ -189,7 +189,7 @@ async fn a_message_received_twice_delivers_once() {
         id: id.into(),
         body: reminder.key.to_string(),
         attributes: message::encode(&reminder),
-        delay: toki_core::plan::delay_for(reminder.due_at, Utc::now(), Duration::from_secs(1)),
+        delay: toki_model::time::delay_for(reminder.due_at, Utc::now(), Duration::from_secs(1)),
         group: None,
     };
     h.toki
@@ -246,7 +246,7 @@ async fn a_tenant_whose_contract_is_off_gets_nothing() {
     assert_eq!(h.daemon.stats.snapshot().received, 0);
     assert!(h.outcomes(&off).await.is_empty());
     assert!(h.sinks().is_empty());
-    let p = toki_core::plan::Partition::of(
+    let p = toki_model::index::Partition::of(
         &reminders_for(
             &off,
             &r.schedule,
@@ -270,7 +270,7 @@ async fn a_tenant_whose_contract_is_off_gets_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_message_is_dead_lettered_at_once_with_its_reason() {
     let h = Harness::start(|_| {}).await;
-    let mut attributes = toki_core::message::Attributes::new();
+    let mut attributes = toki_ports::message::Attributes::new();
     attributes.insert("tenant".into(), "acme".into());
     attributes.insert("due".into(), "not-a-number".into());
     h.toki
@@ -303,7 +303,7 @@ async fn an_undecodable_message_is_dead_lettered_at_once_with_its_reason() {
         .dead_letters(10, Duration::from_secs(30))
         .await
         .unwrap();
-    let why = &letters[0].attributes[toki_core::ports::DEAD_LETTER_REASON];
+    let why = &letters[0].attributes[toki_ports::DEAD_LETTER_REASON];
     assert!(why.starts_with("undecodable message: "), "{why}");
 }
 
@@ -439,7 +439,7 @@ async fn dead_letters_are_listed_with_their_reason_and_moved_back() {
     assert!(toki_app::redrive::render(&moved).contains("moved 1 of 1"));
 }
 
-fn far_future() -> toki_core::Instant {
+fn far_future() -> toki_model::Instant {
     Utc::now() + ChronoDuration::days(365)
 }
 
@@ -455,7 +455,7 @@ async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
         control.pool.clone(),
         common::conformance::unique("q"),
         5,
-        Arc::new(toki_core::ports::SystemClock),
+        Arc::new(toki_ports::SystemClock),
     ));
     let store = Arc::new(toki_sql::SqliteDebounceStore::new(control.pool.clone()));
     common::debounce::both_edges_across_a_daemon_restart(queue, store).await;

@@ -7,9 +7,9 @@ use crate::common;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestRunner};
 use serde_json::{json, Value};
-use toki_core::input::ScheduleInput;
-use toki_core::message::{self, Attributes};
-use toki_core::{ChannelSet, Occurrence, Reminder, ReminderKey, ScheduleId};
+use toki_model::input::ScheduleInput;
+use toki_model::{ChannelSet, Occurrence, Reminder, ReminderKey, ScheduleId};
+use toki_ports::message::{self, Attributes};
 
 const ATTRS: [&str; 7] = [
     message::ATTR_TENANT,
@@ -56,7 +56,7 @@ fn reminder() -> impl Strategy<Value = Reminder> {
         .prop_map(
             |(tenant, schedule, occurrence, minutes, version, channels)| {
                 let occurrence =
-                    Occurrence(toki_core::domain::from_millis("o", occurrence).unwrap());
+                    Occurrence(toki_model::domain::from_millis("o", occurrence).unwrap());
                 let channels: Vec<_> = channels.iter().map(|c| c.parse().unwrap()).collect();
                 Reminder {
                     key: ReminderKey {
@@ -65,7 +65,7 @@ fn reminder() -> impl Strategy<Value = Reminder> {
                         occurrence,
                         minutes_before: minutes,
                     },
-                    due_at: toki_core::DueAt(occurrence.0),
+                    due_at: toki_model::DueAt(occurrence.0),
                     version,
                     channels: ChannelSet::new("channels", &channels).unwrap(),
                 }
@@ -110,7 +110,7 @@ proptest! {
             match input.validate(&id) {
                 Ok(s) => {
                     // What is accepted keeps every limit the API documents.
-                    use toki_core::input::{MAX_MINUTES_BEFORE, MAX_PARTICIPANTS, MAX_RULES, MAX_TITLE_CHARS};
+                    use toki_model::input::{MAX_MINUTES_BEFORE, MAX_PARTICIPANTS, MAX_RULES, MAX_TITLE_CHARS};
                     prop_assert!(s.rules.len() <= MAX_RULES);
                     prop_assert!(s.participants.len() <= MAX_PARTICIPANTS);
                     prop_assert!(!s.title.is_empty() && s.title.chars().count() <= MAX_TITLE_CHARS);
@@ -145,7 +145,7 @@ fn schedule_json() -> impl Strategy<Value = Value> {
             any::<i64>(),
             -1i64..50_000,
             Just(i64::MIN),
-            Just(toki_core::input::MAX_MINUTES_BEFORE)
+            Just(toki_model::input::MAX_MINUTES_BEFORE)
         ],
         proptest::collection::vec(nasty_string(), 0..4),
     )

@@ -12,10 +12,10 @@ use async_trait::async_trait;
 use chrono::Utc;
 use common::pipeline::{due_in, meeting};
 use toki_app::{Config, Toki};
-use toki_core::channel::{ChannelSender, Notification, SendError};
 use toki_core::daemon::Daemon;
-use toki_core::ports::TenantStores;
-use toki_core::{Channel, DeliveryStatus, Instant};
+use toki_model::{Channel, DeliveryStatus, Instant};
+use toki_ports::channel::{ChannelSender, Notification, SendError};
+use toki_ports::TenantStores;
 use tokio::sync::{watch, Notify};
 
 /// Slack whose first send starts, waits for `release`, then fails; later sends succeed.
@@ -90,7 +90,7 @@ async fn a_newer_copy_meeting_an_older_claim_in_flight_is_not_acknowledged() {
         .await
         .expect("the version-1 send never started");
     // ... when the title changes: version 2, same instant, enqueued at once.
-    let v2 = toki_core::input::ScheduleInput {
+    let v2 = toki_model::input::ScheduleInput {
         title: "Design review (room changed)".into(),
         ..v1.clone()
     };

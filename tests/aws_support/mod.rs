@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use toki_aws::aws_config::SdkConfig;
 use toki_aws::{aws_sdk_dynamodb, aws_sdk_sqs};
 use toki_aws::{DynamoReminderIndex, DynamoTenantDirectory, SqsDelayQueue};
-use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory};
+use toki_ports::{DelayQueue, ReminderIndex, TenantDirectory};
 
 pub const REGION: &str = "us-east-1";
 
@@ -244,7 +244,7 @@ pub async fn dynamo_index(shards: u16, retention: Duration) -> DynamoReminderInd
         table,
         shards,
         retention,
-        std::sync::Arc::new(toki_core::ports::SystemClock),
+        std::sync::Arc::new(toki_ports::SystemClock),
     )
 }
 
@@ -272,7 +272,7 @@ pub async fn directory() -> Arc<dyn TenantDirectory> {
 }
 
 /// Debounce rows in a fresh index table (where they live in production).
-pub async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
+pub async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
     let client = dynamo().await;
     let table = unique("ix");
     toki_aws::ensure_index_table(&client, &table)
@@ -282,7 +282,7 @@ pub async fn debounce_store() -> Arc<dyn toki_core::debounce::DebounceStore> {
 }
 
 /// Lease rows in a fresh index table (where they live in production).
-pub async fn lease_store() -> Arc<dyn toki_core::flow::LeaseStore> {
+pub async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     let client = dynamo().await;
     let table = unique("ix");
     toki_aws::ensure_index_table(&client, &table)

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{Duration as ChronoDuration, Utc};
-use toki_core::ports::Clock;
-use toki_core::Instant;
+use toki_model::Instant;
+use toki_ports::Clock;
 
 /// The true time plus an offset.
 #[derive(Default)]

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use chrono::{Duration as ChronoDuration, Utc};
-use toki_core::message;
-use toki_core::plan::{Partition, Window};
-use toki_core::ports::{
+use toki_model::index::{Partition, Window};
+use toki_model::*;
+use toki_ports::message;
+use toki_ports::{
     DelayQueue, IndexWrite, OutgoingMessage, ReminderIndex, TenantDirectory, TenantStore,
 };
-use toki_core::*;
+use toki_ports::{StoreError, StoreResult};
 
 pub fn unique(prefix: &str) -> String {
     format!(
@@ -376,7 +377,7 @@ pub mod queue {
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].body, "poison");
         assert_eq!(
-            letters[0].attributes[toki_core::ports::DEAD_LETTER_REASON],
+            letters[0].attributes[toki_ports::DEAD_LETTER_REASON],
             "3 failed attempts, the last on slack: HTTP 503"
         );
         assert_eq!(q.redrive(&letters).await.unwrap(), 1);
@@ -387,7 +388,7 @@ pub mod queue {
         assert_eq!(back.len(), 1);
         assert!(!back[0]
             .attributes
-            .contains_key(toki_core::ports::DEAD_LETTER_REASON));
+            .contains_key(toki_ports::DEAD_LETTER_REASON));
         q.delete_batch(&[back[0].receipt.clone()]).await.unwrap();
     }
 
@@ -400,7 +401,7 @@ pub mod queue {
                 m
             })
             .collect();
-        let batches = toki_core::ports::batches(big);
+        let batches = toki_ports::batches(big);
         assert!(
             batches.len() >= 2,
             "split by bytes: {} batches",
@@ -984,7 +985,7 @@ pub mod directory {
         d.put(&rec).await.unwrap();
         assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
         rec.reminders_enabled = false;
-        rec.change_notices = toki_core::change::ChangeNoticeSettings {
+        rec.change_notices = toki_model::change::ChangeNoticeSettings {
             enabled: true,
             min_delay_ms: 250,
             max_delay_ms: 2_000,
@@ -1021,7 +1022,7 @@ macro_rules! directory_conformance {
 
 pub mod store {
     use super::*;
-    use toki_core::input::{RuleInput, ScheduleInput, UserInput};
+    use toki_model::input::{RuleInput, ScheduleInput, UserInput};
 
     pub fn user(id: &str) -> User {
         UserInput {
@@ -1068,7 +1069,7 @@ pub mod store {
     /// that advance it, a token frozen twice telling the same, a deletion
     /// frozen as a cancellation, a re-created schedule starting afresh.
     pub async fn change_baselines_and_notices(s: Arc<dyn TenantStore>) {
-        use toki_core::change::NoticeEdge;
+        use toki_model::change::NoticeEdge;
         for id in ["a", "b"] {
             s.put_user(&user(id), Utc::now()).await.unwrap();
         }
@@ -1175,7 +1176,7 @@ pub mod store {
     /// Freezes of one schedule racing each other: the change is told by
     /// exactly one of them, never by none or two.
     pub async fn racing_freezes_tell_a_change_once(s: Arc<dyn TenantStore>) {
-        use toki_core::change::NoticeEdge;
+        use toki_model::change::NoticeEdge;
         s.put_user(&user("a"), Utc::now()).await.unwrap();
         let id: ScheduleId = "race".parse().unwrap();
         s.put_schedule(&schedule("race", &["a"]), Utc::now())
@@ -1238,7 +1239,7 @@ pub mod store {
     }
 
     pub async fn templates_round_trip(s: Arc<dyn TenantStore>) {
-        use toki_core::template::ReminderTemplate;
+        use toki_model::template::ReminderTemplate;
         assert!(s.templates().await.unwrap().is_empty());
         let slack = ReminderTemplate {
             channel: Channel::Slack,
@@ -1371,7 +1372,7 @@ pub mod store {
             .unwrap()
             .into_iter()
             .map(|w| match w {
-                toki_core::ports::MirrorWork::Upsert(s) => format!("{}@{}", s.id, s.version),
+                toki_ports::MirrorWork::Upsert(s) => format!("{}@{}", s.id, s.version),
                 other => panic!("unexpected {other:?}"),
             })
             .collect();
@@ -1389,7 +1390,7 @@ pub mod store {
             .unwrap()
             .into_iter()
             .map(|w| match w {
-                toki_core::ports::MirrorWork::Upsert(s) => s.id.to_string(),
+                toki_ports::MirrorWork::Upsert(s) => s.id.to_string(),
                 other => panic!("unexpected {other:?}"),
             })
             .collect();
@@ -1409,7 +1410,7 @@ pub mod store {
         let work = s.unmirrored(Utc::now()).await.unwrap();
         assert_eq!(work.len(), 1);
         assert!(
-            matches!(&work[0], toki_core::ports::MirrorWork::Upsert(x) if x.version == saved.version)
+            matches!(&work[0], toki_ports::MirrorWork::Upsert(x) if x.version == saved.version)
         );
         s.mark_mirrored(&saved.id, saved.version, None)
             .await
@@ -1423,7 +1424,7 @@ pub mod store {
         let work = s.unmirrored(Utc::now()).await.unwrap();
         assert_eq!(
             work,
-            vec![toki_core::ports::MirrorWork::Delete {
+            vec![toki_ports::MirrorWork::Delete {
                 schedule: saved.id.clone(),
                 version: v
             }]
@@ -1442,12 +1443,12 @@ pub mod store {
         s.put_user(&user("a"), Utc::now()).await.unwrap();
         let mut input = schedule_input("weekly", &["a"]);
         input.starts_at = "2026-11-23T09:00:00".into();
-        input.recurrence = Some(toki_core::input::RecurrenceInput {
+        input.recurrence = Some(toki_model::input::RecurrenceInput {
             rrule: "FREQ=WEEKLY;BYDAY=MO;COUNT=10".into(),
             exdates: vec!["2026-11-30T09:00:00".into()],
         });
         let mut series = input.validate(&"weekly".parse().unwrap()).unwrap();
-        let moved = toki_core::OccurrenceException {
+        let moved = toki_model::OccurrenceException {
             original: "2026-12-07T08:00:00Z".parse().unwrap(),
             cancelled: false,
             starts_at: Some("2026-12-07T10:00:00Z".parse().unwrap()),
@@ -1479,7 +1480,7 @@ pub mod store {
             .put_schedule(&schedule("once", &["a"]), Utc::now())
             .await
             .unwrap();
-        let horizon: toki_core::Instant = "2026-12-01T00:00:00Z".parse().unwrap();
+        let horizon: toki_model::Instant = "2026-12-01T00:00:00Z".parse().unwrap();
         s.mark_mirrored(&saved.id, saved.version, Some(horizon))
             .await
             .unwrap();
@@ -1495,7 +1496,7 @@ pub mod store {
             .unwrap();
         assert_eq!(work.len(), 1, "{work:?}");
         assert!(
-            matches!(&work[0], toki_core::ports::MirrorWork::Extend(x) if x.id == saved.id && x.version == saved.version),
+            matches!(&work[0], toki_ports::MirrorWork::Extend(x) if x.id == saved.id && x.version == saved.version),
             "{work:?}"
         );
         // A deleted series is not extended; its delete is mirrored.
@@ -1510,7 +1511,7 @@ pub mod store {
             .unwrap();
         assert_eq!(
             work,
-            vec![toki_core::ports::MirrorWork::Delete {
+            vec![toki_ports::MirrorWork::Delete {
                 schedule: saved.id.clone(),
                 version: v
             }]
@@ -1741,7 +1742,7 @@ pub mod store {
         }));
     }
 
-    fn keys(c: &toki_core::ports::Claims) -> Vec<DeliveryKey> {
+    fn keys(c: &toki_ports::Claims) -> Vec<DeliveryKey> {
         c.owned.iter().map(|o| o.key.clone()).collect()
     }
 
@@ -1928,7 +1929,7 @@ pub mod store {
 
     pub async fn chat_messages_are_idempotent(s: Arc<dyn TenantStore>) {
         let k = key("a", Channel::Chat);
-        let m = toki_core::ports::ChatMessage {
+        let m = toki_ports::ChatMessage {
             key: k.clone(),
             version: 3,
             user: "a".parse().unwrap(),
@@ -2042,10 +2043,10 @@ macro_rules! store_conformance {
 
 pub mod debounce {
     use super::*;
-    use toki_core::debounce::{
-        DebounceEntry, DebounceSettings, DebounceStore, DebounceTimer, Debouncer,
-    };
+    use toki_core::debounce::{DebounceTimer, Debouncer};
     use toki_core::testing::RecordingAction;
+    use toki_model::debounce::{DebounceEntry, DebounceSettings};
+    use toki_ports::DebounceStore;
 
     fn entry(key: &str, token: &str, pending: bool) -> DebounceEntry {
         let now = from_millis("now", Utc::now().timestamp_millis()).unwrap();
@@ -2112,7 +2113,7 @@ pub mod debounce {
     /// every call lands (each armed a check) and the row holds one of their tokens.
     pub async fn racing_calls_make_one_leading_edge(s: Arc<dyn DebounceStore>) {
         let key = unique("t:s");
-        let clock: Arc<dyn toki_core::ports::Clock> = Arc::new(toki_core::ports::SystemClock);
+        let clock: Arc<dyn toki_ports::Clock> = Arc::new(toki_ports::SystemClock);
         let timer = Arc::new(CountingTimer::default());
         let debouncer = Debouncer {
             store: s.clone(),
@@ -2177,7 +2178,7 @@ macro_rules! debounce_conformance {
 
 pub mod lease {
     use super::*;
-    use toki_core::flow::{LeaseStore, PartitionLease};
+    use toki_ports::{LeaseStore, PartitionLease};
 
     /// Now, to the millisecond (what every store keeps).
     fn now() -> Instant {

@@ -8,14 +8,16 @@ use std::time::Duration;
 /// runs them: a leading edge at once, one trailing edge after the quiet
 /// delay, the row removed afterwards, nothing left in the queue or dead-lettered.
 pub async fn both_edges_across_a_daemon_restart(
-    queue: std::sync::Arc<dyn toki_core::ports::DelayQueue>,
-    store: std::sync::Arc<dyn toki_core::debounce::DebounceStore>,
+    queue: std::sync::Arc<dyn toki_ports::DelayQueue>,
+    store: std::sync::Arc<dyn toki_ports::DebounceStore>,
 ) {
     use std::sync::Arc;
     use toki_core::daemon::{Daemon, DaemonSettings, DebounceChecks};
-    use toki_core::debounce::{DebounceSettings, DebounceStore, Debouncer, Edge, QueueTimer};
-    use toki_core::ports::{Clock, DelayQueue, SystemClock};
+    use toki_core::debounce::{Debouncer, QueueTimer};
     use toki_core::testing::RecordingAction;
+    use toki_model::debounce::{DebounceSettings, Edge};
+    use toki_ports::DebounceStore;
+    use toki_ports::{Clock, DelayQueue, SystemClock};
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let debouncer = Debouncer {
@@ -127,9 +129,9 @@ pub async fn both_edges_across_a_daemon_restart(
 pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String, String)>) {
     use std::process::Command;
 
-    use toki_core::change::{ChangeNoticeSettings, NoticeEdge};
-    use toki_core::ports::TenantStore;
-    use toki_core::{DeliveryStatus, ScheduleId, TenantId};
+    use toki_model::change::{ChangeNoticeSettings, NoticeEdge};
+    use toki_model::{DeliveryStatus, ScheduleId, TenantId};
+    use toki_ports::TenantStore;
 
     use crate::common::pipeline::{meeting, user};
     use crate::common::process::{Process, TOKI};
@@ -208,7 +210,7 @@ pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String,
         }
     }
     // Over once the key's row is gone: a trailing edge, then a quiet delay.
-    let debounce_key = toki_core::change::debounce_key(&tenant, &id);
+    let debounce_key = toki_model::change::debounce_key(&tenant, &id);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while toki.debounce.get(&debounce_key).await.unwrap().is_some() {
         assert!(
@@ -223,7 +225,7 @@ pub async fn two_processes_one_burst(config: toki_app::Config, env: Vec<(String,
         p.signal("TERM");
         assert!(p.wait_exit(Duration::from_secs(30)).await.is_some());
     }
-    let store = toki_core::ports::TenantStores::open(toki.stores.as_ref(), &tenant)
+    let store = toki_ports::TenantStores::open(toki.stores.as_ref(), &tenant)
         .await
         .unwrap();
     let notices = store.change_notices(&id).await.unwrap();

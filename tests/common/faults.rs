@@ -13,13 +13,13 @@ use chrono::{DateTime, Duration as ChronoDuration, Utc};
 pub use super::pipeline::due_in;
 use serde::Serialize;
 use toki_app::{Config, Toki};
-use toki_core::input::{RuleInput, ScheduleInput};
-use toki_core::ports::TenantStores;
-use toki_core::{Channel, DeliveryStatus, TenantId};
 use toki_devtools::progress::Progress;
 use toki_devtools::scenario::{register, Meeting};
 use toki_devtools::slack_standin::{Standin, StandinOptions};
 use toki_devtools::smtp_standin::SmtpStandin;
+use toki_model::input::{RuleInput, ScheduleInput};
+use toki_model::{Channel, DeliveryStatus, TenantId};
+use toki_ports::TenantStores;
 
 /// The receivers every fault test sends to.
 pub struct Sinks {

@@ -53,9 +53,9 @@ pub fn bench_runs(args: &[&str]) -> Vec<serde_json::Value> {
 /// A notification to recipient `u{i}` (mail `u{i}@example.com`, Slack user
 /// `slack`) about meeting `s{i}`, as the daemon hands it to a channel.
 #[allow(dead_code)]
-pub fn notification(i: usize, slack: &str) -> toki_core::channel::Notification {
-    use toki_core::*;
-    toki_core::channel::Notification {
+pub fn notification(i: usize, slack: &str) -> toki_ports::channel::Notification {
+    use toki_model::*;
+    toki_ports::channel::Notification {
         tenant: "acme".parse().unwrap(),
         key: DeliveryKey {
             schedule: format!("s{i}").parse().unwrap(),

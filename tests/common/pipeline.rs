@@ -8,10 +8,10 @@ use std::time::Duration;
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
 use toki_app::{Config, Toki};
 use toki_core::daemon::Daemon;
-use toki_core::input::{RuleInput, ScheduleInput, UserInput};
-use toki_core::ports::TenantStores;
-use toki_core::{DeliveryOutcome, DeliveryStatus, TenantId};
 use toki_devtools::scenario::{count_outboxes, SinkCounts};
+use toki_model::input::{RuleInput, ScheduleInput, UserInput};
+use toki_model::{DeliveryOutcome, DeliveryStatus, TenantId};
+use toki_ports::TenantStores;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -152,6 +152,6 @@ pub fn meeting(due: DateTime<Utc>) -> ScheduleInput {
 }
 
 /// A schedule id from a literal.
-pub fn sid(s: &str) -> toki_core::ScheduleId {
+pub fn sid(s: &str) -> toki_model::ScheduleId {
     s.parse().unwrap()
 }

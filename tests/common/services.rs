@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use toki_core::ports::TenantStore;
+use toki_ports::TenantStore;
 use toki_sql::{create_tenant_database, PostgresTenantStore, SqliteTenantStore};
 
 use super::conformance::unique;
@@ -62,13 +62,13 @@ pub fn smtp_addr() -> Option<String> {
 pub async fn slack_standin(
     options: toki_devtools::slack_standin::StandinOptions,
 ) -> (toki_devtools::slack_standin::Standin, String) {
-    slack_standin_on(options, Arc::new(toki_core::ports::SystemClock)).await
+    slack_standin_on(options, Arc::new(toki_ports::SystemClock)).await
 }
 
 /// The same, its arrivals on `clock`.
 pub async fn slack_standin_on(
     options: toki_devtools::slack_standin::StandinOptions,
-    clock: Arc<dyn toki_core::ports::Clock>,
+    clock: Arc<dyn toki_ports::Clock>,
 ) -> (toki_devtools::slack_standin::Standin, String) {
     let standin = toki_devtools::slack_standin::Standin::with_clock(options, clock);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

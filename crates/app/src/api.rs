@@ -17,11 +17,12 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use toki_core::input::{
+use toki_core::registrar::{check_batch_len, Registrar, RegistrarError};
+use toki_model::input::{
     OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView, UserInput, UserView,
 };
-use toki_core::registrar::{check_batch_len, Registrar, RegistrarError};
-use toki_core::{ScheduleId, StoreError, TenantId, UserId, ValidationError};
+use toki_model::{ScheduleId, TenantId, UserId, ValidationError};
+use toki_ports::StoreError;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::openapi::{
@@ -215,7 +216,7 @@ impl From<RegistrarError> for ApiError {
                 format!("{what} not found"),
             ),
             RegistrarError::Store(e @ StoreError::Unavailable { .. }) => {
-                tracing::warn!(error = %toki_core::error::chain(&e), "registrar backend unavailable");
+                tracing::warn!(error = %toki_model::error::chain(&e), "registrar backend unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::Unavailable,
@@ -223,7 +224,7 @@ impl From<RegistrarError> for ApiError {
                 )
             }
             RegistrarError::Store(e) => {
-                tracing::error!(error = %toki_core::error::chain(&e), "registrar store error");
+                tracing::error!(error = %toki_model::error::chain(&e), "registrar store error");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     ErrorCode::Internal,

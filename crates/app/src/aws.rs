@@ -8,7 +8,7 @@ use toki_aws::{
     ensure_resources, sdk_config, AwsNames, DynamoDebounceStore, DynamoReminderIndex,
     DynamoTenantDirectory, SqsDelayQueue,
 };
-use toki_core::ports::{Clock, TenantDirectory};
+use toki_ports::{Clock, TenantDirectory};
 use toki_sql::{Locator, SqlTenantStores};
 
 use crate::config::Config;

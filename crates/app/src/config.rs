@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
-use toki_core::flow::FlowSettings;
 use toki_core::settings::PipelineSettings;
+use toki_model::limits::FlowSettings;
 
 /// A setting that holds a credential (a token, a URL with a password): it
 /// never prints (`Debug` and `Display` say `<redacted>`), so no log line,

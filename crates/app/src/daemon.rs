@@ -88,7 +88,7 @@ async fn emit_lateness(toki: Toki, every: Duration, mut shutdown: watch::Receive
             _ = tick.tick() => false,
             _ = shutdown.changed() => true,
         };
-        let now = toki_core::ports::Clock::now(toki.clock.as_ref()).timestamp_millis();
+        let now = toki_ports::Clock::now(toki.clock.as_ref()).timestamp_millis();
         for line in periods.lines(&toki.metrics.encode(), &toki.config.environment, now) {
             println!("{line}");
         }

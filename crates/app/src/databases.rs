@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use toki_core::TenantId;
+use toki_model::TenantId;
 use toki_sql::database_for;
 
 use crate::config::{BackendKind, Config};

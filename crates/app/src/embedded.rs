@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use toki_core::ports::{Clock, TenantDirectory};
+use toki_ports::{Clock, TenantDirectory};
 use toki_sql::{
     ControlDb, Locator, SqlTenantStores, SqliteDebounceStore, SqliteDelayQueue,
     SqliteReminderIndex, SqliteTenantDirectory,

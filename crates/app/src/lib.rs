@@ -18,6 +18,7 @@ pub mod databases;
 mod embedded;
 pub mod emf;
 pub mod logging;
+pub mod metrics;
 #[cfg(feature = "api")]
 mod openapi;
 #[cfg(feature = "api")]

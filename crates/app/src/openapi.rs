@@ -1,6 +1,6 @@
 //! The registrar API's OpenAPI 3 document, served at `GET /openapi.json`:
 //! derived by utoipa from the handlers' `#[utoipa::path]` attributes in
-//! [`crate::api`], and from schema mirrors of `toki_core::input`'s types here.
+//! [`crate::api`], and from schema mirrors of `toki_model::input`'s types here.
 //!
 //! toki-core stays free of utoipa, so its request and view types are
 //! described by the mirror types below, with the same fields and serde
@@ -99,7 +99,7 @@ impl Modify for ApiKeys {
     }
 }
 
-// Path parameters. The patterns are those of `toki_core::domain`'s id
+// Path parameters. The patterns are those of `toki_model::domain`'s id
 // checks (the test holds them to the parsers): a tenant id that does not
 // match gets the same 401 as an unknown tenant, a schedule or user id a 422.
 
@@ -165,7 +165,7 @@ pub struct TemplateKeyPath {
     locale: String,
 }
 
-// Mirrors of `toki_core::input`: same fields, same serde attributes.
+// Mirrors of `toki_model::input`: same fields, same serde attributes.
 
 /// A reminder template (minijinja). Variables: `name` (the recipient's),
 /// `title`, `body`, `starts_at` (`2030-01-21 09:00` in the recipient's

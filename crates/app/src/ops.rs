@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::metrics::{Metrics, CONTENT_TYPE};
 use anyhow::Context;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
@@ -15,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
-use toki_core::metrics::{Metrics, CONTENT_TYPE};
 use tokio::sync::watch;
 
 use crate::toki::Toki;
@@ -39,7 +39,7 @@ async fn metrics(State(toki): State<Toki>) -> Response {
     match tokio::time::timeout(CHECK_TIMEOUT, toki.queue.depth()).await {
         Ok(Ok(depth)) => toki.metrics.observe_queue(&depth),
         Ok(Err(e)) => {
-            tracing::warn!(error = %toki_core::error::chain(&e), "metrics: reading the queue's depth failed")
+            tracing::warn!(error = %toki_model::error::chain(&e), "metrics: reading the queue's depth failed")
         }
         Err(_) => tracing::warn!("metrics: reading the queue's depth timed out"),
     }
@@ -74,7 +74,7 @@ async fn check<T, E: std::error::Error + 'static>(
     let started = Instant::now();
     let error = match tokio::time::timeout(CHECK_TIMEOUT, fut).await {
         Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(toki_core::error::chain(&e)),
+        Ok(Err(e)) => Some(toki_model::error::chain(&e)),
         Err(_) => Some(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
     };
     Check {
@@ -88,7 +88,7 @@ async fn check<T, E: std::error::Error + 'static>(
 /// Whether the control store (lease rows: SQLite embedded, the DynamoDB
 /// index table on AWS), the tenant directory and the delay queue answer now.
 pub async fn readiness(toki: &Toki) -> Readiness {
-    let probe: toki_core::TenantId = "readyz-probe".parse().expect("a valid tenant id");
+    let probe: toki_model::TenantId = "readyz-probe".parse().expect("a valid tenant id");
     let (control, directory, queue) = tokio::join!(
         check("control_store", toki.leases.leases("readyz")),
         check("directory", toki.directory.get(&probe)),

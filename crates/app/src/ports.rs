@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use toki_core::debounce::DebounceStore;
-use toki_core::flow::LeaseStore;
-use toki_core::ports::{DelayQueue, ReminderIndex, TenantDirectory};
+use toki_ports::DebounceStore;
+use toki_ports::LeaseStore;
+use toki_ports::{DelayQueue, ReminderIndex, TenantDirectory};
 use toki_sql::SqlTenantStores;
 
 /// The ports of one backend.

@@ -3,9 +3,9 @@
 
 use chrono::{Duration, SecondsFormat};
 use serde::Serialize;
-use toki_core::input::ScheduleInput;
-use toki_core::recurrence::{DstDecision, DstDrop, Series};
-use toki_core::{Instant, ValidationError};
+use toki_model::input::ScheduleInput;
+use toki_model::recurrence::{DstDecision, DstDrop, Series};
+use toki_model::{Instant, ValidationError};
 
 use crate::table::table;
 
@@ -13,7 +13,7 @@ use crate::table::table;
 pub struct Preview {
     pub time_zone: String,
     pub rrule: Option<String>,
-    pub dst: toki_core::recurrence::DstPolicy,
+    pub dst: toki_model::recurrence::DstPolicy,
     pub occurrences: Vec<PreviewOccurrence>,
     /// Local start times of the rule that the DST policy dropped in the window.
     pub dropped: Vec<DroppedTime>,
@@ -61,7 +61,7 @@ pub fn preview(
         at.with_timezone(&tz)
             .to_rfc3339_opts(SecondsFormat::Secs, false)
     };
-    let expand = |e: toki_core::recurrence::ExpandError| ValidationError::new("recurrence", e.0);
+    let expand = |e: toki_model::recurrence::ExpandError| ValidationError::new("recurrence", e.0);
     let occurrences = if series.rule.is_some() {
         series.next(from, count).map_err(expand)?
     } else {

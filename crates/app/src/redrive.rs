@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use toki_core::error::chain;
-use toki_core::message;
-use toki_core::ports::{ReceivedMessage, TenantStore, TenantStores};
-use toki_core::{DeliveryStatus, TenantId};
+use toki_model::error::chain;
+use toki_model::{DeliveryStatus, TenantId};
+use toki_ports::message;
+use toki_ports::{ReceivedMessage, TenantStore, TenantStores};
 
 use crate::table::table;
 use crate::toki::Toki;
@@ -102,7 +102,7 @@ async fn explain(
             .unwrap_or_else(|| "?".into())
     };
     // The daemon's own verdict, when it dead-lettered the message itself.
-    if let Some(reason) = letter.attributes.get(toki_core::ports::DEAD_LETTER_REASON) {
+    if let Some(reason) = letter.attributes.get(toki_ports::DEAD_LETTER_REASON) {
         return (
             attr(message::ATTR_TENANT),
             attr(message::ATTR_CHANNELS),

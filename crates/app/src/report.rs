@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use toki_core::ports::TenantStores;
-use toki_core::stats::{percentile, Lateness};
-use toki_core::{Channel, DeliveryStatus};
+use toki_model::lateness::{percentile, Lateness};
+use toki_model::{Channel, DeliveryStatus};
+use toki_ports::TenantStores;
 
 use crate::table::table;
 use crate::toki::Toki;

@@ -358,7 +358,7 @@ pub fn cdf_points(sorted_ms: &[i64]) -> Vec<(i64, f64)> {
     (1..=MAX_POINTS)
         .map(|k| {
             let q = k as f64 * 100.0 / MAX_POINTS as f64;
-            (toki_core::stats::percentile(sorted_ms, q), q)
+            (toki_model::lateness::percentile(sorted_ms, q), q)
         })
         .collect()
 }
@@ -383,7 +383,7 @@ mod tests {
     use super::*;
     use crate::report::{summarise, Delivered, ReportRow};
     use chrono::{TimeZone, Utc};
-    use toki_core::Channel;
+    use toki_model::Channel;
 
     fn sample() -> Report {
         let due = Utc.with_ymd_and_hms(2030, 1, 7, 8, 55, 0).unwrap();

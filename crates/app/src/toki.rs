@@ -6,14 +6,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use toki_core::change::NoticeAction;
-use toki_core::debounce::{DebounceStore, Debouncer, QueueTimer};
-use toki_core::flow::LeaseStore;
-use toki_core::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
+use toki_core::debounce::{Debouncer, QueueTimer};
+use toki_core::notice::NoticeAction;
 use toki_core::registrar::ChangeNotices;
 use toki_core::registrar::Registrar;
 use toki_core::scanner::Scanner;
-use toki_core::{TenantId, TenantRecord};
+use toki_model::{TenantId, TenantRecord};
+use toki_ports::DebounceStore;
+use toki_ports::LeaseStore;
+use toki_ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 use toki_sql::{create_tenant_database, SqlTenantStores};
 
 use crate::config::{BackendKind, Config};
@@ -35,7 +36,7 @@ pub struct Toki {
     pub leases: Arc<dyn LeaseStore>,
     pub clock: Arc<dyn Clock>,
     /// This process's figures for `/metrics`.
-    pub metrics: Arc<toki_core::metrics::Metrics>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The SHA-256 of an API key, as the directory stores it.
@@ -47,7 +48,7 @@ pub fn api_key_hash(key: &str) -> String {
 impl Toki {
     /// Opens the configured backend with the wall clock.
     pub async fn open(config: Config) -> anyhow::Result<Self> {
-        Self::open_with_clock(config, Arc::new(toki_core::ports::SystemClock)).await
+        Self::open_with_clock(config, Arc::new(toki_ports::SystemClock)).await
     }
 
     pub async fn open_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
@@ -74,7 +75,7 @@ impl Toki {
             debounce: ports.debounce,
             leases: ports.leases,
             clock,
-            metrics: toki_core::metrics::Metrics::new(),
+            metrics: crate::metrics::Metrics::new(),
         })
     }
 
@@ -149,7 +150,7 @@ impl Toki {
             directory: self.directory.clone(),
             clock: self.clock.clone(),
             settings: self.config.pipeline_settings(),
-            metrics: Some(self.metrics.clone()),
+            observer: Some(self.metrics.clone()),
         }
     }
 
@@ -197,9 +198,9 @@ mod delivery {
     use anyhow::Context;
     use rand::RngCore;
     use toki_channels::{ChatChannel, MailChannel, SlackChannel};
-    use toki_core::channel::ChannelSender;
     use toki_core::daemon::{Daemon, DebounceChecks};
-    use toki_core::flow::Flow;
+    use toki_flow::Flow;
+    use toki_ports::channel::ChannelSender;
 
     use super::Toki;
     use crate::config::MailTransport;
@@ -278,22 +279,24 @@ mod delivery {
 
         pub async fn daemon(&self) -> anyhow::Result<Arc<Daemon>> {
             let notices = self.change_notices();
-            Ok(Arc::new(
-                Daemon::new(
-                    self.queue.clone(),
-                    self.stores.clone(),
-                    self.channels().await?,
-                    self.clock.clone(),
-                    self.config.daemon_settings(),
-                )
-                .with_debounce(DebounceChecks {
-                    debouncer: notices.debouncer,
-                    settings: Default::default(),
-                    action: notices.action,
-                })
-                .with_flow(self.flow())
-                .with_metrics(self.metrics.clone()),
-            ))
+            let daemon = Daemon::new(
+                self.queue.clone(),
+                self.stores.clone(),
+                self.channels().await?,
+                self.clock.clone(),
+                self.config.daemon_settings(),
+            )
+            .with_debounce(DebounceChecks {
+                debouncer: notices.debouncer,
+                settings: Default::default(),
+                action: notices.action,
+            })
+            .with_flow(self.flow())
+            .with_observer(self.metrics.clone());
+            // The daemon's counters, in-flight messages and flow keys, read at each scrape.
+            self.metrics
+                .register_collector(Box::new(crate::metrics::DaemonCollector(daemon.gauges())));
+            Ok(Arc::new(daemon))
         }
     }
 

@@ -16,12 +16,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use toki_app::api;
-use toki_core::input::{
+use toki_core::testing::TestKit;
+use toki_model::input::{
     DstInput, OccurrenceInput, RecurrenceInput, RuleInput, ScheduleInput, UserInput,
 };
-use toki_core::template::TemplateInput;
-use toki_core::testing::TestKit;
-use toki_core::{Channel, ScheduleId, TenantId, UserId};
+use toki_model::template::TemplateInput;
+use toki_model::{Channel, ScheduleId, TenantId, UserId};
 use tower::ServiceExt;
 
 mod common;

@@ -9,8 +9,8 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use toki_app::api;
-use toki_core::ports::TenantStore;
 use toki_core::testing::TestKit;
+use toki_ports::TenantStore;
 use tower::ServiceExt;
 
 mod common;

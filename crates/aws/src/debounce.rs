@@ -11,8 +11,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use toki_core::debounce::{DebounceEntry, DebounceStore};
-use toki_core::{from_millis, StoreResult};
+use toki_model::debounce::DebounceEntry;
+use toki_model::from_millis;
+use toki_ports::DebounceStore;
+use toki_ports::StoreResult;
 
 use crate::error::{conditional, sdk, AwsError};
 use crate::index::{get_n, get_s, n, s};

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use toki_core::ports::TenantDirectory;
-use toki_core::{StoreResult, TenantId, TenantRecord};
+use toki_model::{TenantId, TenantRecord};
+use toki_ports::StoreResult;
+use toki_ports::TenantDirectory;
 
 use crate::error::{sdk, AwsError};
 use crate::index::{get_s, s, FieldError};

@@ -4,7 +4,8 @@ use std::error::Error as StdError;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use toki_core::{StoreError, ValidationError};
+use toki_model::ValidationError;
+use toki_ports::StoreError;
 
 /// A failed AWS call or an unusable answer.
 #[derive(Debug, thiserror::Error)]

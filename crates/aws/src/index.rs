@@ -16,12 +16,14 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use futures::stream::{self, StreamExt};
-use toki_core::plan::{sort_key, to_chrono, Partition};
-use toki_core::ports::{Clock, ReminderIndex};
-use toki_core::{
+use toki_model::index::{sort_key, Partition};
+use toki_model::time::to_chrono;
+use toki_model::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
-    ReminderKey, ScheduleId, StoreResult, TenantId,
+    ReminderKey, ScheduleId, TenantId,
 };
+use toki_ports::StoreResult;
+use toki_ports::{Clock, ReminderIndex};
 
 use crate::error::{sdk, AwsError};
 
@@ -363,7 +365,7 @@ fn corrupt((field, problem): FieldError) -> AwsError {
     AwsError::service("index", format!("corrupt index row: {field}: {problem}"))
 }
 
-fn bad(field: &'static str) -> impl Fn(toki_core::ValidationError) -> FieldError {
+fn bad(field: &'static str) -> impl Fn(toki_model::ValidationError) -> FieldError {
     move |e| (field, e.to_string())
 }
 

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use toki_core::flow::{LeaseStore, PartitionLease};
-use toki_core::{from_millis, Instant, StoreResult};
+use toki_model::{from_millis, Instant};
+use toki_ports::StoreResult;
+use toki_ports::{LeaseStore, PartitionLease};
 
 use crate::error::{conditional, sdk, AwsError};
 use crate::index::{get_n, get_s, n, s};

@@ -11,13 +11,14 @@ use aws_sdk_sqs::types::{
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use aws_sdk_sqs::Client;
-use toki_core::message::Attributes;
-use toki_core::plan::MAX_DELAY;
-use toki_core::ports::{
+use toki_model::time::MAX_DELAY;
+use toki_model::ValidationError;
+use toki_ports::message::Attributes;
+use toki_ports::StoreResult;
+use toki_ports::{
     with_dead_letter_reason, BatchSent, DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage,
     RefusedMessage, DEAD_LETTER_REASON,
 };
-use toki_core::{StoreResult, ValidationError};
 use tokio::sync::OnceCell;
 
 use crate::error::{code_of, sdk, AwsError};
@@ -308,7 +309,7 @@ async fn send_batch_to(
     url: &str,
     messages: &[OutgoingMessage],
 ) -> StoreResult<BatchSent> {
-    toki_core::ports::check_batch(messages)?;
+    toki_ports::check_batch(messages)?;
     if messages.is_empty() {
         return Ok(BatchSent::default());
     }

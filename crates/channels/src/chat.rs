@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
-use toki_core::error::chain;
-use toki_core::ports::{ChatMessage, Clock, TenantStores};
-use toki_core::Channel;
+use toki_model::error::chain;
+use toki_model::Channel;
+use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_ports::{ChatMessage, Clock, TenantStores};
 
 pub struct ChatChannel {
     stores: Arc<dyn TenantStores>,
@@ -30,7 +30,7 @@ impl ChannelSender for ChatChannel {
         let Some(first) = batch.first() else {
             return Vec::new();
         };
-        let failed = |e: &toki_core::StoreError| {
+        let failed = |e: &toki_ports::StoreError| {
             vec![Err(SendError::transient(format!("chat: {}", chain(e)))); batch.len()]
         };
         // A batch is one tenant's (the daemon plans per tenant).

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
-use toki_core::ports::Clock;
-use toki_core::{Channel, Instant};
+use toki_model::{Channel, Instant};
+use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_ports::Clock;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 use tracing::debug;

@@ -10,13 +10,13 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::{warn, Span};
 
-use crate::domain::{Instant, Reminder, ReminderKey};
-use crate::error::chain;
-use crate::message;
-use crate::plan::{delay_for, to_chrono};
-use crate::ports::{batches, Clock, DelayQueue, OutgoingMessage, ReminderIndex};
 use crate::settings::PipelineSettings;
 use crate::trace;
+use toki_model::domain::{Instant, Reminder, ReminderKey};
+use toki_model::error::chain;
+use toki_model::time::{delay_for, to_chrono};
+use toki_ports::message;
+use toki_ports::{batches, Clock, DelayQueue, OutgoingMessage, ReminderIndex};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct EnqueueSummary {

@@ -10,19 +10,20 @@ use futures::StreamExt;
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::domain::{
+use crate::enqueue::enqueue;
+use crate::settings::PipelineSettings;
+use toki_model::domain::{
     Channel, Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
     TenantRecord, User, UserId,
 };
-use crate::enqueue::enqueue;
-use crate::error::{chain, StoreError, ValidationError};
-use crate::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
-use crate::plan::{reminders_for, Window};
-use crate::ports::{
+use toki_model::error::{chain, ValidationError};
+use toki_model::index::{reminders_for, Window};
+use toki_model::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
+use toki_model::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
+use toki_ports::error::StoreError;
+use toki_ports::{
     Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStores,
 };
-use crate::settings::PipelineSettings;
-use crate::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
 
 /// Why a registrar call failed: the caller's input, or ours (with its source).
 #[derive(Debug, Error)]
@@ -48,7 +49,7 @@ impl From<StoreError> for RegistrarError {
 
 /// A stored series that no longer expands: it was valid when written, so
 /// the data is corrupt, not the caller's input.
-fn stored_series(e: crate::domain::SeriesError) -> StoreError {
+fn stored_series(e: toki_model::domain::SeriesError) -> StoreError {
     StoreError::corrupt("schedule recurrence", e.to_string())
 }
 
@@ -86,7 +87,7 @@ pub struct Registered {
 }
 
 /// What the registrar needs to notify participants of changes
-/// ([`crate::change`]): the debouncer of `tenant:schedule` keys and the
+/// ([`toki_model::change`]): the debouncer of `tenant:schedule` keys and the
 /// action its edges take.
 #[derive(Clone)]
 pub struct ChangeNotices {
@@ -621,7 +622,7 @@ impl Registrar {
     /// happens here: a failure is logged; a leading notice that could not be
     /// sent is sent by the check armed with it (the debouncer marks it pending).
     async fn notify_change(&self, notices: &ChangeNotices, record: &TenantRecord, id: &ScheduleId) {
-        let key = crate::change::debounce_key(&record.id, id);
+        let key = toki_model::change::debounce_key(&record.id, id);
         let settings = record.change_notices.debounce();
         if let Err(e) = notices
             .debouncer
@@ -652,11 +653,11 @@ impl Registrar {
                     let until = s
                         .recurrence
                         .as_ref()
-                        .map(|_| now + crate::plan::to_chrono(self.settings.horizon));
+                        .map(|_| now + toki_model::time::to_chrono(self.settings.horizon));
                     let rows = reminders_for(
                         tenant,
                         s,
-                        now - crate::plan::to_chrono(self.settings.look_back),
+                        now - toki_model::time::to_chrono(self.settings.look_back),
                         until.unwrap_or(Instant::MAX_UTC),
                     )
                     .map_err(stored_series)?;
@@ -768,7 +769,8 @@ impl Registrar {
         let store = self.stores.open(tenant).await?;
         let mut repaired = 0;
         // Series with less than half the horizon left are extended.
-        let extend_before = self.clock.now() + crate::plan::to_chrono(self.settings.horizon / 2);
+        let extend_before =
+            self.clock.now() + toki_model::time::to_chrono(self.settings.horizon / 2);
         for work in store.unmirrored(extend_before).await?.chunks(MAX_BATCH) {
             self.mirror(&record, work).await?;
             repaired += work.len();

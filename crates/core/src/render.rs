@@ -1,13 +1,13 @@
 //! Change notices for one recipient: in their time zone and language.
-//! (Reminders are rendered from templates: [`crate::template`].)
+//! (Reminders are rendered from templates: [`toki_model::template`].)
 
-use crate::domain::{Channel, User};
-use crate::template::{escape_mrkdwn, text_to_html, Texts};
+use toki_model::domain::{Channel, User};
+use toki_model::template::{escape_mrkdwn, text_to_html, Texts};
 
 /// A change notice as `channel` sends it: escaped for Slack's mrkdwn; for
 /// mail, an HTML part saying the same.
 pub fn change_texts(
-    change: &crate::change::RecipientChange,
+    change: &toki_model::change::RecipientChange,
     user: &User,
     channel: Channel,
 ) -> Texts {
@@ -33,10 +33,10 @@ pub fn change_texts(
 
 /// (subject, text) of a change notice for one recipient: times in their zone,
 /// in their language.
-pub fn change_text(change: &crate::change::RecipientChange, user: &User) -> (String, String) {
-    use crate::change::RecipientChange as C;
+pub fn change_text(change: &toki_model::change::RecipientChange, user: &User) -> (String, String) {
+    use toki_model::change::RecipientChange as C;
     let tz = user.time_zone;
-    let at = |t: crate::domain::Instant| {
+    let at = |t: toki_model::domain::Instant| {
         format!(
             "{} {}",
             t.with_timezone(&tz).format("%Y-%m-%d %H:%M"),

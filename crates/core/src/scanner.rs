@@ -8,12 +8,13 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::{info, warn, Instrument};
 
-use crate::domain::{IndexStatus, Reminder, TenantId};
 use crate::enqueue::{enqueue, EnqueueSummary};
-use crate::error::{chain, StoreResult};
-use crate::plan::Window;
-use crate::ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 use crate::settings::PipelineSettings;
+use toki_model::domain::{IndexStatus, Reminder, TenantId};
+use toki_model::error::chain;
+use toki_model::index::Window;
+use toki_ports::error::StoreResult;
+use toki_ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 
 /// One scan run, as logged and returned by the scanner Lambda.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -48,8 +49,8 @@ pub struct Scanner {
     pub directory: Arc<dyn TenantDirectory>,
     pub clock: Arc<dyn Clock>,
     pub settings: PipelineSettings,
-    /// Where each run is counted for `/metrics` (none: not exported).
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Where each run is reported (none: nowhere).
+    pub observer: Option<Arc<dyn crate::observe::Observer>>,
 }
 
 impl Scanner {
@@ -81,8 +82,8 @@ impl Scanner {
             span.record("toki.rows_seen", s.scanned);
             span.record("toki.enqueued", s.enqueued);
         }
-        if let Some(m) = &self.metrics {
-            m.observe_scan(
+        if let Some(o) = &self.observer {
+            o.scan_finished(
                 run.as_ref().ok(),
                 started.elapsed().as_secs_f64(),
                 self.clock.now().timestamp(),

@@ -16,9 +16,9 @@ use std::sync::OnceLock;
 use tracing::field::Empty;
 use tracing::Span;
 
-use crate::channel::{Notification, SendResult};
-use crate::domain::{DueAt, ReminderKey};
-use crate::message::{Attributes, ATTR_TRACEPARENT};
+use toki_model::domain::{DueAt, ReminderKey};
+use toki_ports::channel::{Notification, SendResult};
+use toki_ports::message::{Attributes, ATTR_TRACEPARENT};
 
 /// The span target every pipeline span uses (the OTLP layer's filter keeps it).
 pub const TARGET: &str = "toki::trace";

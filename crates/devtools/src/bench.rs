@@ -9,9 +9,9 @@ use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use toki_core::ports::TenantStores;
-use toki_core::stats::Lateness;
-use toki_core::{Channel, DeliveryStatus};
+use toki_model::lateness::Lateness;
+use toki_model::{Channel, DeliveryStatus};
+use toki_ports::TenantStores;
 
 use crate::progress::Progress;
 use crate::scenario;
@@ -47,7 +47,7 @@ pub struct BenchOptions {
     /// burst beside the others'): lateness is then reported per group.
     pub large: Option<usize>,
     /// The large tenant's contract limits (its own caps).
-    pub large_limits: Option<toki_core::flow::ContractLimits>,
+    pub large_limits: Option<toki_model::limits::ContractLimits>,
     /// Where each run's lateness CDF goes, as SVG (`--plot DIR`).
     pub plot: Option<PathBuf>,
 }
@@ -253,7 +253,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 /// Counts delivered rows across tenants.
 async fn delivered_rows(
     toki: &Toki,
-    tenants: &[toki_core::TenantId],
+    tenants: &[toki_model::TenantId],
     channel: Channel,
 ) -> anyhow::Result<u64> {
     let mut n = 0;
@@ -270,7 +270,7 @@ async fn delivered_rows(
 /// Delivered rows per daemon process (in `pids` order), from the claim holder each row names.
 async fn delivered_by_daemon(
     toki: &Toki,
-    tenants: &[toki_core::TenantId],
+    tenants: &[toki_model::TenantId],
     pids: &[u32],
 ) -> anyhow::Result<Vec<u64>> {
     let mut share = vec![0; pids.len()];
@@ -579,7 +579,7 @@ pub async fn run_once(
 /// Lateness (ms) of every delivered row of `channel`, for `--plot`.
 async fn delivered_lateness(
     toki: &Toki,
-    tenants: &[toki_core::TenantId],
+    tenants: &[toki_model::TenantId],
     channel: Channel,
 ) -> anyhow::Result<Vec<i64>> {
     let mut late = Vec::new();

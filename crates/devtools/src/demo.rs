@@ -7,7 +7,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use toki_core::Channel;
+use toki_model::Channel;
 use tokio::sync::watch;
 
 use crate::progress::Progress;
@@ -32,7 +32,7 @@ pub struct DemoReport {
     pub missing: u64,
     pub duplicates: u64,
     pub stale: u64,
-    pub lateness_ms: toki_core::stats::Lateness,
+    pub lateness_ms: toki_model::lateness::Lateness,
     pub elapsed_s: f64,
     pub backend: BackendKind,
     pub tenants: usize,

@@ -10,11 +10,11 @@ use anyhow::Context;
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
-use toki_core::input::{RuleInput, ScheduleInput, UserInput};
-use toki_core::plan::millis_between;
-use toki_core::ports::{Clock, SystemClock, TenantStores};
-use toki_core::stats::Lateness;
-use toki_core::{Channel, DeliveryKey, DeliveryStatus, ScheduleId, TenantId};
+use toki_model::input::{RuleInput, ScheduleInput, UserInput};
+use toki_model::lateness::Lateness;
+use toki_model::time::millis_between;
+use toki_model::{Channel, DeliveryKey, DeliveryStatus, ScheduleId, TenantId};
+use toki_ports::{Clock, SystemClock, TenantStores};
 
 use toki_app::Toki;
 
@@ -185,7 +185,7 @@ pub async fn register(
         for registered in written {
             let registered =
                 registered.with_context(|| format!("registering a meeting of {tenant}"))?;
-            let reminders = toki_core::plan::reminders_for(
+            let reminders = toki_model::index::reminders_for(
                 &tenant,
                 &registered.schedule,
                 now - ChronoDuration::from_std(settings.look_back).unwrap_or_default(),
@@ -294,7 +294,7 @@ pub async fn verify(
     for (tenant, keys) in expected {
         let store = toki.stores.open(tenant).await?;
         let rows = store.deliveries().await?;
-        let by_key: HashMap<&DeliveryKey, &toki_core::DeliveryOutcome> =
+        let by_key: HashMap<&DeliveryKey, &toki_model::DeliveryOutcome> =
             rows.iter().map(|r| (&r.key, r)).collect();
         // Chat rows are the chat channel's sink.
         let mut chat_counts: HashMap<DeliveryKey, u64> = HashMap::new();

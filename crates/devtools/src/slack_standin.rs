@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use serde_json::{json, Value};
-use toki_core::ports::Clock;
+use toki_ports::Clock;
 
 /// How the stand-in behaves.
 #[derive(Debug, Clone, Default)]
@@ -177,7 +177,7 @@ pub struct Arrival {
 
 impl Standin {
     pub fn new(options: StandinOptions) -> Self {
-        Self::with_clock(options, Arc::new(toki_core::ports::SystemClock))
+        Self::with_clock(options, Arc::new(toki_ports::SystemClock))
     }
 
     /// A stand-in whose arrivals (and rate-limit window) follow `clock`, so a

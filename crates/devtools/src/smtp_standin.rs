@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use toki_core::ports::Clock;
+use toki_ports::Clock;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -287,7 +287,7 @@ impl SmtpStandin {
         let mail = AcceptedMail {
             delivery: header(DELIVERY_HEADER),
             message_id: header("message-id:"),
-            arrived_ms: toki_core::ports::SystemClock.now().timestamp_millis(),
+            arrived_ms: toki_ports::SystemClock.now().timestamp_millis(),
             data,
         };
         let mut rec = self.recorded.lock().expect("smtp lock");

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use toki_core::ports::Clock;
 use toki_devtools::slack_standin::{RateLimit, Standin, StandinOptions, StandinStats};
+use toki_ports::Clock;
 
 /// A clock that stands still until told, in ms since the epoch.
 struct HandClock(AtomicI64);

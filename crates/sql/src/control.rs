@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use toki_core::StoreResult;
+use toki_ports::StoreResult;
 
 use crate::db_err;
 
@@ -44,7 +44,7 @@ impl ControlDb {
     pub async fn open(path: &Path) -> StoreResult<Self> {
         let pool = open_sqlite(path).await?;
         CONTROL_MIGRATIONS.run(&pool).await.map_err(|e| {
-            toki_core::StoreError::backend(format!("migrating {}", path.display()), e)
+            toki_ports::StoreError::backend(format!("migrating {}", path.display()), e)
         })?;
         Ok(ControlDb { pool })
     }

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{Row, SqlitePool};
-use toki_core::debounce::{DebounceEntry, DebounceStore};
-use toki_core::{from_millis, StoreError, StoreResult};
+use toki_model::debounce::DebounceEntry;
+use toki_model::from_millis;
+use toki_ports::DebounceStore;
+use toki_ports::{StoreError, StoreResult};
 
 use crate::db_err;
 
@@ -22,7 +24,7 @@ impl SqliteDebounceStore {
 }
 
 /// A stored value that does not read back (the error names the column).
-fn corrupt(e: toki_core::ValidationError) -> StoreError {
+fn corrupt(e: toki_model::ValidationError) -> StoreError {
     StoreError::backend("debounce row", e)
 }
 
@@ -47,7 +49,7 @@ impl DebounceStore for SqliteDebounceStore {
             last_call: from_millis("last_call_ms", row.get("last_call_ms")).map_err(corrupt)?,
             delay: Duration::from_millis(
                 u64::try_from(delay_ms)
-                    .map_err(|e| corrupt(toki_core::ValidationError::new("delay_ms", e)))?,
+                    .map_err(|e| corrupt(toki_model::ValidationError::new("delay_ms", e)))?,
             ),
             pending: row.get::<i64, _>("pending") != 0,
         }))

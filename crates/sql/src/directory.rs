@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::Row;
-use toki_core::ports::TenantDirectory;
-use toki_core::{StoreResult, TenantId, TenantRecord, ValidationError};
+use toki_model::{TenantId, TenantRecord, ValidationError};
+use toki_ports::StoreResult;
+use toki_ports::TenantDirectory;
 
 use crate::db_err;
 
@@ -22,7 +23,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
     let id: String = row.get("id");
     Ok(TenantRecord {
         id: TenantId::parse_field("tenant", &id).map_err(|e: ValidationError| {
-            toki_core::StoreError::corrupt("tenant directory row", e)
+            toki_ports::StoreError::corrupt("tenant directory row", e)
         })?,
         reminders_enabled: row.get("reminders_enabled"),
         active: row.get("active"),
@@ -31,7 +32,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
         change_notices: match row.get::<Option<String>, _>("change_notices") {
             None => Default::default(),
             Some(json) => serde_json::from_str(&json).map_err(|e| {
-                toki_core::StoreError::corrupt(
+                toki_ports::StoreError::corrupt(
                     "tenant directory column change_notices",
                     e.to_string(),
                 )
@@ -40,7 +41,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
         limits: match row.get::<Option<String>, _>("limits") {
             None => Default::default(),
             Some(json) => serde_json::from_str(&json).map_err(|e| {
-                toki_core::StoreError::corrupt("tenant directory column limits", e.to_string())
+                toki_ports::StoreError::corrupt("tenant directory column limits", e.to_string())
             })?,
         },
     })

@@ -4,12 +4,14 @@
 use async_trait::async_trait;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
-use toki_core::plan::{sort_key, to_chrono, Partition};
-use toki_core::ports::{IndexWrite, ReminderIndex};
-use toki_core::{
+use toki_model::index::{sort_key, Partition};
+use toki_model::time::to_chrono;
+use toki_model::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
-    ReminderKey, ScheduleId, StoreError, StoreResult, TenantId,
+    ReminderKey, ScheduleId, TenantId,
 };
+use toki_ports::{IndexWrite, ReminderIndex};
+use toki_ports::{StoreError, StoreResult};
 
 use crate::db_err;
 
@@ -271,7 +273,7 @@ impl ReminderIndex for SqliteReminderIndex {
             // Nothing was claimed: the same failure for every row, as
             // retryable as the one the transaction met.
             Err(e) => {
-                let why = toki_core::error::chain(&e);
+                let why = toki_model::error::chain(&e);
                 let again = |why: String| {
                     if e.is_transient() {
                         StoreError::unavailable("claiming index rows", why)

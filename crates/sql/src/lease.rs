@@ -4,8 +4,9 @@
 
 use async_trait::async_trait;
 use sqlx::{Row, SqlitePool};
-use toki_core::flow::{LeaseStore, PartitionLease};
-use toki_core::{from_millis, Instant, StoreError, StoreResult, ValidationError};
+use toki_model::{from_millis, Instant, ValidationError};
+use toki_ports::{LeaseStore, PartitionLease};
+use toki_ports::{StoreError, StoreResult};
 
 use crate::db_err;
 

@@ -19,7 +19,7 @@ pub mod queue;
 pub mod stores;
 pub mod tenant_store;
 
-use toki_core::StoreError;
+use toki_ports::StoreError;
 
 /// A database error as a store error: transient (worth retrying) or not, with
 /// the driver's error as its source.
@@ -37,7 +37,7 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
 /// into a write; on Postgres, a plain `BEGIN`.
 pub(crate) async fn begin_write<DB: sqlx::Database>(
     pool: &sqlx::Pool<DB>,
-) -> toki_core::StoreResult<sqlx::Transaction<'static, DB>> {
+) -> toki_ports::StoreResult<sqlx::Transaction<'static, DB>> {
     let begin = if DB::NAME == "SQLite" {
         "BEGIN IMMEDIATE"
     } else {

@@ -9,12 +9,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{QueryBuilder, Row, Sqlite};
-use toki_core::message::Attributes;
-use toki_core::ports::{
+use toki_model::ValidationError;
+use toki_ports::message::Attributes;
+use toki_ports::{
     with_dead_letter_reason, BatchSent, Clock, DelayQueue, OutgoingMessage, QueueDepth,
     ReceivedMessage,
 };
-use toki_core::{StoreError, StoreResult, ValidationError};
+use toki_ports::{StoreError, StoreResult};
 use tokio::sync::Notify;
 
 use crate::db_err;
@@ -104,7 +105,7 @@ fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
     let count: i64 = row.get("receive_count");
     let attrs: String = row.get("attributes");
     Ok(ReceivedMessage {
-        receipt: toki_core::ports::receipt(id, count),
+        receipt: toki_ports::receipt(id, count),
         body: row.get("body"),
         attributes: serde_json::from_str::<Attributes>(&attrs)
             .map_err(|e| StoreError::corrupt(format!("queue message {id} attributes"), e))?,
@@ -113,13 +114,13 @@ fn to_received(row: &sqlx::sqlite::SqliteRow) -> StoreResult<ReceivedMessage> {
 }
 
 fn parse_receipt(r: &str) -> StoreResult<(i64, i64)> {
-    Ok(toki_core::ports::parse_receipt(r)?)
+    Ok(toki_ports::parse_receipt(r)?)
 }
 
 #[async_trait]
 impl DelayQueue for SqliteDelayQueue {
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<BatchSent> {
-        toki_core::ports::check_batch(messages)?;
+        toki_ports::check_batch(messages)?;
         if messages.is_empty() {
             return Ok(BatchSent::default());
         }

@@ -10,8 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::ConnectOptions;
-use toki_core::ports::{TenantDirectory, TenantStore, TenantStores};
-use toki_core::{StoreError, StoreResult, TenantId};
+use toki_model::TenantId;
+use toki_ports::{StoreError, StoreResult};
+use toki_ports::{TenantDirectory, TenantStore, TenantStores};
 use tokio::sync::Mutex;
 use tracing::info;
 

@@ -8,8 +8,8 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
 use toki_core::registrar::Registrar;
-use toki_core::template::{ReminderTemplate, TemplateInput, Texts};
-use toki_core::{Channel, ValidationError};
+use toki_model::template::{ReminderTemplate, TemplateInput, Texts};
+use toki_model::{Channel, ValidationError};
 use utoipa::ToSchema;
 
 use super::{authorize, parse_body, ApiError, ApiState, ErrorBody};

@@ -2,9 +2,9 @@
 //! whose API key is [`KEY`].
 
 use toki_app::api_key_hash;
-use toki_core::ports::TenantDirectory;
 use toki_core::testing::TestKit;
-use toki_core::TenantRecord;
+use toki_model::TenantRecord;
+use toki_ports::TenantDirectory;
 
 pub const KEY: &str = "toki_test_key";
 

@@ -20,9 +20,9 @@ use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
 use thiserror::Error;
-use toki_core::channel::{ChannelSender, Notification, SendError, SendResult};
-use toki_core::ports::Clock;
-use toki_core::{Channel, Instant};
+use toki_model::{Channel, Instant};
+use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_ports::Clock;
 use tracing::debug;
 
 use ses::{SesMail, SesTransport};

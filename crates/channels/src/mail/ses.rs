@@ -16,7 +16,7 @@ use std::time::Duration;
 use aws_sdk_sesv2::error::ProvideErrorMetadata;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, RawMessage};
-use toki_core::channel::SendError;
+use toki_ports::channel::SendError;
 
 /// How long a throttled mail waits before it is tried again (SES gives no Retry-After).
 const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
@@ -71,7 +71,7 @@ impl SesTransport {
             Ok(out) => Ok(out.message_id.unwrap_or_default()),
             Err(e) => Err(error_verdict(
                 e.code(),
-                e.message().or(Some(&toki_core::error::chain(&e))),
+                e.message().or(Some(&toki_model::error::chain(&e))),
             )),
         }
     }
@@ -91,7 +91,7 @@ impl SesTransport {
             Err(e) if e.code() == Some("NotFoundException") => Ok(()),
             Err(e) => Err(error_verdict(
                 e.code(),
-                e.message().or(Some(&toki_core::error::chain(&e))),
+                e.message().or(Some(&toki_model::error::chain(&e))),
             )),
         }
     }

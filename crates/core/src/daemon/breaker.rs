@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use crate::channel::ChannelSender;
-use crate::domain::Channel;
-use crate::error::chain;
-use crate::ports::DelayQueue;
+use toki_model::domain::Channel;
+use toki_model::error::chain;
+use toki_ports::channel::ChannelSender;
+use toki_ports::DelayQueue;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSettings {

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use crate::debounce::{DebounceAction, DebounceSettings, Debouncer};
-use crate::error::chain;
-use crate::message::DebounceCheck;
-use crate::ports::ReceivedMessage;
+use crate::debounce::{DebounceAction, Debouncer};
+use toki_model::debounce::DebounceSettings;
+use toki_model::error::chain;
+use toki_ports::message::DebounceCheck;
+use toki_ports::ReceivedMessage;
 
 use super::work::MessageFate;
 use super::{overdue, Daemon};
@@ -49,7 +50,7 @@ impl Daemon {
                     warn!(key = %check.key, %reason, "debounce check failed; it comes back");
                     MessageFate::Unprocessed {
                         reason,
-                        overdue: overdue(crate::domain::DueAt(check.due), self.clock.now()),
+                        overdue: overdue(toki_model::domain::DueAt(check.due), self.clock.now()),
                     }
                 }
             };

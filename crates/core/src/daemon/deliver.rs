@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use futures::future::join_all;
+
+use crate::observe::OutcomeCounts;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::error;
 
-use crate::error::chain;
+use toki_model::error::chain;
 
 use super::plan::Verdict;
 use super::prepare::Prepared;
@@ -45,7 +47,7 @@ impl Daemon {
             spans,
             ..
         }: Prepared,
-    ) -> Vec<(crate::ports::ReceivedMessage, MessageFate)> {
+    ) -> Vec<(toki_ports::ReceivedMessage, MessageFate)> {
         let skipped = plan
             .messages
             .iter()
@@ -70,13 +72,10 @@ impl Daemon {
         let tally = Tally::of(&outcomes);
         // Counted once stored, like the counters below: a scrape that sees a
         // delivery finds its row.
-        let observed = self
-            .metrics
-            .as_ref()
-            .map(|_| crate::metrics::Observed::of(&outcomes));
+        let counts = self.observer.as_ref().map(|_| OutcomeCounts::of(&outcomes));
         let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
-        if let (Some(m), Some(observed), true) = (&self.metrics, &observed, recorded.is_ok()) {
-            m.observe(observed);
+        if let (Some(o), Some(counts), true) = (&self.observer, &counts, recorded.is_ok()) {
+            o.deliveries_recorded(counts);
         }
         // Counted once stored: whoever waits on the counters finds the rows.
         self.stats.add_tally(&tally);
@@ -86,7 +85,7 @@ impl Daemon {
             error!(tenant = %plan.tenant, error = %chain(&e), "recording outcomes failed; messages will come back");
             let now = self.clock.now();
             for (msg, fate) in &mut settlement.fates {
-                let due = crate::message::decode(&msg.attributes).map(|r| r.due_at);
+                let due = toki_ports::message::decode(&msg.attributes).map(|r| r.due_at);
                 *fate = MessageFate::Unprocessed {
                     reason: format!("recording outcomes failed: {e}"),
                     overdue: due.map(|d| overdue(d, now)).unwrap_or_default(),

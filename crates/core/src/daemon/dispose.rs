@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tracing::{debug, error, warn};
 
-use crate::error::chain;
-use crate::message::{ATTR_SCHEDULE, ATTR_TENANT};
-use crate::ports::ReceivedMessage;
+use toki_model::error::chain;
+use toki_ports::message::{ATTR_SCHEDULE, ATTR_TENANT};
+use toki_ports::ReceivedMessage;
 
 use super::settle::{disposition, Disposition};
 use super::work::MessageFate;

@@ -10,12 +10,12 @@ use std::time::Duration;
 use futures::future::join_all;
 use tracing::{warn, Span};
 
-use crate::channel::{ChannelSender, Notification, SendError, SendResult};
-use crate::domain::{Channel, DueAt, ScheduleId, TenantId};
-use crate::error::chain;
-use crate::plan::wait_between;
-use crate::ports::TenantStore;
 use crate::trace;
+use toki_model::domain::{Channel, DueAt, ScheduleId, TenantId};
+use toki_model::error::chain;
+use toki_model::time::wait_between;
+use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
+use toki_ports::TenantStore;
 
 use super::breaker::probe_until_closed;
 use super::plan::{PlannedMessage, ToSend};

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 
-use crate::channel::{ChannelSender, Notification, SendError, SendResult};
-use crate::domain::Channel;
-use crate::flow::{
-    slack_channel_key, slack_workspace_key, smtp_key, tenant_key, Flow, FlowSettings,
+use toki_flow::Flow;
+use toki_model::domain::Channel;
+use toki_model::limits::{
+    slack_channel_key, slack_workspace_key, smtp_key, tenant_key, FlowSettings,
 };
+use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 
 use super::Daemon;
 
@@ -38,7 +39,7 @@ impl Daemon {
         // Until the last of them is due: they wait in memory till then.
         let until = tokio::time::Instant::now()
             + last_due.map_or(std::time::Duration::ZERO, |due| {
-                crate::plan::wait_between(self.clock.now(), due.0)
+                toki_model::time::wait_between(self.clock.now(), due.0)
             });
         let settings = flow.settings();
         let mut keys = Vec::new();

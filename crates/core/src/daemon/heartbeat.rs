@@ -9,7 +9,7 @@ use futures::future::join_all;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::error::chain;
+use toki_model::error::chain;
 
 use super::Daemon;
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::domain::TenantId;
+use toki_model::domain::TenantId;
 
 /// What one batch holds.
 #[derive(Debug, Default, Clone)]

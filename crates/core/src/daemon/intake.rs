@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::domain::{Instant, TenantId};
-use crate::message;
-use crate::plan::{to_chrono, wait_between};
-use crate::ports::ReceivedMessage;
+use toki_model::domain::{Instant, TenantId};
+use toki_model::time::{to_chrono, wait_between};
+use toki_ports::message;
+use toki_ports::ReceivedMessage;
 
 use super::work::{MessageFate, Work};
 
@@ -18,9 +18,9 @@ pub struct Intake {
     pub by_tenant: BTreeMap<TenantId, Vec<Work>>,
     /// Messages that go back to the queue as they are, and why.
     pub set_aside: Vec<(ReceivedMessage, MessageFate)>,
-    /// Debounce checks (the timers of [`crate::debounce`]), not reminders.
+    /// Debounce checks (the timers of [`toki_model::debounce`]), not reminders.
     pub checks: Vec<(ReceivedMessage, message::DebounceCheck)>,
-    /// Change notices ([`crate::change`]): delivered at once.
+    /// Change notices ([`toki_model::change`]): delivered at once.
     pub notices: Vec<(ReceivedMessage, message::NoticeMessage)>,
 }
 

@@ -32,6 +32,7 @@ mod templates;
 mod tests;
 mod work;
 
+use crate::observe::{DaemonGauges, Observer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,11 +41,11 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::channel::ChannelSender;
-use crate::domain::{Channel, Instant};
-use crate::error::chain;
-use crate::flow::Flow;
-use crate::ports::{Clock, DelayQueue, TenantStores};
+use toki_flow::Flow;
+use toki_model::domain::{Channel, Instant};
+use toki_model::error::chain;
+use toki_ports::channel::ChannelSender;
+use toki_ports::{Clock, DelayQueue, TenantStores};
 
 pub use breaker::{BreakerSettings, Breakers};
 pub use checks::DebounceChecks;
@@ -123,14 +124,14 @@ pub struct Daemon {
     debounce: Option<checks::DebounceChecks>,
     /// Limits on the services deliveries spend (none: nothing is limited).
     flow: Option<Arc<Flow>>,
-    /// Where outcomes are counted for `/metrics` (none: not exported).
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Where outcomes are reported (none: nowhere).
+    observer: Option<Arc<dyn Observer>>,
     templates: templates::TemplateCache,
 }
 
 /// How long past due a message is at `now` (zero before).
-fn overdue(due: crate::domain::DueAt, now: Instant) -> Duration {
-    crate::plan::wait_between(due.0, now)
+fn overdue(due: toki_model::domain::DueAt, now: Instant) -> Duration {
+    toki_model::time::wait_between(due.0, now)
 }
 
 impl Daemon {
@@ -155,22 +156,25 @@ impl Daemon {
             warmed: Mutex::default(),
             debounce: None,
             flow: None,
-            metrics: None,
+            observer: None,
             templates: templates::TemplateCache::default(),
         }
     }
 
-    /// Counts outcomes and lateness into `metrics`, and lets it read the
-    /// daemon's counters, in-flight messages and (if set before) the flow's
-    /// keys at each scrape.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
-        metrics.register_collector(Box::new(stats::DaemonCollector {
+    /// Reports each batch's outcomes, once stored, to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// What an observer may read at any time: the counters, the messages
+    /// held now and (if set before) the flow's keys.
+    pub fn gauges(&self) -> DaemonGauges {
+        DaemonGauges {
             stats: self.stats.clone(),
             in_flight: self.holdings.messages.clone(),
             flow: self.flow.clone(),
-        }));
-        self.metrics = Some(metrics);
-        self
+        }
     }
 
     /// Sends through the gates of `flow`'s limits.
@@ -180,7 +184,7 @@ impl Daemon {
     }
 
     /// The limits' figures now (empty without flow control).
-    pub fn flow_stats(&self) -> Vec<crate::flow::KeyStats> {
+    pub fn flow_stats(&self) -> Vec<toki_flow::KeyStats> {
         self.flow.as_ref().map(|f| f.stats()).unwrap_or_default()
     }
 

@@ -1,4 +1,4 @@
-//! Change notices arriving on the delay queue ([`crate::change`]): frozen in
+//! Change notices arriving on the delay queue ([`toki_model::change`]): frozen in
 //! the tenant's database, then delivered like reminders (claimed per
 //! recipient and channel, one row each), at once rather than at a due
 //! instant. A message received twice finds its notice frozen and its
@@ -10,16 +10,17 @@ use std::sync::Arc;
 use futures::future::join_all;
 use tracing::{info, warn};
 
-use crate::change::RecipientChange;
-use crate::channel::{Notification, SendError};
-use crate::domain::{
+use crate::render::change_texts;
+use toki_model::change::RecipientChange;
+use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant, User,
     UserId,
 };
-use crate::error::{chain, StoreError};
-use crate::message::NoticeMessage;
-use crate::ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
-use crate::render::change_texts;
+use toki_model::error::chain;
+use toki_ports::channel::{Notification, SendError};
+use toki_ports::error::StoreError;
+use toki_ports::message::NoticeMessage;
+use toki_ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
 
 use super::holdings::Held;
 use super::plan::{undeliverable, ToSend};

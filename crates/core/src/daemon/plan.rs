@@ -3,12 +3,12 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::channel::Notification;
-use crate::domain::{
+use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryKey, DueAt, ReminderKey, ScheduleId, TenantId, User, UserId,
 };
-use crate::ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
-use crate::template::Templates;
+use toki_model::template::Templates;
+use toki_ports::channel::Notification;
+use toki_ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
 
 use super::work::Work;
 

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use futures::future::join_all;
 use tracing::warn;
 
-use crate::domain::{Instant, TenantId};
-use crate::error::{chain, StoreError};
-use crate::flow::tenantdb_key;
-use crate::plan::to_chrono;
-use crate::ports::{Claims, DeliveryContext, TenantStore};
-use crate::template::Templates;
+use toki_model::domain::{Instant, TenantId};
+use toki_model::error::chain;
+use toki_model::limits::tenantdb_key;
+use toki_model::template::Templates;
+use toki_model::time::to_chrono;
+use toki_ports::error::StoreError;
+use toki_ports::{Claims, DeliveryContext, TenantStore};
 
 use super::plan::{claims_for, plan_batch, reads_for, BatchPlan, ChannelState};
 use super::work::{MessageFate, Work};
@@ -155,7 +156,7 @@ impl Daemon {
     pub(super) async fn claim(
         &self,
         store: &dyn TenantStore,
-        claims: &[crate::domain::DeliveryClaim],
+        claims: &[toki_model::domain::DeliveryClaim],
         now: Instant,
     ) -> Result<Claims, StoreError> {
         if claims.is_empty() {

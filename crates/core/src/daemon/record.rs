@@ -8,9 +8,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::domain::{DeliveryOutcome, TenantId};
-use crate::error::StoreError;
-use crate::ports::TenantStore;
+use toki_model::domain::{DeliveryOutcome, TenantId};
+use toki_ports::error::StoreError;
+use toki_ports::TenantStore;
 
 /// How long a tenant's writer gathers batches before one write: batches fired
 /// at the same due instant finish together, and one statement for all of them

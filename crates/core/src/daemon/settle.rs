@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::channel::{SendError, SendResult};
-use crate::domain::{Channel, DeliveryOutcome, DeliveryStatus, Instant};
-use crate::plan::retry_backoff;
-use crate::ports::ReceivedMessage;
+use toki_model::domain::{Channel, DeliveryOutcome, DeliveryStatus, Instant};
+use toki_model::time::retry_backoff;
+use toki_ports::channel::{SendError, SendResult};
+use toki_ports::ReceivedMessage;
 
 use super::plan::{PlannedMessage, Verdict};
 use super::work::MessageFate;

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::domain::TenantId;
-use crate::error::StoreResult;
-use crate::ports::TenantStore;
-use crate::template::Templates;
+use toki_model::domain::TenantId;
+use toki_model::template::Templates;
+use toki_ports::error::StoreResult;
+use toki_ports::TenantStore;
 
 /// How long a tenant's compiled templates are used before they are read again.
 const FRESH: Duration = Duration::from_secs(1);

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::domain::{Channel, Reminder};
-use crate::ports::ReceivedMessage;
+use toki_model::domain::{Channel, Reminder};
+use toki_ports::ReceivedMessage;
 
 /// A received message and the reminder it carries.
 #[derive(Debug, Clone, PartialEq)]

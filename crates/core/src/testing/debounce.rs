@@ -1,57 +1,16 @@
-//! The debounce's ports in memory: a store of rows and timers on tokio's
-//! (pausable) time that run the debouncer's checks.
+//! The debouncer's timers on tokio's (pausable) time, and an action that
+//! records what it was asked to do.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tokio::task::JoinSet;
 
-use crate::debounce::{
-    ActionError, DebounceAction, DebounceEntry, DebounceSettings, DebounceStore, DebounceTimer,
-    Debouncer, Edge,
-};
-use crate::domain::Instant;
-use crate::ports::Clock;
-use crate::StoreResult;
+use toki_model::debounce::{DebounceSettings, Edge};
+use toki_model::Instant;
+use toki_ports::{Clock, StoreResult};
 
-#[derive(Default)]
-pub struct MemoryDebounceStore {
-    rows: Mutex<HashMap<String, DebounceEntry>>,
-}
-
-impl MemoryDebounceStore {
-    /// No key has a row (every burst is over and cleaned up).
-    pub fn is_empty(&self) -> bool {
-        self.rows.lock().expect("rows lock").is_empty()
-    }
-}
-
-#[async_trait]
-impl DebounceStore for MemoryDebounceStore {
-    async fn get(&self, key: &str) -> StoreResult<Option<DebounceEntry>> {
-        Ok(self.rows.lock().expect("rows lock").get(key).cloned())
-    }
-
-    async fn put_if(&self, entry: &DebounceEntry, expected: Option<&str>) -> StoreResult<bool> {
-        let mut rows = self.rows.lock().expect("rows lock");
-        let holds = rows.get(&entry.key).map(|e| e.token.as_str());
-        if holds != expected {
-            return Ok(false);
-        }
-        rows.insert(entry.key.clone(), entry.clone());
-        Ok(true)
-    }
-
-    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool> {
-        let mut rows = self.rows.lock().expect("rows lock");
-        if rows.get(key).is_some_and(|e| e.token == token) {
-            rows.remove(key);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-}
+use crate::debounce::{ActionError, DebounceAction, DebounceTimer, Debouncer};
 
 /// One armed check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +78,7 @@ impl DebounceTimer for TokioTimers {
         });
         let runner = self.runner.lock().expect("runner lock");
         if let Some(r) = runner.as_ref() {
-            let wait = crate::plan::wait_between(self.clock.now(), at);
+            let wait = toki_model::time::wait_between(self.clock.now(), at);
             let (debouncer, settings, action) =
                 (r.debouncer.clone(), settings.clone(), r.action.clone());
             let (key, token) = (key.to_owned(), token.to_owned());

@@ -1,18 +1,12 @@
-//! Testing kit: in-memory implementations of every port, a clock on tokio's
-//! (pausable) time, channels that record what they send, and [`TestKit`],
-//! which wires registrar, scanner and daemon on them. With
+//! Testing kit: [`TestKit`] wires registrar, scanner and daemon on the
+//! in-memory ports of `toki_ports::testing` (re-exported here), with the
+//! debouncer's timers on tokio's (pausable) time. With
 //! `#[tokio::test(start_paused = true)]` a reminder due in 15 minutes is
 //! delivered at its instant in a test that takes milliseconds.
 //!
 //! Enabled by the `testing` feature (and in this crate's own tests).
 
-mod channel;
-mod clock;
 mod debounce;
-mod index;
-mod lease;
-mod queue;
-mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,32 +14,22 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use channel::{RecordingChannel, SentNotification};
-pub use clock::TokioClock;
-pub use debounce::{Acted, Armed, MemoryDebounceStore, RecordingAction, TokioTimers};
-pub use index::{MemoryDirectory, MemoryIndex};
-pub use lease::MemoryLeaseStore;
-pub use queue::MemoryQueue;
-pub use store::{MemoryTenantStore, MemoryTenantStores};
+pub use debounce::{Acted, Armed, RecordingAction, TokioTimers};
+pub use toki_ports::testing::*;
 
-use crate::change::{ChangeNoticeSettings, NoticeAction};
-use crate::channel::ChannelSender;
 use crate::daemon::{Daemon, DaemonSettings, DebounceChecks};
 use crate::debounce::{Debouncer, QueueTimer};
-use crate::domain::{Channel, Instant, TenantId, TenantRecord};
-use crate::flow::{Flow, FlowSettings};
-use crate::input::{RuleInput, ScheduleInput, UserInput};
-use crate::ports::{Clock, TenantDirectory};
+use crate::notice::NoticeAction;
 use crate::registrar::{ChangeNotices, Registrar};
 use crate::scanner::Scanner;
 use crate::settings::PipelineSettings;
-
-/// The instant a kit's clock starts at: 08:00 UTC on a Monday.
-pub fn monday_morning() -> Instant {
-    chrono::DateTime::parse_from_rfc3339("2026-11-23T08:00:00Z")
-        .expect("a valid instant")
-        .to_utc()
-}
+use toki_flow::Flow;
+use toki_model::change::ChangeNoticeSettings;
+use toki_model::domain::{Channel, Instant, TenantId, TenantRecord};
+use toki_model::input::{RuleInput, ScheduleInput, UserInput};
+use toki_model::limits::FlowSettings;
+use toki_ports::channel::ChannelSender;
+use toki_ports::{Clock, TenantDirectory};
 
 /// The whole pipeline on in-memory ports and a tokio clock.
 pub struct TestKit {
@@ -201,7 +185,7 @@ impl TestKit {
             directory: self.directory.clone(),
             clock: self.clock.clone(),
             settings: self.pipeline.clone(),
-            metrics: None,
+            observer: None,
         }
     }
 
@@ -223,7 +207,7 @@ impl TestKit {
         });
         let daemon = match &self.flow {
             Some(settings) => {
-                let leases: Arc<dyn crate::flow::LeaseStore> = self.leases.clone();
+                let leases: Arc<dyn toki_ports::LeaseStore> = self.leases.clone();
                 let flow = Flow::new(settings.clone(), Some(leases), self.clock.clone(), "kit");
                 flow.read_contracts_from(self.directory.clone());
                 daemon.with_flow(flow)

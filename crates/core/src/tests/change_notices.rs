@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use chrono::Duration as Span;
 
-use crate::change::ChangeNoticeSettings;
-use crate::channel::SendError;
-use crate::debounce::Edge;
-use crate::domain::{Channel, DeliveryStatus, ScheduleId, TenantId};
-use crate::ports::{DelayQueue, TenantStore};
 use crate::testing::{meeting, SentNotification, TestKit};
+use toki_model::change::ChangeNoticeSettings;
+use toki_model::debounce::Edge;
+use toki_model::domain::{Channel, DeliveryStatus, ScheduleId, TenantId};
+use toki_ports::channel::SendError;
+use toki_ports::{DelayQueue, TenantStore};
 
 fn notices(kit: &TestKit) -> Vec<SentNotification> {
     kit.sent()
@@ -33,7 +33,7 @@ async fn setup(kit: &TestKit) -> (TenantId, ScheduleId) {
     (t, id)
 }
 
-fn review(kit: &TestKit, title: &str, people: &[&str]) -> crate::input::ScheduleInput {
+fn review(kit: &TestKit, title: &str, people: &[&str]) -> toki_model::input::ScheduleInput {
     let mut m = meeting(
         kit.now() + Span::hours(3),
         5,
@@ -172,7 +172,7 @@ async fn a_notice_sent_twice_tells_once_and_a_failed_send_is_retried() {
         .await
         .unwrap();
     assert_eq!(frozen.len(), 1);
-    let key = crate::change::debounce_key(&t, &id);
+    let key = toki_model::change::debounce_key(&t, &id);
     kit.change_notices()
         .action
         .act(&key, &frozen[0].token, Edge::Leading)

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use chrono::Duration as ChronoDuration;
 
-use crate::channel::SendError;
-use crate::domain::{Channel, DeliveryStatus, TenantId};
-use crate::input::ScheduleInput;
-use crate::message;
-use crate::plan::delay_for;
-use crate::ports::{DelayQueue, OutgoingMessage, TenantStore};
 use crate::testing::{meeting, TestKit};
+use toki_model::domain::{Channel, DeliveryStatus, TenantId};
+use toki_model::input::ScheduleInput;
+use toki_model::time::delay_for;
+use toki_ports::channel::SendError;
+use toki_ports::message;
+use toki_ports::{DelayQueue, OutgoingMessage, TenantStore};
 
 fn mins(n: i64) -> ChronoDuration {
     ChronoDuration::minutes(n)
@@ -169,7 +169,7 @@ async fn copies_of_a_message_deliver_once() {
         ),
     )
     .await;
-    let reminder = crate::plan::reminders_for(
+    let reminder = toki_model::index::reminders_for(
         &t,
         &r.schedule,
         kit.now(),
@@ -280,7 +280,7 @@ async fn an_undecodable_message_is_dead_lettered_at_once_with_its_reason() {
     );
     let letters = kit.queue.dead_lettered();
     assert_eq!(letters[0].receive_count, 1, "retrying cannot help: at once");
-    let why = &letters[0].attributes[crate::ports::DEAD_LETTER_REASON];
+    let why = &letters[0].attributes[toki_ports::DEAD_LETTER_REASON];
     assert!(why.contains("undecodable"), "{why}");
     run.stop().await;
 }

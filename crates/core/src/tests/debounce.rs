@@ -6,9 +6,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::daemon::{Daemon, DebounceChecks};
-use crate::debounce::{DebounceSettings, DebounceStore, Debouncer, Edge, QueueTimer};
-use crate::ports::{Clock, DelayQueue};
+use crate::debounce::{Debouncer, QueueTimer};
 use crate::testing::{MemoryDebounceStore, RecordingAction, TestKit};
+use toki_model::debounce::{DebounceSettings, Edge};
+use toki_ports::DebounceStore;
+use toki_ports::{Clock, DelayQueue};
 
 struct Debounced {
     debouncer: Debouncer,
@@ -120,6 +122,6 @@ async fn a_check_no_daemon_can_run_is_dead_lettered_not_deleted() {
         .unwrap()
         .pop()
         .unwrap();
-    assert!(letter.attributes[crate::ports::DEAD_LETTER_REASON].contains("no debounce checks"));
+    assert!(letter.attributes[toki_ports::DEAD_LETTER_REASON].contains("no debounce checks"));
     run.abort();
 }

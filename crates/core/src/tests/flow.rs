@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use chrono::Duration as ChronoDuration;
 
-use crate::channel::SendError;
-use crate::domain::{Channel, Instant, TenantId};
-use crate::flow::{FlowSettings, Limit};
-use crate::ports::{DelayQueue, TenantDirectory};
 use crate::testing::{meeting, SentNotification, TestKit};
+use toki_model::domain::{Channel, Instant, TenantId};
+use toki_model::limits::{FlowSettings, Limit};
+use toki_ports::channel::SendError;
+use toki_ports::{DelayQueue, TenantDirectory};
 
 const WAIT: Duration = Duration::from_secs(3600);
 

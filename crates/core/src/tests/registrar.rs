@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use chrono::Duration as Minutes;
 
-use crate::domain::{Channel, IndexStatus};
-use crate::ports::{DelayQueue, TenantStore};
 use crate::registrar::RegistrarError;
 use crate::testing::{meeting, TestKit};
+use toki_model::domain::{Channel, IndexStatus};
+use toki_ports::{DelayQueue, TenantStore};
 
 fn mins(n: i64) -> Minutes {
     Minutes::minutes(n)
@@ -48,7 +48,7 @@ async fn inside_the_window_it_goes_straight_to_the_queue() {
     let t = kit.tenant("acme").await;
     let starts = kit.now() + mins(10);
     let mut input = meeting(starts, 5, &["u0"], &[Channel::Mail]);
-    input.reminders.push(crate::input::RuleInput {
+    input.reminders.push(toki_model::input::RuleInput {
         minutes_before: 60,
         channels: vec!["chat".into()],
     });

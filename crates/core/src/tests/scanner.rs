@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use chrono::Duration as Minutes;
 
-use crate::domain::{Channel, IndexStatus};
-use crate::ports::DelayQueue;
 use crate::testing::{meeting, TestKit};
+use toki_model::domain::{Channel, IndexStatus};
+use toki_ports::DelayQueue;
 
 fn mins(n: i64) -> Minutes {
     Minutes::minutes(n)
@@ -47,7 +47,9 @@ async fn it_enqueues_what_falls_due_within_the_window_once() {
         .await
         .unwrap();
     assert_eq!(got.len(), 1);
-    let due = crate::message::decode(&got[0].attributes).unwrap().due_at;
+    let due = toki_ports::message::decode(&got[0].attributes)
+        .unwrap()
+        .due_at;
     assert_eq!(
         kit.now(),
         due.0 - Minutes::from_std(kit.pipeline.lead).unwrap()
@@ -214,9 +216,9 @@ async fn without_traces_a_message_carries_no_trace_context() {
     assert_eq!(got.len(), 1);
     assert!(!got[0]
         .attributes
-        .contains_key(crate::message::ATTR_TRACEPARENT));
+        .contains_key(toki_ports::message::ATTR_TRACEPARENT));
     assert_eq!(got[0].attributes.len(), 7, "{:?}", got[0].attributes);
-    let r = crate::message::decode(&got[0].attributes).unwrap();
+    let r = toki_ports::message::decode(&got[0].attributes).unwrap();
     assert!(crate::trace::enqueue_span(&r.key, r.due_at).is_none());
     assert!(crate::trace::deliver_span(&r.key, &got[0].attributes, 1).is_none());
 }

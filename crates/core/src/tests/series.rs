@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 
-use crate::domain::{Channel, Instant, TenantId};
-use crate::input::{OccurrenceInput, RecurrenceInput, ScheduleInput};
 use crate::registrar::RegistrarError;
 use crate::testing::{meeting, TestKit};
+use toki_model::domain::{Channel, Instant, TenantId};
+use toki_model::input::{OccurrenceInput, RecurrenceInput, ScheduleInput};
 
 fn at(s: &str) -> Instant {
     DateTime::parse_from_rfc3339(s).unwrap().to_utc()

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use chrono::Duration as ChronoDuration;
 
-use crate::domain::Channel;
-use crate::input::UserInput;
 use crate::registrar::{Registrar, RegistrarError};
-use crate::template::TemplateInput;
 use crate::testing::{meeting, user, TestKit};
+use toki_model::domain::Channel;
+use toki_model::input::UserInput;
+use toki_model::template::TemplateInput;
 
 const WAIT: Duration = Duration::from_secs(3600);
 
@@ -59,7 +59,7 @@ async fn each_recipient_gets_their_locales_template_for_the_channel() {
         .unwrap();
     let run = kit.run();
     let due = kit.now() + ChronoDuration::minutes(15);
-    let meeting = crate::input::ScheduleInput {
+    let meeting = toki_model::input::ScheduleInput {
         title: "Review <Q3> & plans".into(),
         ..meeting(
             due + ChronoDuration::minutes(5),

@@ -10,16 +10,16 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
-use toki_core::change::{ChangeNotice, NoticeEdge};
-use toki_core::ports::{
+use toki_model::change::{ChangeNotice, NoticeEdge};
+use toki_model::template::ReminderTemplate;
+use toki_model::{
+    encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus,
+    Instant, ReminderKey, ReminderRule, Schedule, ScheduleId, User, UserId, ValidationError,
+};
+use toki_ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
 };
-use toki_core::template::ReminderTemplate;
-use toki_core::{
-    encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus,
-    Instant, ReminderKey, ReminderRule, Schedule, ScheduleId, StoreError, StoreResult, User,
-    UserId, ValidationError,
-};
+use toki_ports::{StoreError, StoreResult};
 
 use crate::{begin_write, db_err};
 use rows::{

@@ -2,12 +2,13 @@
 //! A row that does not convert is corrupt data, named by its column.
 
 use chrono_tz::Tz;
-use toki_core::ports::{ChatMessage, OwnedDelivery, ScheduleSnapshot};
-use toki_core::{
+use toki_model::ScheduleSnapshot;
+use toki_model::{
     from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus,
-    DueAt, Instant, Occurrence, Recurrence, ReminderRule, ScheduleId, StoreError, StoreResult,
-    User, UserId,
+    DueAt, Instant, Occurrence, Recurrence, ReminderRule, ScheduleId, User, UserId,
 };
+use toki_ports::{ChatMessage, OwnedDelivery};
+use toki_ports::{StoreError, StoreResult};
 
 fn corrupt(column: &str, problem: impl std::fmt::Display) -> StoreError {
     StoreError::corrupt(
@@ -25,8 +26,8 @@ fn time_zone(s: &str) -> StoreResult<Tz> {
         .map_err(|_| corrupt("time_zone", format!("{s:?} is not a time zone")))
 }
 
-fn channels_off(s: &str) -> StoreResult<std::collections::BTreeSet<toki_core::Channel>> {
-    toki_core::decode_channels_off("channels_off", s).map_err(|e| corrupt("channels_off", e))
+fn channels_off(s: &str) -> StoreResult<std::collections::BTreeSet<toki_model::Channel>> {
+    toki_model::decode_channels_off("channels_off", s).map_err(|e| corrupt("channels_off", e))
 }
 
 fn user_id(column: &str, s: &str) -> StoreResult<UserId> {
@@ -331,12 +332,12 @@ impl TryFrom<ChatRow> for ChatMessage {
 pub(crate) fn snapshot(
     column: &str,
     json: Option<&str>,
-) -> StoreResult<Option<toki_core::Schedule>> {
+) -> StoreResult<Option<toki_model::Schedule>> {
     json.map(|j| serde_json::from_str(j).map_err(|e| corrupt(column, e)))
         .transpose()
 }
 
-pub(crate) fn snapshot_json(schedule: Option<&toki_core::Schedule>) -> Option<String> {
+pub(crate) fn snapshot_json(schedule: Option<&toki_model::Schedule>) -> Option<String> {
     schedule.map(|s| serde_json::to_string(s).expect("a schedule serialises"))
 }
 
@@ -351,10 +352,10 @@ pub(crate) struct NoticeRow {
     pub after_snapshot: Option<String>,
 }
 
-impl TryFrom<NoticeRow> for toki_core::change::ChangeNotice {
+impl TryFrom<NoticeRow> for toki_model::change::ChangeNotice {
     type Error = StoreError;
     fn try_from(r: NoticeRow) -> StoreResult<Self> {
-        Ok(toki_core::change::ChangeNotice {
+        Ok(toki_model::change::ChangeNotice {
             schedule: schedule_id(&r.schedule_id)?,
             edge: r.edge.parse().map_err(|e| corrupt("edge", e))?,
             at: instant("at", r.at)?,
@@ -382,7 +383,7 @@ pub(crate) struct TemplateRow {
     pub html: Option<String>,
 }
 
-impl TryFrom<TemplateRow> for toki_core::template::ReminderTemplate {
+impl TryFrom<TemplateRow> for toki_model::template::ReminderTemplate {
     type Error = StoreError;
     fn try_from(r: TemplateRow) -> StoreResult<Self> {
         Ok(Self {

@@ -6,9 +6,10 @@ mod settle;
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::domain::*;
-use crate::message;
-use crate::ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage, ScheduleSnapshot};
+use toki_model::domain::*;
+use toki_model::ScheduleSnapshot;
+use toki_ports::message;
+use toki_ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
 
 pub(super) fn at(s: &str) -> Instant {
     chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()

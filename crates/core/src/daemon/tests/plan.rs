@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::daemon::*;
-use crate::domain::*;
-use crate::message;
-use crate::template::Templates;
+use toki_model::domain::*;
+use toki_model::template::Templates;
+use toki_ports::message;
 
 #[test]
 fn intake_sets_aside_undecodable_and_early_messages() {
@@ -92,7 +92,7 @@ fn every_verdict() {
         if c.key.schedule.as_str() == "c" {
             claims.busy.push(c.key);
         } else {
-            claims.owned.push(crate::ports::OwnedDelivery::new(c.key));
+            claims.owned.push(toki_ports::OwnedDelivery::new(c.key));
         }
     }
     let channels = ChannelState {
@@ -264,7 +264,7 @@ fn a_taken_over_claim_keeps_its_budget_and_is_marked() {
     let ctx = context(&[("a", 1, &["u1"])], &[user("u1", true, true)]);
     let key = r.deliveries_to(&["u1".parse().unwrap()]).next().unwrap();
     let claims = Claims {
-        owned: vec![crate::ports::OwnedDelivery {
+        owned: vec![toki_ports::OwnedDelivery {
             key,
             failures: 3,
             taken_over: true,
@@ -294,7 +294,7 @@ fn a_channel_the_recipient_turned_off_is_not_sent() {
     let work_items = vec![work(&r, 1)];
     let mut claims = Claims::default();
     for c in claims_for(&work_items, &ctx, &all_channels()) {
-        claims.owned.push(crate::ports::OwnedDelivery::new(c.key));
+        claims.owned.push(toki_ports::OwnedDelivery::new(c.key));
     }
     let plan = plan_batch(
         "acme".parse().unwrap(),

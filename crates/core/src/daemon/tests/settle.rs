@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::*;
-use crate::channel::SendError;
 use crate::daemon::*;
-use crate::domain::*;
-use crate::template::Templates;
+use toki_model::domain::*;
+use toki_model::template::Templates;
+use toki_ports::channel::SendError;
 
 fn planned(r: &[&Reminder], ctx: &DeliveryContext) -> BatchPlan {
     let work_items: Vec<Work> = r.iter().enumerate().map(|(i, r)| work(r, i)).collect();
@@ -26,7 +26,7 @@ fn planned(r: &[&Reminder], ctx: &DeliveryContext) -> BatchPlan {
     )
 }
 
-fn sent(message: usize, delivery: usize, result: crate::channel::SendResult) -> Sent {
+fn sent(message: usize, delivery: usize, result: toki_ports::channel::SendResult) -> Sent {
     Sent {
         message,
         delivery,
@@ -200,7 +200,7 @@ fn a_failure_counts_on_top_of_the_claims_budget() {
     let ctx = context(&[("a", 1, &["u1"])], &[user("u1", true, true)]);
     let key = r.deliveries_to(&["u1".parse().unwrap()]).next().unwrap();
     let claims = Claims {
-        owned: vec![crate::ports::OwnedDelivery {
+        owned: vec![toki_ports::OwnedDelivery {
             key,
             failures: 9,
             taken_over: false,
@@ -344,7 +344,7 @@ fn every_failed_channel_is_in_the_fate_and_the_worst_speaks_for_the_budget() {
     let claims = Claims {
         owned: r
             .deliveries_to(&["u1".parse().unwrap()])
-            .map(|key| crate::ports::OwnedDelivery {
+            .map(|key| toki_ports::OwnedDelivery {
                 failures: if key.channel == Channel::Slack { 3 } else { 0 },
                 key,
                 taken_over: false,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::domain::{Channel, DeliveryKey, DueAt, Instant, TenantId, User};
+use toki_model::domain::{Channel, DeliveryKey, DueAt, Instant, TenantId, User};
 
 /// A rendered reminder for one recipient on one channel, ready to send.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,17 +8,19 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::change::{ChangeNotice, NoticeEdge};
-use crate::domain::{
+use crate::error::{StoreError, StoreResult};
+use crate::{
+    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery,
+    TenantStore, TenantStores,
+};
+use toki_model::change::{ChangeNotice, NoticeEdge};
+use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt,
     Instant, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
-use crate::error::{StoreError, StoreResult, ValidationError};
-use crate::ports::{
-    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery,
-    ScheduleSnapshot, TenantStore, TenantStores,
-};
-use crate::template::ReminderTemplate;
+use toki_model::error::ValidationError;
+use toki_model::template::ReminderTemplate;
+use toki_model::ScheduleSnapshot;
 
 #[derive(Debug, Clone)]
 struct DeliveryRow {
@@ -484,7 +486,7 @@ impl TenantStore for MemoryTenantStore {
             return Ok(None);
         };
         // Milliseconds, as the SQL stores keep instants.
-        let now = crate::domain::from_millis("now", now.timestamp_millis())?;
+        let now = toki_model::domain::from_millis("now", now.timestamp_millis())?;
         let at = match last {
             Some(l) if *l >= now => *l + chrono::Duration::milliseconds(1),
             _ => now,

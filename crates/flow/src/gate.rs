@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use super::limits::Limit;
+use toki_model::limits::Limit;
 
 /// A refused delivery is told to come back this part of the wait before its
 /// turn: its way back through the queue, then the rest in the waiting room.

@@ -1,5 +1,19 @@
 //! Ports: what the pipeline needs from storage, queues, channels and time.
-//! Each has one implementation per backend (embedded SQLite, AWS, Postgres, SMTP, Slack).
+//! Each has one implementation per backend (embedded SQLite, AWS, Postgres, SMTP, Slack),
+//! and one in memory for tests (`testing`).
+
+pub mod channel;
+mod debounce;
+pub mod error;
+mod lease;
+pub mod message;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use channel::{ChannelSender, Notification, SendError, SendResult};
+pub use debounce::DebounceStore;
+pub use error::{StoreError, StoreResult};
+pub use lease::{LeaseStore, PartitionLease};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,14 +22,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 
-use crate::domain::{
+use crate::message::Attributes;
+use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant,
     Reminder, ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
 };
-use crate::error::{StoreResult, ValidationError};
-use crate::message::Attributes;
-use crate::plan::Partition;
-use crate::template::ReminderTemplate;
+use toki_model::error::ValidationError;
+use toki_model::index::Partition;
+use toki_model::template::ReminderTemplate;
+use toki_model::ScheduleSnapshot;
 
 /// The clock: the only source of "now" for the scheduling logic.
 pub trait Clock: Send + Sync {
@@ -218,20 +233,23 @@ pub fn receipt(id: impl std::fmt::Display, receive_count: impl std::fmt::Display
 /// The id and receive count of a [`receipt`].
 pub fn parse_receipt<I: std::str::FromStr, C: std::str::FromStr>(
     receipt: &str,
-) -> Result<(I, C), crate::error::ValidationError> {
+) -> Result<(I, C), toki_model::error::ValidationError> {
     receipt
         .split_once(':')
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
         .ok_or_else(|| {
-            crate::error::ValidationError::new("receipt", format!("{receipt:?} is not a receipt"))
+            toki_model::error::ValidationError::new(
+                "receipt",
+                format!("{receipt:?} is not a receipt"),
+            )
         })
 }
 
 /// The limits every delay queue enforces (SQS's): at most 10 messages and
 /// 1 MiB a batch, 256 KiB a message, delays up to 900 s, at most 10
 /// attributes. The error names the message at fault.
-pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), crate::error::ValidationError> {
-    use crate::error::ValidationError;
+pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), toki_model::error::ValidationError> {
+    use toki_model::error::ValidationError;
     if messages.len() > MAX_BATCH_MESSAGES {
         return Err(ValidationError::new(
             "messages",
@@ -248,7 +266,7 @@ pub fn check_batch(messages: &[OutgoingMessage]) -> Result<(), crate::error::Val
             ));
         }
         total += size;
-        if m.delay > crate::plan::MAX_DELAY {
+        if m.delay > toki_model::time::MAX_DELAY {
             return Err(ValidationError::new(
                 format!("messages[{i}].delay"),
                 format!("{} s exceeds the 900 s limit", m.delay.as_secs()),
@@ -402,37 +420,6 @@ pub enum MirrorWork {
     },
 }
 
-/// The current state of a schedule as the daemon needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScheduleSnapshot {
-    pub id: ScheduleId,
-    pub title: String,
-    pub body: String,
-    pub version: i64,
-    /// The participants at this version, in order.
-    pub participants: Vec<UserId>,
-    /// A series' occurrences moved or edited on their own.
-    pub exceptions: Vec<crate::domain::OccurrenceException>,
-}
-
-impl ScheduleSnapshot {
-    /// Title and body of the occurrence starting at `occurrence`: an edited
-    /// occurrence's own, else the schedule's.
-    pub fn texts_at(&self, occurrence: Instant) -> (&str, &str) {
-        let edited = self
-            .exceptions
-            .iter()
-            .find(|e| !e.cancelled && e.starts_at.unwrap_or(e.original) == occurrence);
-        match edited {
-            Some(e) => (
-                e.title.as_deref().unwrap_or(&self.title),
-                e.body.as_deref().unwrap_or(&self.body),
-            ),
-            None => (&self.title, &self.body),
-        }
-    }
-}
-
 /// What one round trip to a tenant database gives the daemon for a batch:
 /// the schedules, and every participant of them as a user.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -583,7 +570,7 @@ pub trait TenantStore: Send + Sync {
     /// The tenant's templates, by channel then locale.
     async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>>;
 
-    /// Change notices ([`crate::change`]), before an edit: keeps the current
+    /// Change notices ([`toki_model::change`]), before an edit: keeps the current
     /// state of each of `schedules` that exists as its baseline (what its
     /// participants know), unless it has one already; a baseline left by a
     /// cancellation is replaced. Returns the schedules that exist: writing
@@ -601,9 +588,9 @@ pub trait TenantStore: Send + Sync {
         &self,
         schedule: &ScheduleId,
         token: &str,
-        edge: crate::change::NoticeEdge,
+        edge: toki_model::change::NoticeEdge,
         now: Instant,
-    ) -> StoreResult<Option<crate::change::ChangeNotice>>;
+    ) -> StoreResult<Option<toki_model::change::ChangeNotice>>;
 
     /// Forgets every baseline (change notices turned on again: what was
     /// edited while they were off must not be told as news). Returns how many.
@@ -613,7 +600,7 @@ pub trait TenantStore: Send + Sync {
     async fn change_notices(
         &self,
         schedule: &ScheduleId,
-    ) -> StoreResult<Vec<crate::change::ChangeNotice>>;
+    ) -> StoreResult<Vec<toki_model::change::ChangeNotice>>;
 }
 
 /// What a claim got: the deliveries this caller now sends, and those another

@@ -7,12 +7,12 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::{
+use crate::error::{StoreError, StoreResult};
+use crate::{ReminderIndex, TenantDirectory};
+use toki_model::domain::{
     IndexStatus, IndexedReminder, Instant, Reminder, ScheduleId, TenantId, TenantRecord,
 };
-use crate::error::{StoreError, StoreResult};
-use crate::plan::{sort_key, Partition};
-use crate::ports::{ReminderIndex, TenantDirectory};
+use toki_model::index::{sort_key, Partition};
 
 pub struct MemoryIndex {
     shards: u16,

@@ -1,8 +1,10 @@
 //! What a notice tells whom, and how it reads in the recipient's zone and language.
 
 use super::*;
-use crate::domain::{ChannelSet, ReminderRule, User};
 use crate::render::change_text;
+use toki_model::change::*;
+use toki_model::domain::{ChannelSet, ReminderRule, User};
+use toki_model::{Channel, Instant, Occurrence, Schedule, UserId};
 
 fn at(s: &str) -> Instant {
     chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()
@@ -153,7 +155,7 @@ fn debounce_keys_split_at_the_first_colon() {
 
 #[test]
 fn single_occurrences_moved_back_or_renamed_are_told_too() {
-    use crate::domain::{OccurrenceException, Recurrence};
+    use toki_model::domain::{OccurrenceException, Recurrence};
     let series = |exceptions: Vec<OccurrenceException>| {
         let mut s = schedule("Stand-up", "2026-11-23T00:00:00Z", &["a"]);
         s.recurrence = Some(Recurrence {

@@ -1,29 +1,9 @@
-//! Error types shared by the ports.
-
-use std::error::Error as StdError;
-use std::fmt;
+//! The error every port returns when its backend fails.
 
 use thiserror::Error;
 
-/// Bad input: names the field and the problem.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{field}: {problem}")]
-pub struct ValidationError {
-    pub field: String,
-    pub problem: String,
-}
-
-impl ValidationError {
-    pub fn new(field: impl Into<String>, problem: impl fmt::Display) -> Self {
-        Self {
-            field: field.into(),
-            problem: problem.to_string(),
-        }
-    }
-}
-
-/// The error a backend's driver or SDK gave, kept as the source.
-pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+use toki_model::error::BoxError;
+use toki_model::ValidationError;
 
 /// A failure of a storage or queue backend. `Display` says what was being
 /// done; the driver's own error is the `source` (print the chain with [`chain`]).
@@ -91,25 +71,11 @@ impl StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// An error and its sources on one line (`a: b: c`), for logs.
-pub fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        let text = s.to_string();
-        // Some errors repeat their source in their own text; say it once.
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = s.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
+    use toki_model::error::chain;
 
     #[test]
     fn the_chain_keeps_the_source() {

@@ -608,8 +608,11 @@ pub struct TenantRecord {
     pub change_notices: crate::change::ChangeNoticeSettings,
     /// Limits the contract sets on the tenant's own resources (its
     /// database, its caps on Slack and mail), over the configured ones.
-    #[serde(default, skip_serializing_if = "crate::flow::ContractLimits::is_empty")]
-    pub limits: crate::flow::ContractLimits,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::limits::ContractLimits::is_empty"
+    )]
+    pub limits: crate::limits::ContractLimits,
 }
 
 impl TenantRecord {
@@ -624,4 +627,35 @@ pub struct DeliveryCount {
     pub channel: Channel,
     pub status: DeliveryStatus,
     pub count: u64,
+}
+
+/// The current state of a schedule as the daemon needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSnapshot {
+    pub id: ScheduleId,
+    pub title: String,
+    pub body: String,
+    pub version: i64,
+    /// The participants at this version, in order.
+    pub participants: Vec<UserId>,
+    /// A series' occurrences moved or edited on their own.
+    pub exceptions: Vec<OccurrenceException>,
+}
+
+impl ScheduleSnapshot {
+    /// Title and body of the occurrence starting at `occurrence`: an edited
+    /// occurrence's own, else the schedule's.
+    pub fn texts_at(&self, occurrence: Instant) -> (&str, &str) {
+        let edited = self
+            .exceptions
+            .iter()
+            .find(|e| !e.cancelled && e.starts_at.unwrap_or(e.original) == occurrence);
+        match edited {
+            Some(e) => (
+                e.title.as_deref().unwrap_or(&self.title),
+                e.body.as_deref().unwrap_or(&self.body),
+            ),
+            None => (&self.title, &self.body),
+        }
+    }
 }

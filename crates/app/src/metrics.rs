@@ -20,10 +20,13 @@ use prometheus_client::registry::Registry;
 
 pub use prometheus_client;
 
-use crate::domain::{DeliveryOutcome, DeliveryStatus};
-use crate::ports::QueueDepth;
-use crate::registrar::RepairSummary;
-use crate::scanner::ScanSummary;
+use toki_core::observe::{Observer, OutcomeCounts};
+use toki_core::registrar::RepairSummary;
+use toki_core::scanner::ScanSummary;
+use toki_ports::QueueDepth;
+
+mod daemon;
+pub use daemon::DaemonCollector;
 
 /// Seconds late: fine enough to tell 10 ms from 100 ms from 1 s, and wide
 /// enough for a delivery that waited out a retry.
@@ -81,34 +84,6 @@ fn lateness_histogram() -> Histogram {
 
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
-}
-
-/// What the metrics count of a batch's outcomes, taken before they go to be
-/// stored and counted once they are: how many by channel and status (one
-/// counter update per group, not per delivery), and the delivered ones'
-/// seconds late by channel.
-#[derive(Debug, Default)]
-pub struct Observed {
-    counts: Vec<((crate::domain::Channel, DeliveryStatus), u64)>,
-    late: Vec<(crate::domain::Channel, f64)>,
-}
-
-impl Observed {
-    pub fn of(outcomes: &[DeliveryOutcome]) -> Self {
-        let mut o = Observed::default();
-        for d in outcomes {
-            let group = (d.key.channel, d.status);
-            match o.counts.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, n)) => *n += 1,
-                None => o.counts.push((group, 1)),
-            }
-            if d.status == DeliveryStatus::Delivered {
-                let late = (d.at - d.due_at.0).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
-                o.late.push((d.key.channel, late));
-            }
-        }
-        o
-    }
 }
 
 /// The process's metrics.
@@ -249,8 +224,8 @@ impl Metrics {
 
     /// A batch's outcomes once stored: counted by channel and status; the
     /// delivered ones' lateness observed.
-    pub fn observe(&self, observed: &Observed) {
-        for ((channel, status), n) in &observed.counts {
+    pub fn observe(&self, observed: &OutcomeCounts) {
+        for ((channel, status), n) in &observed.by_status {
             self.deliveries
                 .get_or_create(&DeliveryLabels {
                     channel: channel.to_string(),
@@ -259,7 +234,7 @@ impl Metrics {
                 .inc_by(*n);
         }
         let mut channel = None;
-        for (c, late) in &observed.late {
+        for (c, late) in &observed.late_seconds {
             // One histogram look-up per run of a channel (a batch is mostly one).
             let histogram = match &channel {
                 Some((last, h)) if last == c => h,
@@ -346,11 +321,21 @@ impl Metrics {
     }
 }
 
+impl Observer for Metrics {
+    fn deliveries_recorded(&self, counts: &OutcomeCounts) {
+        self.observe(counts);
+    }
+
+    fn scan_finished(&self, summary: Option<&ScanSummary>, seconds: f64, finished_unix: i64) {
+        self.observe_scan(summary, seconds, finished_unix);
+    }
+}
+
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Encodes counters read at scrape time: `(name, help, labels, value)`.
-pub(crate) mod collect {
+mod collect {
     use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
     use prometheus_client::metrics::counter::ConstCounter;
     use prometheus_client::metrics::gauge::ConstGauge;
@@ -404,12 +389,12 @@ pub(crate) mod collect {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Channel, DeliveryKey, DueAt, Occurrence};
+    use toki_model::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Occurrence};
 
     #[test]
     fn lateness_is_counted_per_delivered_outcome_in_fine_buckets() {
         let m = Metrics::new();
-        let due = crate::testing::monday_morning();
+        let due = toki_core::testing::monday_morning();
         let outcome = |ms: i64, status: DeliveryStatus| DeliveryOutcome {
             key: DeliveryKey {
                 schedule: "s".parse().unwrap(),
@@ -424,7 +409,7 @@ mod tests {
             at: due + chrono::Duration::milliseconds(ms),
             detail: None,
         };
-        m.observe(&Observed::of(&[
+        m.observe(&OutcomeCounts::of(&[
             outcome(8, DeliveryStatus::Delivered),
             outcome(80, DeliveryStatus::Delivered),
             outcome(800, DeliveryStatus::Delivered),

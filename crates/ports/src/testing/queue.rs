@@ -10,14 +10,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::domain::Instant;
-use crate::error::{StoreError, StoreResult, ValidationError};
+use crate::error::{StoreError, StoreResult};
 use crate::message::Attributes;
-use crate::plan::to_chrono;
-use crate::ports::{
+use crate::{
     check_batch, with_dead_letter_reason, BatchSent, Clock, DelayQueue, OutgoingMessage,
     QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
 };
+use toki_model::domain::Instant;
+use toki_model::error::ValidationError;
+use toki_model::time::to_chrono;
 
 #[derive(Debug, Clone)]
 struct Stored {
@@ -130,7 +131,7 @@ impl MemoryQueue {
 
 fn received(id: u64, s: &Stored) -> ReceivedMessage {
     ReceivedMessage {
-        receipt: crate::ports::receipt(id, s.receive_count),
+        receipt: crate::receipt(id, s.receive_count),
         body: s.body.clone(),
         attributes: s.attributes.clone(),
         receive_count: s.receive_count,
@@ -138,7 +139,7 @@ fn received(id: u64, s: &Stored) -> ReceivedMessage {
 }
 
 fn parse_receipt(r: &str) -> StoreResult<(u64, u32)> {
-    Ok(crate::ports::parse_receipt(r)?)
+    Ok(crate::parse_receipt(r)?)
 }
 
 #[async_trait]
@@ -199,7 +200,7 @@ impl DelayQueue for MemoryQueue {
             }
             let mut wake = deadline;
             if let Some(at) = next {
-                let in_ = crate::plan::wait_between(self.clock.now(), at);
+                let in_ = toki_model::time::wait_between(self.clock.now(), at);
                 wake = wake.min(now + in_);
             }
             tokio::select! {

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::domain::{
+use toki_model::domain::{
     from_millis, ChannelSet, DueAt, Occurrence, Reminder, ReminderKey, ScheduleId, TenantId,
 };
-use crate::error::ValidationError;
+use toki_model::error::ValidationError;
 
 pub const ATTR_TENANT: &str = "tenant";
 pub const ATTR_SCHEDULE: &str = "schedule";
@@ -16,7 +16,7 @@ pub const ATTR_DUE: &str = "due";
 pub const ATTR_VERSION: &str = "version";
 pub const ATTR_CHANNELS: &str = "channels";
 /// The W3C trace context of the reminder's enqueue (only when traces are on;
-/// see [`crate::trace`]).
+/// see [`toki_core::trace`]).
 pub const ATTR_TRACEPARENT: &str = "traceparent";
 
 /// SQS's limit on message attributes.
@@ -76,7 +76,7 @@ pub fn decode(a: &Attributes) -> Result<Reminder, ValidationError> {
 
 /// Marks a message that is not a reminder; reminders carry no kind.
 pub const ATTR_KIND: &str = "kind";
-/// A debounce check ([`crate::debounce`]): `key`, `token` and `due`.
+/// A debounce check ([`toki_model::debounce`]): `key`, `token` and `due`.
 pub const KIND_DEBOUNCE_CHECK: &str = "debounce_check";
 pub const ATTR_KEY: &str = "key";
 pub const ATTR_TOKEN: &str = "token";
@@ -87,9 +87,9 @@ pub struct DebounceCheck {
     pub key: String,
     pub token: String,
     /// When the check was armed for.
-    pub due: crate::domain::Instant,
+    pub due: toki_model::domain::Instant,
     /// The settings of the call that armed it (None: the daemon's own).
-    pub settings: Option<crate::debounce::DebounceSettings>,
+    pub settings: Option<toki_model::debounce::DebounceSettings>,
 }
 
 pub const ATTR_MIN_DELAY_MS: &str = "min_delay_ms";
@@ -126,7 +126,7 @@ fn debounce_check(a: &Attributes) -> Result<DebounceCheck, ValidationError> {
         due: from_millis(ATTR_DUE, int(a, ATTR_DUE)?)?,
         settings: if a.contains_key(ATTR_MIN_DELAY_MS) {
             let ms = |name| int(a, name).map(std::time::Duration::from_millis);
-            let s = crate::debounce::DebounceSettings {
+            let s = toki_model::debounce::DebounceSettings {
                 min_delay: ms(ATTR_MIN_DELAY_MS)?,
                 max_delay: ms(ATTR_MAX_DELAY_MS)?,
                 hard_cap: ms(ATTR_HARD_CAP_MS)?,
@@ -139,7 +139,7 @@ fn debounce_check(a: &Attributes) -> Result<DebounceCheck, ValidationError> {
     })
 }
 
-/// A change notice to freeze and deliver ([`crate::change`]).
+/// A change notice to freeze and deliver ([`toki_model::change`]).
 pub const KIND_CHANGE_NOTICE: &str = "change_notice";
 pub const ATTR_EDGE: &str = "edge";
 
@@ -149,9 +149,9 @@ pub struct NoticeMessage {
     pub tenant: TenantId,
     pub schedule: ScheduleId,
     pub token: String,
-    pub edge: crate::change::NoticeEdge,
+    pub edge: toki_model::change::NoticeEdge,
     /// When the edge happened (how overdue a notice that keeps failing is).
-    pub at: crate::domain::Instant,
+    pub at: toki_model::domain::Instant,
 }
 
 pub fn encode_change_notice(n: &NoticeMessage) -> Attributes {
@@ -186,7 +186,7 @@ pub fn decode_change_notice(a: &Attributes) -> Option<Result<NoticeMessage, Vali
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Channel, Occurrence};
+    use toki_model::domain::{Channel, Occurrence};
 
     fn sample() -> Reminder {
         let occurrence = Occurrence(from_millis("o", 1_795_424_400_000).unwrap());
@@ -221,7 +221,7 @@ mod tests {
             key: "acme:weekly-sync".into(),
             token: "00ff".into(),
             due: from_millis("d", 1_795_424_400_000).unwrap(),
-            settings: Some(crate::debounce::DebounceSettings::default()),
+            settings: Some(toki_model::debounce::DebounceSettings::default()),
         };
         let a = encode_debounce_check(&check);
         assert_eq!(decode_debounce_check(&a), Some(Ok(check)));
@@ -231,7 +231,7 @@ mod tests {
             tenant: "acme".parse().unwrap(),
             schedule: "weekly:sync-1".parse().unwrap(),
             token: "00ff".into(),
-            edge: crate::change::NoticeEdge::Trailing,
+            edge: toki_model::change::NoticeEdge::Trailing,
             at: from_millis("d", 1_795_424_400_000).unwrap(),
         };
         let a = encode_change_notice(&notice);

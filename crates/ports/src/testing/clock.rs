@@ -3,8 +3,8 @@
 
 use chrono::Duration as ChronoDuration;
 
-use crate::domain::{from_millis, Instant};
-use crate::ports::Clock;
+use crate::Clock;
+use toki_model::domain::{from_millis, Instant};
 
 /// `now` = a fixed UTC origin + tokio time elapsed since the clock was made,
 /// to the millisecond (as every store keeps instants).

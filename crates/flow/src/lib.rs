@@ -11,7 +11,6 @@
 
 mod gate;
 mod lease;
-mod limits;
 #[cfg(test)]
 mod tests;
 
@@ -24,14 +23,13 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 pub use gate::{Gate, GateView, Grant, NoRoom};
-pub use lease::{LeaseStore, PartitionLease};
-pub use limits::{
-    default_limits, slack_channel_key, slack_workspace_key, smtp_key, tenant_key, tenantdb_key,
-    ContractLimits, FlowSettings, Limit, CONTRACT_RESOURCES,
+use toki_model::limits::{
+    slack_workspace_key, smtp_key, tenantdb_key, ContractLimits, FlowSettings,
 };
+use toki_ports::LeaseStore;
 
-use crate::error::chain;
-use crate::ports::{Clock, TenantDirectory};
+use toki_model::error::chain;
+use toki_ports::{Clock, TenantDirectory};
 
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -137,7 +135,7 @@ impl Flow {
                 return Some(c.clone());
             }
         }
-        let id: crate::TenantId = tenant.parse().ok()?;
+        let id: toki_model::TenantId = tenant.parse().ok()?;
         let read = match directory.get(&id).await {
             Ok(record) => Arc::new(record.map(|r| r.limits).unwrap_or_default()),
             Err(e) => {

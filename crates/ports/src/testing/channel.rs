@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 
 use crate::channel::{ChannelSender, Notification, SendError, SendResult};
-use crate::domain::{Channel, DeliveryKey, DueAt, Instant, TenantId};
-use crate::ports::Clock;
+use crate::Clock;
+use toki_model::domain::{Channel, DeliveryKey, DueAt, Instant, TenantId};
 
 /// One notification as the channel sent it.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,48 +11,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rand::seq::SliceRandom;
 use tracing::{debug, warn};
 
 use super::gate::Gate;
-use super::limits::FlowSettings;
-use crate::domain::Instant;
-use crate::error::chain;
-use crate::plan::to_chrono;
-use crate::ports::Clock;
-use crate::StoreResult;
-
-/// One partition's lease row, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionLease {
-    pub key: String,
-    pub partition: u32,
-    pub holder: String,
-    pub expires_at: Instant,
-}
-
-/// Where lease rows live. Every write is conditional.
-#[async_trait]
-pub trait LeaseStore: Send + Sync {
-    /// Takes or renews `partition` of `key` for `holder` until `until`: only
-    /// if the partition has no row, its lease expired at `now`, or `holder`
-    /// holds it already. True: `holder` holds it until `until`.
-    async fn acquire(
-        &self,
-        key: &str,
-        partition: u32,
-        holder: &str,
-        until: Instant,
-        now: Instant,
-    ) -> StoreResult<bool>;
-
-    /// Gives `partition` back, if `holder` still holds it (true).
-    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool>;
-
-    /// Every stored lease row of `key`, live or expired, by partition.
-    async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>>;
-}
+use toki_model::domain::Instant;
+use toki_model::error::chain;
+use toki_model::limits::FlowSettings;
+use toki_model::time::to_chrono;
+use toki_ports::StoreResult;
+use toki_ports::{Clock, LeaseStore, PartitionLease};
 
 /// How an instance keeps its partitions of one key: renews those it has,
 /// takes free ones while deliveries wait, gives back all but the reserved

@@ -1,16 +1,15 @@
-//! Pure scheduling logic: due instants, shards, partitions, the scan window, delays.
+//! The reminder index's shape: which reminders a schedule yields, their shard
+//! and partition (due minute + shard), their sort key, and the scan window.
 //! Everything here takes `now` as an argument; nothing reads a clock.
 
 use std::time::Duration as StdDuration;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::Duration;
 
 use crate::domain::{
     DueAt, Instant, Occurrence, Reminder, ReminderKey, Schedule, SeriesError, TenantId,
 };
-
-/// SQS caps DelaySeconds at 15 minutes.
-pub const MAX_DELAY: StdDuration = StdDuration::from_secs(900);
+use crate::time::to_chrono;
 
 /// The reminder instances a schedule implies, one per (occurrence, rule),
 /// whose due instant is in `[not_before, until]`: a series is expanded only
@@ -149,47 +148,10 @@ impl Window {
     }
 }
 
-/// How long the queue should hold a message so it becomes visible `lead`
-/// before its due instant: clamped to 0..=900 s (the SQS limit). A message
-/// that arrives early because of the clamp is re-delayed by the daemon.
-pub fn delay_for(due: DueAt, now: Instant, lead: StdDuration) -> StdDuration {
-    // Already past: zero, deliver now.
-    wait_between(now, due.0 - to_chrono(lead)).min(MAX_DELAY)
-}
-
-/// Backoff before a failed delivery is tried again: `base` doubling with each
-/// failure, capped, then spread by `jitter` (0..1, drawn by the caller) over
-/// the upper half, so that a crowd that failed together does not come back
-/// together.
-pub fn retry_backoff(
-    failures: u32,
-    base: StdDuration,
-    cap: StdDuration,
-    jitter: f64,
-) -> StdDuration {
-    let exp = failures.saturating_sub(1).min(20);
-    let full = base.saturating_mul(1u32 << exp).min(cap);
-    full.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
-}
-
-/// The time from `from` to `to`; zero when `to` is not later (a wait that is
-/// already over, an age not yet begun).
-pub fn wait_between(from: DateTime<Utc>, to: DateTime<Utc>) -> StdDuration {
-    (to - from).to_std().unwrap_or_default()
-}
-
-pub fn to_chrono(d: StdDuration) -> Duration {
-    Duration::from_std(d).unwrap_or(Duration::MAX)
-}
-
-/// Milliseconds from `a` to `b` (negative if `b` is earlier).
-pub fn millis_between(a: DateTime<Utc>, b: DateTime<Utc>) -> i64 {
-    (b - a).num_milliseconds()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::*;
 
     #[test]
     fn the_minute_of_a_far_instant_is_found() {

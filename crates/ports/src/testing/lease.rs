@@ -5,9 +5,9 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::Instant;
-use crate::flow::{LeaseStore, PartitionLease};
 use crate::StoreResult;
+use crate::{LeaseStore, PartitionLease};
+use toki_model::domain::Instant;
 
 #[derive(Default)]
 pub struct MemoryLeaseStore {

@@ -13,19 +13,15 @@
 //! message received twice notifies once.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::debounce::{ActionError, DebounceAction, DebounceSettings, Edge};
+use crate::debounce::{DebounceSettings, Edge};
 use crate::domain::{
     Channel, DeliveryKey, Instant, Occurrence, Schedule, ScheduleId, TenantId, UserId,
 };
 use crate::error::ValidationError;
-use crate::message::{encode_change_notice, NoticeMessage};
-use crate::ports::{Clock, DelayQueue, OutgoingMessage};
 
 /// The `minutes_before` of a change notice's deliveries: no reminder can
 /// have it (offsets are at most a few weeks in minutes), so notices and
@@ -349,13 +345,6 @@ impl ChangeNotice {
     }
 }
 
-/// The debounce action of change notices: an edge enqueues a notice message
-/// for the daemon (at once); the daemon freezes and delivers it.
-pub struct NoticeAction {
-    pub queue: Arc<dyn DelayQueue>,
-    pub clock: Arc<dyn Clock>,
-}
-
 /// A debounce key's tenant and schedule.
 pub fn parse_debounce_key(key: &str) -> Result<(TenantId, ScheduleId), ValidationError> {
     let (t, s) = key
@@ -366,37 +355,3 @@ pub fn parse_debounce_key(key: &str) -> Result<(TenantId, ScheduleId), Validatio
         ScheduleId::parse_field("key", s)?,
     ))
 }
-
-#[async_trait]
-impl DebounceAction for NoticeAction {
-    async fn act(&self, key: &str, token: &str, edge: Edge) -> Result<(), ActionError> {
-        let (tenant, schedule) = parse_debounce_key(key).map_err(|e| ActionError(Box::new(e)))?;
-        let message = OutgoingMessage {
-            id: "notice".into(),
-            body: key.to_owned(),
-            attributes: encode_change_notice(&NoticeMessage {
-                tenant: tenant.clone(),
-                schedule,
-                token: token.to_owned(),
-                edge: edge.into(),
-                at: self.clock.now(),
-            }),
-            delay: Duration::ZERO,
-            group: Some(tenant.to_string()),
-        };
-        let sent = self
-            .queue
-            .send_batch(std::slice::from_ref(&message))
-            .await
-            .map_err(|e| ActionError(Box::new(e)))?;
-        match sent.refused.into_iter().next() {
-            None => Ok(()),
-            Some(r) => Err(ActionError(Box::new(ValidationError::new(
-                "notice", r.reason,
-            )))),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;

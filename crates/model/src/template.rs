@@ -17,7 +17,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Channel, DueAt, Instant, Occurrence, User};
-use crate::ports::ScheduleSnapshot;
+use crate::ScheduleSnapshot;
 
 /// A tenant's reminder text for one channel and locale.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

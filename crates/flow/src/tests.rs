@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::testing::{monday_morning, MemoryLeaseStore, TokioClock};
+use toki_model::limits::*;
+use toki_ports::testing::{monday_morning, MemoryLeaseStore, TokioClock};
 
 const SLICE: Duration = Duration::from_millis(150);
 
@@ -325,7 +326,7 @@ fn instance(store: &Arc<MemoryLeaseStore>, name: &str) -> Arc<Flow> {
 }
 
 fn held_by(store: &MemoryLeaseStore, holder: &str, key: &str) -> usize {
-    let now = crate::ports::Clock::now(clock().as_ref());
+    let now = toki_ports::Clock::now(clock().as_ref());
     futures::executor::block_on(store.leases(key))
         .unwrap()
         .iter()
@@ -469,7 +470,7 @@ async fn a_lease_taken_over_is_no_longer_spent() {
     let g = a.gate("slack:ws").unwrap();
     assert!(g.share() > 0.0);
     // Someone else holds every partition (a's lease ran out while it was paused).
-    let now = crate::ports::Clock::now(clock().as_ref()) + chrono::Duration::seconds(10);
+    let now = toki_ports::Clock::now(clock().as_ref()) + chrono::Duration::seconds(10);
     for partition in 0..10 {
         assert!(store
             .acquire(
@@ -516,13 +517,13 @@ async fn idle_per_recipient_gates_are_forgotten() {
 }
 
 /// A directory with `tenant`'s contract limits set by `spec`.
-async fn directory_with(tenant: &str, spec: &str) -> Arc<crate::testing::MemoryDirectory> {
-    use crate::ports::TenantDirectory;
-    let directory = Arc::new(crate::testing::MemoryDirectory::default());
+async fn directory_with(tenant: &str, spec: &str) -> Arc<toki_ports::testing::MemoryDirectory> {
+    use toki_ports::TenantDirectory;
+    let directory = Arc::new(toki_ports::testing::MemoryDirectory::default());
     let mut limits = ContractLimits::default();
     limits.edit(spec).unwrap();
     directory
-        .put(&crate::TenantRecord {
+        .put(&toki_model::TenantRecord {
             id: tenant.parse().unwrap(),
             reminders_enabled: true,
             active: true,
@@ -541,7 +542,7 @@ async fn directory_with(tenant: &str, spec: &str) -> Arc<crate::testing::MemoryD
 /// is read again.
 #[tokio::test(start_paused = true)]
 async fn a_contract_overrides_its_tenants_database_permits() {
-    use crate::ports::TenantDirectory;
+    use toki_ports::TenantDirectory;
     let settings = FlowSettings {
         limits: [("tenantdb:*".to_owned(), Limit::permits(1))].into(),
         max_wait_ms: 500,

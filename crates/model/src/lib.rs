@@ -1,0 +1,20 @@
+//! Toki's values and rules: the domain (tenants, users, schedules, reminders,
+//! deliveries), input validation, recurrence and daylight saving time, the
+//! index's partitions, time helpers, limit settings, the pure rules of change
+//! notices and the debounce, templates, lateness statistics. No tokio and no
+//! I/O: everything here is a value or a function of its arguments.
+
+pub mod change;
+pub mod debounce;
+pub mod domain;
+pub mod error;
+pub mod index;
+pub mod input;
+pub mod lateness;
+pub mod limits;
+pub mod recurrence;
+pub mod template;
+pub mod time;
+
+pub use domain::*;
+pub use error::ValidationError;

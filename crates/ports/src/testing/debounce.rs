@@ -1,0 +1,49 @@
+//! The debounce store in memory.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use toki_model::debounce::DebounceEntry;
+
+use crate::DebounceStore;
+use crate::StoreResult;
+
+#[derive(Default)]
+pub struct MemoryDebounceStore {
+    rows: Mutex<HashMap<String, DebounceEntry>>,
+}
+
+impl MemoryDebounceStore {
+    /// No key has a row (every burst is over and cleaned up).
+    pub fn is_empty(&self) -> bool {
+        self.rows.lock().expect("rows lock").is_empty()
+    }
+}
+
+#[async_trait]
+impl DebounceStore for MemoryDebounceStore {
+    async fn get(&self, key: &str) -> StoreResult<Option<DebounceEntry>> {
+        Ok(self.rows.lock().expect("rows lock").get(key).cloned())
+    }
+
+    async fn put_if(&self, entry: &DebounceEntry, expected: Option<&str>) -> StoreResult<bool> {
+        let mut rows = self.rows.lock().expect("rows lock");
+        let holds = rows.get(&entry.key).map(|e| e.token.as_str());
+        if holds != expected {
+            return Ok(false);
+        }
+        rows.insert(entry.key.clone(), entry.clone());
+        Ok(true)
+    }
+
+    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool> {
+        let mut rows = self.rows.lock().expect("rows lock");
+        if rows.get(key).is_some_and(|e| e.token == token) {
+            rows.remove(key);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}

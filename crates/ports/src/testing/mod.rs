@@ -1,0 +1,28 @@
+//! Every port in memory: an index, a queue, tenant stores and a directory,
+//! leases, debounce rows, channels that record what they send, and a clock
+//! on tokio's (pausable) time. Enabled by the `testing` feature.
+
+mod channel;
+mod clock;
+mod debounce;
+mod index;
+mod lease;
+mod queue;
+mod store;
+
+pub use channel::{RecordingChannel, SentNotification};
+pub use clock::TokioClock;
+pub use debounce::MemoryDebounceStore;
+pub use index::{MemoryDirectory, MemoryIndex};
+pub use lease::MemoryLeaseStore;
+pub use queue::MemoryQueue;
+pub use store::{MemoryTenantStore, MemoryTenantStores};
+
+use toki_model::Instant;
+
+/// The instant a kit's clock starts at: 08:00 UTC on a Monday.
+pub fn monday_morning() -> Instant {
+    chrono::DateTime::parse_from_rfc3339("2026-11-23T08:00:00Z")
+        .expect("a valid instant")
+        .to_utc()
+}
