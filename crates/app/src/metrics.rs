@@ -20,9 +20,9 @@ use prometheus_client::registry::Registry;
 
 pub use prometheus_client;
 
+use toki_core::observe::ScanSummary;
 use toki_core::observe::{Observer, OutcomeCounts};
 use toki_core::registrar::RepairSummary;
-use toki_core::scanner::ScanSummary;
 use toki_ports::QueueDepth;
 
 mod daemon;

@@ -1,14 +1,9 @@
-//! What the services report as they work. The application counts it (the
+//! What the services report as they work: a scan's summary, a batch's
+//! outcome counts, and the [`Observer`] that hears them. The application counts it (the
 //! Prometheus metrics of `/metrics`); core depends on no metrics library.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
-
-use toki_flow::Flow;
+use serde::Serialize;
 use toki_model::{Channel, DeliveryOutcome, DeliveryStatus};
-
-use crate::daemon::DaemonStats;
-use crate::scanner::ScanSummary;
 
 /// A batch's outcomes as they are counted: how many by channel and status
 /// (one counter update per group, not per delivery), and the delivered
@@ -38,6 +33,33 @@ impl OutcomeCounts {
     }
 }
 
+/// One scan run, as logged and returned by the scanner Lambda.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScanSummary {
+    /// Index rows in the window, any status.
+    pub scanned: usize,
+    /// Rows waiting to be enqueued.
+    pub pending: usize,
+    pub enqueued: usize,
+    pub already_claimed: usize,
+    pub failed: usize,
+    /// Rows held back because the tenant's contract is off, inactive or unknown.
+    pub skipped_by_contract: usize,
+    pub partitions: usize,
+    /// Partitions whose query failed this run.
+    pub failed_partitions: usize,
+    /// Rows left pending because the run's deadline came first.
+    pub deferred: usize,
+    pub duration_ms: u64,
+}
+
+impl ScanSummary {
+    /// Whether anything failed this run (rows the next run must retry).
+    pub fn had_failures(&self) -> bool {
+        self.failed > 0 || self.failed_partitions > 0
+    }
+}
+
 /// Where the services report. Each method's default ignores the report.
 pub trait Observer: Send + Sync {
     /// A batch's outcomes, once stored: a scrape that counts a delivery finds its row.
@@ -46,15 +68,6 @@ pub trait Observer: Send + Sync {
     /// One scanner run: what it did (`None`: it failed before it could
     /// say), how long it took, and when it finished (Unix seconds).
     fn scan_finished(&self, _summary: Option<&ScanSummary>, _seconds: f64, _finished_unix: i64) {}
-}
-
-/// What a daemon lets an observer read at any time: its counters, the
-/// messages it holds now, and its flow's keys (if it has flow control).
-#[derive(Clone)]
-pub struct DaemonGauges {
-    pub stats: Arc<DaemonStats>,
-    pub in_flight: Arc<AtomicU64>,
-    pub flow: Option<Arc<Flow>>,
 }
 
 #[cfg(test)]

@@ -14,12 +14,13 @@ use crate::enqueue::enqueue;
 use crate::settings::PipelineSettings;
 use toki_model::domain::{
     Channel, Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
-    TenantRecord, User, UserId,
+    User, UserId,
 };
 use toki_model::error::{chain, ValidationError};
 use toki_model::index::{reminders_for, Window};
 use toki_model::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
 use toki_model::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
+use toki_model::TenantRecord;
 use toki_ports::error::StoreError;
 use toki_ports::{
     Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStores,

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
-use serde::Serialize;
 use tracing::{info, warn, Instrument};
 
 use crate::enqueue::{enqueue, EnqueueSummary};
@@ -16,32 +15,7 @@ use toki_model::index::Window;
 use toki_ports::error::StoreResult;
 use toki_ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
 
-/// One scan run, as logged and returned by the scanner Lambda.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ScanSummary {
-    /// Index rows in the window, any status.
-    pub scanned: usize,
-    /// Rows waiting to be enqueued.
-    pub pending: usize,
-    pub enqueued: usize,
-    pub already_claimed: usize,
-    pub failed: usize,
-    /// Rows held back because the tenant's contract is off, inactive or unknown.
-    pub skipped_by_contract: usize,
-    pub partitions: usize,
-    /// Partitions whose query failed this run.
-    pub failed_partitions: usize,
-    /// Rows left pending because the run's deadline came first.
-    pub deferred: usize,
-    pub duration_ms: u64,
-}
-
-impl ScanSummary {
-    /// Whether anything failed this run (rows the next run must retry).
-    pub fn had_failures(&self) -> bool {
-        self.failed > 0 || self.failed_partitions > 0
-    }
-}
+pub use crate::observe::ScanSummary;
 
 pub struct Scanner {
     pub index: Arc<dyn ReminderIndex>,

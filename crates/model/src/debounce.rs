@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::domain::Instant;
+use crate::time::Instant;
 use crate::time::{to_chrono, wait_between};
 
 /// The debounce's parameters.

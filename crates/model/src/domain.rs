@@ -4,11 +4,12 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::Duration;
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
+pub use crate::time::{from_millis, DueAt, Instant, Occurrence};
 
 macro_rules! id_type {
     ($(#[$m:meta])* $name:ident, $what:literal, $check:path) => {
@@ -186,36 +187,6 @@ impl ChannelSet {
     pub fn decode(field: &str, s: &str) -> Result<Self, ValidationError> {
         let parsed: Result<Vec<Channel>, String> = s.split(',').map(str::parse).collect();
         Self::new(field, &parsed.map_err(|e| ValidationError::new(field, e))?)
-    }
-}
-
-/// An instant in UTC, stored and sent as milliseconds since the epoch.
-pub type Instant = DateTime<Utc>;
-
-pub fn from_millis(field: &str, ms: i64) -> Result<Instant, ValidationError> {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .ok_or_else(|| ValidationError::new(field, format!("{ms} is not a valid instant")))
-}
-
-/// The instant a reminder instance must be delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct DueAt(pub Instant);
-
-impl DueAt {
-    pub fn millis(self) -> i64 {
-        self.0.timestamp_millis()
-    }
-}
-
-/// The start instant of one occurrence of a schedule. A one-off schedule has
-/// exactly one; recurring schedules (later) have many, so it is part of every key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Occurrence(pub Instant);
-
-impl Occurrence {
-    pub fn millis(self) -> i64 {
-        self.0.timestamp_millis()
     }
 }
 
@@ -589,36 +560,6 @@ pub struct DeliveryOutcome {
     pub status: DeliveryStatus,
     pub at: Instant,
     pub detail: Option<String>,
-}
-
-/// A tenant's contract and where its database lives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantRecord {
-    pub id: TenantId,
-    /// The reminder feature is part of the tenant's contract.
-    pub reminders_enabled: bool,
-    /// The tenant is active (not suspended or cancelled).
-    pub active: bool,
-    /// Where the tenant's database is: a SQLite file path or a Postgres URL.
-    pub database: String,
-    /// SHA-256 (hex) of the tenant's API key for the registrar API.
-    pub api_key_sha256: String,
-    /// Whether and how participants hear of changes to their schedules.
-    #[serde(default)]
-    pub change_notices: crate::change::ChangeNoticeSettings,
-    /// Limits the contract sets on the tenant's own resources (its
-    /// database, its caps on Slack and mail), over the configured ones.
-    #[serde(
-        default,
-        skip_serializing_if = "crate::limits::ContractLimits::is_empty"
-    )]
-    pub limits: crate::limits::ContractLimits,
-}
-
-impl TenantRecord {
-    pub fn may_receive_reminders(&self) -> bool {
-        self.reminders_enabled && self.active
-    }
 }
 
 /// Counts of delivery rows for one channel and status.

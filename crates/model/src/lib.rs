@@ -14,7 +14,9 @@ pub mod lateness;
 pub mod limits;
 pub mod recurrence;
 pub mod template;
+pub mod tenant;
 pub mod time;
 
 pub use domain::*;
 pub use error::ValidationError;
+pub use tenant::TenantRecord;

@@ -19,8 +19,8 @@ use chrono::{Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::Instant;
 use crate::error::ValidationError;
+use crate::time::Instant;
 
 /// What to do with a local time that does not exist (spring forward).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

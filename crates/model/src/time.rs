@@ -1,11 +1,45 @@
-//! Time helpers: waits between instants, queue delays, retry backoff.
+//! Instants (a due instant, an occurrence's start) and time helpers: waits
+//! between instants, queue delays, retry backoff.
 //! Everything here takes `now` as an argument; nothing reads a clock.
 
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::{DueAt, Instant};
+use chrono::TimeZone;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ValidationError;
+
+/// An instant in UTC, stored and sent as milliseconds since the epoch.
+pub type Instant = DateTime<Utc>;
+
+pub fn from_millis(field: &str, ms: i64) -> Result<Instant, ValidationError> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .ok_or_else(|| ValidationError::new(field, format!("{ms} is not a valid instant")))
+}
+
+/// The instant a reminder instance must be delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DueAt(pub Instant);
+
+impl DueAt {
+    pub fn millis(self) -> i64 {
+        self.0.timestamp_millis()
+    }
+}
+
+/// The start instant of one occurrence of a schedule. A one-off schedule has
+/// exactly one; recurring schedules (later) have many, so it is part of every key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Occurrence(pub Instant);
+
+impl Occurrence {
+    pub fn millis(self) -> i64 {
+        self.0.timestamp_millis()
+    }
+}
 
 /// SQS caps DelaySeconds at 15 minutes.
 pub const MAX_DELAY: StdDuration = StdDuration::from_secs(900);

@@ -25,12 +25,13 @@ use chrono::Utc;
 use crate::message::Attributes;
 use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryCount, DeliveryKey, DeliveryOutcome, IndexedReminder, Instant,
-    Reminder, ReminderKey, Schedule, ScheduleId, TenantId, TenantRecord, User, UserId,
+    Reminder, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
 use toki_model::error::ValidationError;
 use toki_model::index::Partition;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
+use toki_model::TenantRecord;
 
 /// The clock: the only source of "now" for the scheduling logic.
 pub trait Clock: Send + Sync {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use toki_core::observe::DaemonGauges;
+use toki_core::daemon::DaemonGauges;
 
 /// The daemon's counters, its in-flight messages and its flow's keys, read
 /// at each scrape of `/metrics`.

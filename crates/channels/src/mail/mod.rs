@@ -6,6 +6,7 @@
 //! the same mail (mail clients and archives collapse it). Mails are rendered
 //! before their due instant (`send_at`), so the instant itself only sends.
 
+mod error;
 mod ses;
 mod sessions;
 mod wire;
@@ -19,26 +20,16 @@ use async_trait::async_trait;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncFileTransport, AsyncTransport, Message, Tokio1Executor};
-use thiserror::Error;
 use toki_model::{Channel, Instant};
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::Clock;
 use tracing::debug;
 
+pub use error::MailConfigError;
 use ses::{SesMail, SesTransport};
 use sessions::{Endpoint, Failure, Outgoing, SessionPool};
 
 use crate::DELIVERY_HEADER;
-
-#[derive(Debug, Error)]
-pub enum MailConfigError {
-    #[error("mail.from: {0:?} is not a mailbox ({1})")]
-    From(String, String),
-    #[error("mail.smtp_url: {0}")]
-    SmtpUrl(String),
-    #[error("mail.outbox: cannot create {0}: {1}")]
-    Outbox(PathBuf, std::io::Error),
-}
 
 enum Transport {
     Smtp(SessionPool),

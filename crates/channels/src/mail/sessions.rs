@@ -16,8 +16,8 @@ use std::time::{Duration, Instant as StdInstant};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use super::error::MailConfigError;
 use super::wire::{Opening, Security, Session as Wire, WireError, WireMail};
-use super::MailConfigError;
 
 /// Where and how to open a session: parsed once from `mail.smtp_url`.
 #[derive(Clone)]

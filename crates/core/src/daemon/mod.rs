@@ -32,7 +32,7 @@ mod templates;
 mod tests;
 mod work;
 
-use crate::observe::{DaemonGauges, Observer};
+use crate::observe::Observer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,7 +55,7 @@ pub use plan::{
     ToSend, Verdict,
 };
 pub use settle::{disposition, settle, Disposition, RetryPolicy, Sent, Settlement};
-pub use stats::{DaemonStats, StatsSnapshot};
+pub use stats::{DaemonGauges, DaemonStats, StatsSnapshot};
 pub use work::{MessageFate, Work};
 
 #[derive(Debug, Clone)]

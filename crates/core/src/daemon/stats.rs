@@ -152,3 +152,12 @@ impl DaemonStats {
         }
     }
 }
+
+/// What a daemon lets an observer read at any time: its counters, the
+/// messages it holds now, and its flow's keys (if it has flow control).
+#[derive(Clone)]
+pub struct DaemonGauges {
+    pub stats: std::sync::Arc<DaemonStats>,
+    pub in_flight: std::sync::Arc<AtomicU64>,
+    pub flow: Option<std::sync::Arc<toki_flow::Flow>>,
+}

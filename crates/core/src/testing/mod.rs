@@ -25,9 +25,10 @@ use crate::scanner::Scanner;
 use crate::settings::PipelineSettings;
 use toki_flow::Flow;
 use toki_model::change::ChangeNoticeSettings;
-use toki_model::domain::{Channel, Instant, TenantId, TenantRecord};
+use toki_model::domain::{Channel, Instant, TenantId};
 use toki_model::input::{RuleInput, ScheduleInput, UserInput};
 use toki_model::limits::FlowSettings;
+use toki_model::TenantRecord;
 use toki_ports::channel::ChannelSender;
 use toki_ports::{Clock, TenantDirectory};
 

@@ -5,9 +5,8 @@ use std::fmt::Write as _;
 
 use chrono::Duration;
 
-use super::{
-    environment, name, Part, ReminderTemplate, TemplateInput, Templates, Texts, Variables,
-};
+use super::render::{Templates, Variables};
+use super::{environment, name, Part, ReminderTemplate, TemplateInput, Texts};
 use crate::domain::{Channel, DueAt, Instant, User};
 use crate::error::ValidationError;
 

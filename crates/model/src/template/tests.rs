@@ -1,5 +1,9 @@
 use super::*;
-use crate::domain::{ScheduleId, UserId};
+use chrono::Duration;
+
+use super::render::candidates;
+use crate::domain::{Channel, DueAt, Instant, Occurrence, ScheduleId, User, UserId};
+use crate::ScheduleSnapshot;
 
 fn user(locale: &str, zone: chrono_tz::Tz) -> User {
     User {

@@ -9,10 +9,9 @@ use async_trait::async_trait;
 
 use crate::error::{StoreError, StoreResult};
 use crate::{ReminderIndex, TenantDirectory};
-use toki_model::domain::{
-    IndexStatus, IndexedReminder, Instant, Reminder, ScheduleId, TenantId, TenantRecord,
-};
+use toki_model::domain::{IndexStatus, IndexedReminder, Instant, Reminder, ScheduleId, TenantId};
 use toki_model::index::{sort_key, Partition};
+use toki_model::TenantRecord;
 
 pub struct MemoryIndex {
     shards: u16,

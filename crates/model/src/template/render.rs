@@ -1,0 +1,248 @@
+//! Rendering: a tenant's templates compiled once, picked per channel and
+//! locale (falling back to the defaults), and filled in for one recipient.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::Duration;
+use chrono::{Datelike, Timelike};
+use minijinja::value::{Enumerator, Object, Value};
+use minijinja::Environment;
+
+use super::defaults::{defaults, DEFAULT_LOCALES};
+use super::{environment, name, text_to_html, Part, ReminderTemplate, Texts, VARIABLES};
+use crate::domain::{Channel, DueAt, Instant, Occurrence, User};
+use crate::ScheduleSnapshot;
+
+/// What a reminder's text may say, for one recipient: a minijinja object
+/// whose values are made when a template asks for them (a template that does
+/// not say `date` does not pay for formatting it).
+#[derive(Debug)]
+pub(super) struct Variables {
+    name: Value,
+    title: Value,
+    body: Value,
+    starts_at: Instant,
+    /// The start in the recipient's zone.
+    local: chrono::DateTime<chrono_tz::Tz>,
+    minutes: i64,
+}
+
+impl Variables {
+    /// The variables, as the value a template is rendered with.
+    pub(super) fn value(
+        title: &str,
+        body: &str,
+        starts_at: Instant,
+        due_at: DueAt,
+        user: &User,
+    ) -> Value {
+        Value::from_object(Self {
+            name: Value::from(user.name.as_str()),
+            title: Value::from(title),
+            body: Value::from(body),
+            starts_at,
+            local: starts_at.with_timezone(&user.time_zone),
+            minutes: (starts_at - due_at.0).max(Duration::zero()).num_minutes(),
+        })
+    }
+}
+
+impl Object for Variables {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let l = &self.local;
+        Some(match key.as_str()? {
+            "name" => self.name.clone(),
+            "title" => self.title.clone(),
+            "body" => self.body.clone(),
+            "starts_at" => Value::from(format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}",
+                l.year(),
+                l.month(),
+                l.day(),
+                l.hour(),
+                l.minute()
+            )),
+            "date" => Value::from(format!("{:04}-{:02}-{:02}", l.year(), l.month(), l.day())),
+            "time" => Value::from(format!("{:02}:{:02}", l.hour(), l.minute())),
+            "time_zone" => Value::from(l.timezone().name()),
+            "minutes" => Value::from(self.minutes),
+            "starts_at_utc" => Value::from(
+                self.starts_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ),
+            _ => return None,
+        })
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Str(&VARIABLES)
+    }
+}
+
+/// The lookup order for a recipient's locale: `en-gb`, `en`, then `en` as the last resort.
+pub(super) fn candidates(locale: &str) -> Vec<String> {
+    let locale = locale.to_ascii_lowercase();
+    let mut out = vec![locale.clone()];
+    if let Some((lang, _)) = locale.split_once(['-', '_']) {
+        out.push(lang.to_string());
+    }
+    if !out.iter().any(|l| l == "en") {
+        out.push("en".into());
+    }
+    out
+}
+
+/// One tenant's templates over the defaults, compiled: what the daemon
+/// renders a batch's reminders with.
+pub struct Templates {
+    tenant: Option<Environment<'static>>,
+    /// (channel, locale, part) the tenant has.
+    has: HashSet<(Channel, String, u8)>,
+}
+
+impl Templates {
+    /// The defaults only.
+    pub fn defaults() -> Self {
+        Self {
+            tenant: None,
+            has: HashSet::new(),
+        }
+    }
+
+    /// `templates` over the defaults. One that does not compile (they are
+    /// checked when registered, so only after a hand edit of the database)
+    /// is left out with a warning: its reminders get the default text.
+    pub fn compile(templates: &[ReminderTemplate]) -> Self {
+        if templates.is_empty() {
+            return Self::defaults();
+        }
+        let mut env = environment();
+        let mut has = HashSet::new();
+        for t in templates {
+            let parts = [
+                (Part::Subject, t.subject.as_deref()),
+                (Part::Text, Some(t.text.as_str())),
+                (Part::Html, t.html.as_deref()),
+            ];
+            for (part, source) in parts {
+                let Some(source) = source else { continue };
+                match env.add_template_owned(name(t.channel, &t.locale, part), source.to_owned()) {
+                    Ok(()) => {
+                        has.insert((t.channel, t.locale.clone(), part as u8));
+                    }
+                    Err(e) => tracing::warn!(
+                        channel = %t.channel, locale = %t.locale, error = %e,
+                        "a tenant template does not compile: the default is used"
+                    ),
+                }
+            }
+        }
+        Self {
+            tenant: Some(env),
+            has,
+        }
+    }
+
+    /// The environment and locale to render `part` with: the tenant's for
+    /// the first candidate locale it has, else the default for the first
+    /// candidate that has one.
+    fn pick<'a>(
+        &'a self,
+        channel: Channel,
+        locales: &'a [String],
+        part: Part,
+    ) -> (&'a Environment<'static>, &'a str, bool) {
+        for l in locales {
+            if let Some(env) = &self.tenant {
+                if self.has.contains(&(channel, l.clone(), part as u8)) {
+                    return (env, l, true);
+                }
+            }
+            if DEFAULT_LOCALES.contains(&l.as_str()) {
+                return (defaults(), l, false);
+            }
+        }
+        (defaults(), "en", false)
+    }
+
+    fn render_part(
+        &self,
+        channel: Channel,
+        locales: &[String],
+        part: Part,
+        vars: &Value,
+    ) -> String {
+        let (env, locale, tenant) = self.pick(channel, locales, part);
+        let rendered = env
+            .get_template(&name(channel, locale, part))
+            .and_then(|t| t.render(vars));
+        match rendered {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%channel, %locale, tenant, error = %e, "a template did not render: the default is used");
+                let locale = if DEFAULT_LOCALES.contains(&locale) {
+                    locale
+                } else {
+                    "en"
+                };
+                defaults()
+                    .get_template(&name(channel, locale, part))
+                    .and_then(|t| t.render(vars))
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    /// The reminder of the occurrence of `schedule` starting at `occurrence`,
+    /// due at `due_at`, for `user` on `channel`: in their language and zone.
+    pub fn reminder(
+        &self,
+        channel: Channel,
+        schedule: &ScheduleSnapshot,
+        occurrence: Occurrence,
+        due_at: DueAt,
+        user: &User,
+    ) -> Texts {
+        let (title, body) = schedule.texts_at(occurrence.0);
+        let vars = Variables::value(title, body, occurrence.0, due_at, user);
+        self.render(channel, &user.locale, &vars)
+    }
+
+    pub(super) fn render(&self, channel: Channel, locale: &str, vars: &Value) -> Texts {
+        let locales = candidates(locale);
+        // Only mail has a subject.
+        let subject = if channel == Channel::Mail {
+            one_line(&self.render_part(channel, &locales, Part::Subject, vars))
+        } else {
+            String::new()
+        };
+        let text = self.render_part(channel, &locales, Part::Text, vars);
+        let html = (channel == Channel::Mail).then(|| {
+            let (_, text_locale, tenant_text) = self.pick(channel, &locales, Part::Text);
+            let tenant_html =
+                self.has
+                    .contains(&(channel, text_locale.to_owned(), Part::Html as u8));
+            if tenant_text && !tenant_html {
+                // The tenant wrote the words: the HTML part says the same.
+                text_to_html(&text)
+            } else {
+                self.render_part(channel, &locales, Part::Html, vars)
+            }
+        });
+        Texts {
+            subject,
+            text,
+            html,
+        }
+    }
+}
+
+/// A subject is one line: line breaks in it would end the mail header.
+fn one_line(s: &str) -> String {
+    s.split(['\r', '\n'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
