@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use toki_model::flow_key::FlowKey;
 use toki_model::limits::Limit;
 
 /// A refused delivery is told to come back this part of the wait before its
@@ -204,7 +205,7 @@ pub struct GateCounters {
 }
 
 pub struct Gate {
-    pub key: String,
+    pub key: FlowKey,
     pub limit: Limit,
     /// Its rate is leased in partitions (it may grow while deliveries wait).
     leased: bool,
@@ -238,7 +239,7 @@ impl Gate {
     /// A gate with `share` (0..=1) of the limit's rate to spend: the whole
     /// rate for a local key, the leased share of a shared one.
     pub fn new(
-        key: impl Into<String>,
+        key: FlowKey,
         limit: Limit,
         share: f64,
         partitions: u32,
@@ -247,7 +248,7 @@ impl Gate {
         now: Instant,
     ) -> Arc<Gate> {
         let gate = Gate {
-            key: key.into(),
+            key,
             leased: partitions > 1,
             partitions,
             slice,

@@ -23,9 +23,8 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 pub use gate::{Gate, GateView, Grant, NoRoom};
-use toki_model::limits::{
-    slack_workspace_key, smtp_key, tenantdb_key, ContractLimits, FlowSettings,
-};
+use toki_model::flow_key::{FlowKey, FlowKind};
+use toki_model::limits::{ContractLimits, FlowSettings};
 use toki_ports::LeaseStore;
 
 use toki_model::error::chain;
@@ -34,7 +33,7 @@ use toki_ports::{Clock, TenantDirectory};
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KeyStats {
-    pub key: String,
+    pub key: FlowKey,
     /// What this instance may spend now, per second (its leased share).
     pub granted_rate: f64,
     pub leases: u32,
@@ -55,7 +54,7 @@ pub struct Flow {
     clock: Arc<dyn Clock>,
     /// This instance, as lease rows name it.
     holder: String,
-    gates: Mutex<HashMap<String, Arc<Gate>>>,
+    gates: Mutex<HashMap<FlowKey, Arc<Gate>>>,
     /// When a delivery was last refused (receives hold off just after).
     refused_at: Mutex<Option<tokio::time::Instant>>,
     tasks: Mutex<JoinSet<()>>,
@@ -69,7 +68,7 @@ pub struct Flow {
     contracts_cap_slack: std::sync::atomic::AtomicBool,
     contracts_cap_mail: std::sync::atomic::AtomicBool,
     /// Stops the leaser of a gate replaced after its tenant's contract changed.
-    retire: Mutex<HashMap<String, watch::Sender<bool>>>,
+    retire: Mutex<HashMap<FlowKey, watch::Sender<bool>>>,
 }
 
 impl Flow {
@@ -103,8 +102,8 @@ impl Flow {
             .spawn(Self::guide(guide, slice, stop));
         // Keys known ahead hold their reserved partitions before the first send.
         flow.warm(&[
-            slack_workspace_key(&flow.settings.slack_workspace),
-            smtp_key(&flow.settings.smtp_account),
+            FlowKey::SlackWorkspace(flow.settings.slack_workspace.clone()),
+            FlowKey::Smtp(flow.settings.smtp_account.clone()),
         ]);
         flow
     }
@@ -171,9 +170,7 @@ impl Flow {
     /// new limits (deliveries waiting at the old ones are refused when
     /// their wait ends and come back through the queue).
     fn retire_tenant_gates(&self, tenant: &str) {
-        let own = |key: &str| {
-            key == tenantdb_key(tenant) || key.starts_with(&format!("tenant:{tenant}:"))
-        };
+        let own = |key: &FlowKey| key.tenant() == Some(tenant);
         self.gates.lock().expect("gates").retain(|key, _| !own(key));
         self.retire.lock().expect("retire").retain(|key, stop| {
             if own(key) {
@@ -240,13 +237,17 @@ impl Flow {
 
     /// The gate of `key`, if it is limited (made at first use; a shared key
     /// starts its leaser then, with no share until its first lease).
-    pub fn gate(&self, key: &str) -> Option<Arc<Gate>> {
+    pub fn gate(&self, key: &FlowKey) -> Option<Arc<Gate>> {
         self.gate_with(key, None)
     }
 
     /// The gate of `key`, with the limit of `contract` (of `tenant`) when
     /// the key is the tenant's own and the contract limits it.
-    fn gate_with(&self, key: &str, contract: Option<(&str, &ContractLimits)>) -> Option<Arc<Gate>> {
+    fn gate_with(
+        &self,
+        key: &FlowKey,
+        contract: Option<(&str, &ContractLimits)>,
+    ) -> Option<Arc<Gate>> {
         let mut gates = self.gates.lock().expect("gates");
         if let Some(g) = gates.get(key) {
             return Some(g.clone());
@@ -257,7 +258,7 @@ impl Flow {
             .clone();
         let leased = limit.leased() && self.leases.is_some();
         let gate = Gate::new(
-            key,
+            key.clone(),
             limit,
             if leased { 0.0 } else { 1.0 },
             if leased { self.settings.partitions } else { 1 },
@@ -267,7 +268,7 @@ impl Flow {
         );
         if let (true, Some(store)) = (leased, &self.leases) {
             let leaser = lease::Leaser {
-                key: key.to_owned(),
+                key: key.to_string(),
                 holder: self.holder.clone(),
                 store: store.clone(),
                 clock: self.clock.clone(),
@@ -278,13 +279,13 @@ impl Flow {
             self.retire
                 .lock()
                 .expect("retire")
-                .insert(key.to_owned(), retire);
+                .insert(key.clone(), retire);
             self.tasks
                 .lock()
                 .expect("flow tasks")
                 .spawn(leaser.run(self.stop.subscribe(), retired));
         }
-        gates.insert(key.to_owned(), gate.clone());
+        gates.insert(key.clone(), gate.clone());
         Some(gate)
     }
 
@@ -295,9 +296,9 @@ impl Flow {
     /// deliveries wait, so that at the instant they admit at the rate they
     /// will have. A tenant's own key is told only if its gate exists (its
     /// contract's limit is known once it has been admitted through).
-    pub fn expect(&self, keys: &std::collections::BTreeSet<&str>, until: tokio::time::Instant) {
+    pub fn expect(&self, keys: &std::collections::BTreeSet<&FlowKey>, until: tokio::time::Instant) {
         for key in keys {
-            let gate = if key.starts_with("tenant:") {
+            let gate = if key.kind() == FlowKind::Tenant {
                 self.gates.lock().expect("gates").get(*key).cloned()
             } else {
                 self.gate(key)
@@ -308,7 +309,7 @@ impl Flow {
         }
     }
 
-    pub fn warm(&self, keys: &[String]) {
+    pub fn warm(&self, keys: &[FlowKey]) {
         for key in keys {
             self.gate(key);
         }
@@ -317,7 +318,7 @@ impl Flow {
     /// Passes every gate of `keys` for `tenant`, waiting at most the
     /// configured while: the grants (held until the send is done), or when
     /// to come back.
-    pub async fn admit(&self, keys: &[String], tenant: &str) -> Result<Vec<Grant>, NoRoom> {
+    pub async fn admit(&self, keys: &[FlowKey], tenant: &str) -> Result<Vec<Grant>, NoRoom> {
         let contract = self.contract(tenant).await;
         let contract = contract.as_deref().map(|c| (tenant, c));
         let mut grants = Vec::with_capacity(keys.len());
@@ -348,29 +349,29 @@ impl Flow {
             .then_some(slice * 2)
     }
 
-    /// Whether any key of `kind` (`slack`, `smtp`, `tenantdb`) is limited,
-    /// by configuration or by a contract read so far: if not, its
+    /// Whether any key of `kind` (Slack, SMTP, tenant databases) is
+    /// limited, by configuration or by a contract read so far: if not, its
     /// deliveries skip the gates altogether.
-    pub fn limits_kind(&self, kind: &str) -> bool {
+    pub fn limits_kind(&self, kind: FlowKind) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let by_contract = match kind {
-            "slack" => self.contracts_cap_slack.load(Relaxed),
-            "smtp" => self.contracts_cap_mail.load(Relaxed),
-            _ => false,
+        let (by_contract, capped) = match kind {
+            FlowKind::Slack => (self.contracts_cap_slack.load(Relaxed), "slack"),
+            FlowKind::Smtp => (self.contracts_cap_mail.load(Relaxed), "mail"),
+            _ => (false, kind.as_str()),
         };
-        let channel = if kind == "smtp" { "mail" } else { kind };
+        // Configured patterns are text: `kind:…`, or `tenant:<tenant>:<channel>`.
         by_contract
             || self.settings.limits.keys().any(|k| {
                 let mut parts = k.split(':');
                 match parts.next() {
-                    Some("tenant") => parts.nth(1) == Some(channel),
-                    first => first == Some(kind),
+                    Some("tenant") => parts.nth(1) == Some(capped),
+                    first => first == Some(kind.as_str()),
                 }
             })
     }
 
     /// The service answered "slow down" on `keys`.
-    pub fn throttled(&self, keys: &[String], retry_after: Duration) {
+    pub fn throttled(&self, keys: &[FlowKey], retry_after: Duration) {
         for key in keys {
             if let Some(gate) = self.gate(key) {
                 gate.throttled(retry_after);

@@ -7,14 +7,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
+use toki_model::flow_key::FlowKey;
 use toki_model::limits::*;
 use toki_ports::testing::{monday_morning, MemoryLeaseStore, TokioClock};
+
+/// A flow key from its text.
+fn fk(text: &str) -> FlowKey {
+    text.parse().expect("a flow key")
+}
 
 const SLICE: Duration = Duration::from_millis(150);
 
 fn rate_gate(per_second: f64, burst: u32) -> Arc<Gate> {
     Gate::new(
-        "slack:ws",
+        fk("slack:ws"),
         Limit::rate(per_second, burst),
         1.0,
         1,
@@ -26,7 +32,7 @@ fn rate_gate(per_second: f64, burst: u32) -> Arc<Gate> {
 
 fn permit_gate(permits: u32, deadline: Duration) -> Arc<Gate> {
     Gate::new(
-        "tenantdb:t",
+        fk("tenantdb:t"),
         Limit::permits(permits),
         1.0,
         1,
@@ -341,7 +347,7 @@ fn keep_sending(
     until: Duration,
 ) -> tokio::task::JoinHandle<Vec<Instant>> {
     let flow = flow.clone();
-    let keys = vec![key.to_owned()];
+    let keys = vec![fk(key)];
     tokio::spawn(async move {
         let end = Instant::now() + until;
         let mut times = Vec::new();
@@ -359,10 +365,10 @@ fn keep_sending(
 async fn an_idle_instance_keeps_only_its_reserved_partition() {
     let store = Arc::new(MemoryLeaseStore::default());
     let a = instance(&store, "a");
-    a.warm(&["slack:ws".to_owned()]);
+    a.warm(&[fk("slack:ws")]);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(held_by(&store, "a", "slack:ws"), 1, "reserved at once");
-    let g = a.gate("slack:ws").unwrap();
+    let g = a.gate(&fk("slack:ws")).unwrap();
     assert!((g.share() - 0.1).abs() < 1e-9);
     // Renewed while idle, however long.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -441,7 +447,7 @@ async fn a_crashed_instances_partitions_expire_and_are_taken_over() {
     // It dies without giving anything back.
     a.crash();
     let b = instance(&store, "b");
-    let g = b.gate("slack:ws").unwrap();
+    let g = b.gate(&fk("slack:ws")).unwrap();
     let sending = keep_sending(&b, "slack:ws", Duration::from_secs(1));
     // Looked at while it asks (a wait may outlast the leases).
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -465,9 +471,9 @@ async fn a_crashed_instances_partitions_expire_and_are_taken_over() {
 async fn a_lease_taken_over_is_no_longer_spent() {
     let store = Arc::new(MemoryLeaseStore::default());
     let a = instance(&store, "a");
-    a.warm(&["slack:ws".to_owned()]);
+    a.warm(&[fk("slack:ws")]);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let g = a.gate("slack:ws").unwrap();
+    let g = a.gate(&fk("slack:ws")).unwrap();
     assert!(g.share() > 0.0);
     // Someone else holds every partition (a's lease ran out while it was paused).
     let now = toki_ports::Clock::now(clock().as_ref()) + chrono::Duration::seconds(10);
@@ -495,9 +501,7 @@ async fn idle_per_recipient_gates_are_forgotten() {
         ..FlowSettings::default()
     };
     let flow = Flow::new(settings, None, clock(), "a");
-    let keys: Vec<String> = (0..100)
-        .map(|u| slack_channel_key("ws", &format!("U{u}")))
-        .collect();
+    let keys: Vec<FlowKey> = (0..100).map(|u| fk(&format!("slack:ws:U{u}"))).collect();
     for key in &keys {
         flow.admit(std::slice::from_ref(key), "t").await.unwrap();
     }
@@ -508,7 +512,7 @@ async fn idle_per_recipient_gates_are_forgotten() {
     // A key whose burst was spent just before the next sweep (every 33
     // ticks: at 9.9 s) is kept.
     tokio::time::sleep(Duration::from_millis(3_500)).await;
-    let busy = slack_channel_key("ws", "busy");
+    let busy = fk("slack:ws:busy");
     for _ in 0..3 {
         flow.admit(std::slice::from_ref(&busy), "t").await.unwrap();
     }
@@ -551,8 +555,8 @@ async fn a_contract_overrides_its_tenants_database_permits() {
     let flow = Flow::new(settings, None, clock(), "a");
     let directory = directory_with("big", "tenantdb=permits:3").await;
     flow.read_contracts_from(directory.clone());
-    let big = [tenantdb_key("big")];
-    let small = [tenantdb_key("small")];
+    let big = [fk("tenantdb:big")];
+    let small = [fk("tenantdb:small")];
     // Three at once for the large tenant's database...
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -590,13 +594,13 @@ fn contract_limits_read_and_name_the_field_at_fault() {
     c.edit("slack=10/5, mail=2, tenantdb=permits:4").unwrap();
     assert_eq!(c.to_string(), "mail=2,slack=10/5,tenantdb=permits:4");
     assert_eq!(
-        c.limit_for("tenant:acme:slack", "acme"),
+        c.limit_for(&fk("tenant:acme:slack"), "acme"),
         Some(&Limit::rate(10.0, 5))
     );
-    assert_eq!(c.limit_for("tenant:acme:slack", "other"), None);
-    assert_eq!(c.limit_for("tenant:acme-2:slack", "acme"), None);
+    assert_eq!(c.limit_for(&fk("tenant:acme:slack"), "other"), None);
+    assert_eq!(c.limit_for(&fk("tenant:acme-2:slack"), "acme"), None);
     assert_eq!(
-        c.limit_for("tenantdb:acme", "acme"),
+        c.limit_for(&fk("tenantdb:acme"), "acme"),
         Some(&Limit {
             rate: None,
             burst: 0,
@@ -604,7 +608,7 @@ fn contract_limits_read_and_name_the_field_at_fault() {
             shared: true
         })
     );
-    assert_eq!(c.limit_for("slack:default", "acme"), None);
+    assert_eq!(c.limit_for(&fk("slack:default"), "acme"), None);
     c.edit("mail=none,tenantdb=2/1+permits:3").unwrap();
     assert_eq!(c.to_string(), "slack=10/5,tenantdb=2/1+permits:3");
     let round: ContractLimits = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
@@ -632,7 +636,7 @@ fn contract_limits_read_and_name_the_field_at_fault() {
 async fn expected_deliveries_take_the_leases_before_the_instant() {
     let store = Arc::new(MemoryLeaseStore::default());
     let a = instance(&store, "a");
-    a.warm(&["slack:ws".to_owned()]);
+    a.warm(&[fk("slack:ws")]);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(
         held_by(&store, "a", "slack:ws"),
@@ -641,14 +645,14 @@ async fn expected_deliveries_take_the_leases_before_the_instant() {
     );
     // Announced 20 s ahead of their instant.
     let due = tokio::time::Instant::now() + Duration::from_secs(20);
-    a.expect(&["slack:ws"].into_iter().collect(), due);
+    a.expect(&[&fk("slack:ws")].into_iter().collect(), due);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         held_by(&store, "a", "slack:ws"),
         10,
         "every partition, nothing waiting yet"
     );
-    let g = a.gate("slack:ws").unwrap();
+    let g = a.gate(&fk("slack:ws")).unwrap();
     assert!((g.share() - 1.0).abs() < 1e-9, "{}", g.share());
     // Kept (renewed) while the deliveries wait for their instant, however
     // many rounds that is: not dropped to the reserved share on the way.
@@ -761,7 +765,7 @@ async fn a_backlog_refused_at_once_comes_back_spread_at_the_rate() {
 #[tokio::test(start_paused = true)]
 async fn a_fleets_refusals_come_back_faster_than_it_sends() {
     let gate = Gate::new(
-        "slack:ws",
+        fk("slack:ws"),
         Limit::rate(50.0, 10),
         0.4,
         10,
@@ -814,13 +818,13 @@ async fn no_window_sees_more_than_rate_and_burst_however_the_slices_fall() {
         let mut fleet = Vec::new();
         for name in ["a", "b", "c"] {
             let flow = instance(&store, &format!("{name}{offset_ms}"));
-            flow.warm(&["slack:ws".to_owned()]);
+            flow.warm(&[fk("slack:ws")]);
             fleet.push(flow);
             tokio::time::sleep(Duration::from_millis(offset_ms)).await;
         }
         let due = Instant::now() + Duration::from_secs(5);
         for flow in &fleet {
-            flow.expect(&["slack:ws"].into_iter().collect(), due);
+            flow.expect(&[&fk("slack:ws")].into_iter().collect(), due);
         }
         tokio::time::sleep_until(due).await;
         let sending: Vec<_> = fleet
@@ -865,7 +869,7 @@ async fn busy_instances_even_out_their_partitions() {
         instance(&store, "c"),
     );
     for idle in [&b, &c] {
-        idle.warm(&["slack:ws".to_owned()]);
+        idle.warm(&[fk("slack:ws")]);
     }
     let first = keep_sending(&a, "slack:ws", Duration::from_secs(2));
     first.await.unwrap();
@@ -894,7 +898,7 @@ async fn busy_instances_even_out_their_partitions() {
 async fn a_busy_instance_beside_an_idle_one_keeps_the_rate() {
     let store = Arc::new(MemoryLeaseStore::default());
     let idle = instance(&store, "idle");
-    idle.warm(&["slack:ws".to_owned()]);
+    idle.warm(&[fk("slack:ws")]);
     let a = instance(&store, "a");
     let run = Duration::from_secs(30);
     let times = keep_sending(&a, "slack:ws", run).await.unwrap();

@@ -8,6 +8,7 @@ pub mod change;
 pub mod debounce;
 pub mod domain;
 pub mod error;
+pub mod flow_key;
 pub mod index;
 pub mod input;
 pub mod lateness;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
+use crate::flow_key::FlowKey;
 
 /// How much of a resource there is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,8 +171,8 @@ impl FlowSettings {
     }
 
     /// The limit of `key`, by its most specific matching pattern.
-    pub fn limit_for(&self, key: &str) -> Option<&Limit> {
-        let parts: Vec<&str> = key.split(':').collect();
+    pub fn limit_for(&self, key: &FlowKey) -> Option<&Limit> {
+        let parts = key.parts();
         self.limits
             .iter()
             .filter(|(pattern, _)| matches(pattern, &parts))
@@ -245,29 +246,6 @@ fn matches(pattern: &str, parts: &[&str]) -> bool {
     pattern.len() == parts.len() && pattern.iter().zip(parts).all(|(p, k)| *p == "*" || p == k)
 }
 
-/// The key of a Slack workspace.
-pub fn slack_workspace_key(workspace: &str) -> String {
-    format!("slack:{workspace}")
-}
-
-/// The key of one Slack channel or user (a DM) in a workspace.
-pub fn slack_channel_key(workspace: &str, channel: &str) -> String {
-    format!("slack:{workspace}:{channel}")
-}
-
-pub fn smtp_key(account: &str) -> String {
-    format!("smtp:{account}")
-}
-
-pub fn tenantdb_key(tenant: &str) -> String {
-    format!("tenantdb:{tenant}")
-}
-
-/// The key of a tenant's own cap on one channel (`slack`, `mail`).
-pub fn tenant_key(tenant: &str, channel: &str) -> String {
-    format!("tenant:{tenant}:{channel}")
-}
-
 /// What a tenant's contract says about its limits: resource → limit, where
 /// the resource is `tenantdb` (its database: usually permits), `slack` or
 /// `mail` (its own cap on that channel, fleet-wide unless `shared: false`).
@@ -287,21 +265,12 @@ impl ContractLimits {
         self.0.is_empty()
     }
 
-    /// The key `resource` limits for `tenant`.
-    pub fn key(resource: &str, tenant: &str) -> String {
-        match resource {
-            "tenantdb" => tenantdb_key(tenant),
-            channel => tenant_key(tenant, channel),
-        }
-    }
-
     /// The contract's limit of `key`, if the key is one of `tenant`'s own.
-    pub fn limit_for(&self, key: &str, tenant: &str) -> Option<&Limit> {
-        let resource = if let Some(t) = key.strip_prefix("tenantdb:") {
-            (t == tenant).then_some("tenantdb")?
-        } else {
-            let rest = key.strip_prefix("tenant:")?.strip_prefix(tenant)?;
-            rest.strip_prefix(':')?
+    pub fn limit_for(&self, key: &FlowKey, tenant: &str) -> Option<&Limit> {
+        let resource = match key {
+            FlowKey::TenantDb(t) if t == tenant => "tenantdb",
+            FlowKey::TenantCap { tenant: t, channel } if t == tenant => channel.as_str(),
+            _ => return None,
         };
         self.0.get(resource)
     }

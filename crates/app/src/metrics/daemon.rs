@@ -91,18 +91,18 @@ impl prometheus_client::collector::Collector for DaemonCollector {
             let keys: Vec<_> = flow
                 .stats()
                 .into_iter()
-                .filter(|k| !(k.key.starts_with("slack:") && k.key.matches(':').count() > 1))
+                .filter(|k| !k.key.is_per_recipient())
                 .collect();
             let by_key =
                 |f: &dyn Fn(&toki_flow::KeyStats) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
                     keys.iter()
-                        .map(|k| (vec![("key", k.key.clone())], f(k)))
+                        .map(|k| (vec![("key", k.key.to_string())], f(k)))
                         .collect()
                 };
             let counts =
                 |f: &dyn Fn(&toki_flow::KeyStats) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
                     keys.iter()
-                        .map(|k| (vec![("key", k.key.clone())], f(k)))
+                        .map(|k| (vec![("key", k.key.to_string())], f(k)))
                         .collect()
                 };
             gauge(

@@ -13,6 +13,7 @@ use tracing::{warn, Span};
 use crate::trace;
 use toki_model::domain::{Channel, DueAt, ScheduleId, TenantId};
 use toki_model::error::chain;
+use toki_model::flow_key::FlowKind;
 use toki_model::time::wait_between;
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::TenantStore;
@@ -216,8 +217,8 @@ impl Daemon {
         }
         let found: HashSet<usize> = (0..n).filter(|i| results[*i].is_some()).collect();
         let gated = self.flow.as_ref().filter(|flow| match channel {
-            Channel::Slack => flow.limits_kind("slack"),
-            Channel::Mail => flow.limits_kind("smtp"),
+            Channel::Slack => flow.limits_kind(FlowKind::Slack),
+            Channel::Mail => flow.limits_kind(FlowKind::Smtp),
             Channel::Chat => false,
         });
         if let Some(flow) = gated {

@@ -7,9 +7,8 @@ use futures::future::join_all;
 
 use toki_flow::Flow;
 use toki_model::domain::Channel;
-use toki_model::limits::{
-    slack_channel_key, slack_workspace_key, smtp_key, tenant_key, FlowSettings,
-};
+use toki_model::flow_key::{CappedChannel, FlowKey, FlowKind};
+use toki_model::limits::FlowSettings;
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 
 use super::Daemon;
@@ -22,7 +21,10 @@ impl Daemon {
     /// back to the queue, behind everything else in it).
     pub(super) fn expect_flow(&self, prepared: &[super::prepare::Prepared]) {
         let Some(flow) = &self.flow else { return };
-        let (slack, mail) = (flow.limits_kind("slack"), flow.limits_kind("smtp"));
+        let (slack, mail) = (
+            flow.limits_kind(FlowKind::Slack),
+            flow.limits_kind(FlowKind::Smtp),
+        );
         if !slack && !mail {
             return;
         }
@@ -46,18 +48,18 @@ impl Daemon {
         for (channel, tenant) in spent {
             match channel {
                 Channel::Slack if slack => {
-                    keys.push(tenant_key(tenant.as_str(), "slack"));
-                    keys.push(slack_workspace_key(&settings.slack_workspace));
+                    keys.push(tenant_cap(tenant.as_str(), CappedChannel::Slack));
+                    keys.push(FlowKey::SlackWorkspace(settings.slack_workspace.clone()));
                 }
                 Channel::Mail if mail => {
-                    keys.push(tenant_key(tenant.as_str(), "mail"));
-                    keys.push(smtp_key(&settings.smtp_account));
+                    keys.push(tenant_cap(tenant.as_str(), CappedChannel::Mail));
+                    keys.push(FlowKey::Smtp(settings.smtp_account.clone()));
                 }
                 _ => {}
             }
         }
         if !keys.is_empty() {
-            flow.expect(&keys.iter().map(String::as_str).collect(), until);
+            flow.expect(&keys.iter().collect(), until);
         }
     }
 
@@ -131,7 +133,7 @@ pub(super) fn flow_keys(
     settings: &FlowSettings,
     channel: Channel,
     n: &Notification,
-) -> Vec<String> {
+) -> Vec<FlowKey> {
     match channel {
         Channel::Slack => {
             let ws = &settings.slack_workspace;
@@ -139,18 +141,29 @@ pub(super) fn flow_keys(
             // The recipient's channel first: refused there, no workspace
             // capacity is spent.
             if let Some(user) = n.recipient.slack_user_id.as_deref() {
-                keys.push(slack_channel_key(ws, user));
+                keys.push(FlowKey::SlackChannel {
+                    workspace: ws.clone(),
+                    channel: user.to_owned(),
+                });
             }
             // Then the tenant's own cap (if its contract sets one), then
             // the workspace: a key that refuses spends nothing after it.
-            keys.push(tenant_key(n.tenant.as_str(), "slack"));
-            keys.push(slack_workspace_key(ws));
+            keys.push(tenant_cap(n.tenant.as_str(), CappedChannel::Slack));
+            keys.push(FlowKey::SlackWorkspace(ws.clone()));
             keys
         }
         Channel::Mail => vec![
-            tenant_key(n.tenant.as_str(), "mail"),
-            smtp_key(&settings.smtp_account),
+            tenant_cap(n.tenant.as_str(), CappedChannel::Mail),
+            FlowKey::Smtp(settings.smtp_account.clone()),
         ],
         _ => Vec::new(),
+    }
+}
+
+/// The key of `tenant`'s own cap on `channel`.
+fn tenant_cap(tenant: &str, channel: CappedChannel) -> FlowKey {
+    FlowKey::TenantCap {
+        tenant: tenant.to_owned(),
+        channel,
     }
 }

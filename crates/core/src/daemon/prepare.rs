@@ -10,7 +10,7 @@ use tracing::warn;
 
 use toki_model::domain::{Instant, TenantId};
 use toki_model::error::chain;
-use toki_model::limits::tenantdb_key;
+use toki_model::flow_key::FlowKey;
 use toki_model::template::Templates;
 use toki_model::time::to_chrono;
 use toki_ports::error::StoreError;
@@ -69,7 +69,7 @@ impl Daemon {
                 // back to the queue for a while, without using any budget.
                 let permit = match &self.flow {
                     Some(flow) => {
-                        match flow.admit(&[tenantdb_key(tenant.as_str())], tenant.as_str()).await {
+                        match flow.admit(&[FlowKey::TenantDb(tenant.to_string())], tenant.as_str()).await {
                             Ok(grants) => grants,
                             Err(no_room) => {
                                 let fate = MessageFate::Throttled {
