@@ -1563,7 +1563,7 @@ pub mod store {
         let now = Utc::now();
         let k = key("a", Channel::Mail);
         let elsewhere = DeliveryKey {
-            minutes_before: 15,
+            purpose: DeliveryPurpose::Reminder { minutes_before: 15 },
             ..key("a", Channel::Mail)
         };
         s.record_outcomes(&[
@@ -1603,7 +1603,7 @@ pub mod store {
         DeliveryKey {
             schedule: "s".parse().unwrap(),
             occurrence: Occurrence(from_millis("occurrence", 1_800_000_000_000).unwrap()),
-            minutes_before: 5,
+            purpose: DeliveryPurpose::Reminder { minutes_before: 5 },
             recipient: recipient.parse().unwrap(),
             channel,
         }

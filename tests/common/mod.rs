@@ -60,7 +60,7 @@ pub fn notification(i: usize, slack: &str) -> toki_ports::channel::Notification 
         key: DeliveryKey {
             schedule: format!("s{i}").parse().unwrap(),
             occurrence: Occurrence(from_millis("o", 1_800_000_000_000).unwrap()),
-            minutes_before: 5,
+            purpose: DeliveryPurpose::Reminder { minutes_before: 5 },
             recipient: format!("u{i}").parse().unwrap(),
             channel: Channel::Slack,
         },

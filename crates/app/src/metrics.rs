@@ -389,7 +389,9 @@ mod collect {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toki_model::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Occurrence};
+    use toki_model::{
+        Channel, DeliveryKey, DeliveryOutcome, DeliveryPurpose, DeliveryStatus, DueAt, Occurrence,
+    };
 
     #[test]
     fn lateness_is_counted_per_delivered_outcome_in_fine_buckets() {
@@ -399,7 +401,7 @@ mod tests {
             key: DeliveryKey {
                 schedule: "s".parse().unwrap(),
                 occurrence: Occurrence(due),
-                minutes_before: 0,
+                purpose: DeliveryPurpose::Reminder { minutes_before: 0 },
                 recipient: "u".parse().unwrap(),
                 channel: Channel::Slack,
             },

@@ -73,7 +73,7 @@ pub trait Observer: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toki_model::{DeliveryKey, DueAt, Occurrence};
+    use toki_model::{DeliveryKey, DeliveryPurpose, DueAt, Occurrence};
 
     fn outcome(channel: Channel, status: DeliveryStatus, late_ms: i64) -> DeliveryOutcome {
         let due: toki_model::Instant = "2026-11-23T08:55:00Z".parse().unwrap();
@@ -81,7 +81,7 @@ mod tests {
             key: DeliveryKey {
                 schedule: "s".parse().unwrap(),
                 occurrence: Occurrence(due),
-                minutes_before: 5,
+                purpose: DeliveryPurpose::Reminder { minutes_before: 5 },
                 recipient: "u".parse().unwrap(),
                 channel,
             },

@@ -19,22 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::debounce::{DebounceSettings, Edge};
 use crate::domain::{
-    Channel, DeliveryKey, Instant, Occurrence, Schedule, ScheduleId, TenantId, UserId,
+    Channel, DeliveryKey, DeliveryPurpose, Instant, Occurrence, Schedule, ScheduleId, TenantId,
+    UserId,
 };
 use crate::error::ValidationError;
-
-/// The `minutes_before` of a change notice's deliveries: no reminder can
-/// have it (offsets are at most a few weeks in minutes), so notices and
-/// reminders share the delivery rows, claims and reports without ever
-/// sharing a key. The occurrence of a notice's key is the notice's instant.
-pub const CHANGE_NOTICE: u32 = u32::MAX;
-
-impl DeliveryKey {
-    /// A change notice's delivery, not a reminder's.
-    pub fn is_change_notice(&self) -> bool {
-        self.minutes_before == CHANGE_NOTICE
-    }
-}
 
 /// A tenant's change notifications, part of its contract. Off unless the
 /// tenant turns them on: a product that already mails its own invitations
@@ -324,7 +312,7 @@ impl ChangeNotice {
         DeliveryKey {
             schedule: self.schedule.clone(),
             occurrence: Occurrence(self.at),
-            minutes_before: CHANGE_NOTICE,
+            purpose: DeliveryPurpose::ChangeNotice,
             recipient: recipient.clone(),
             channel,
         }

@@ -430,7 +430,9 @@ impl Reminder {
             self.channels.iter().map(move |channel| DeliveryKey {
                 schedule: self.key.schedule.clone(),
                 occurrence: self.key.occurrence,
-                minutes_before: self.key.minutes_before,
+                purpose: DeliveryPurpose::Reminder {
+                    minutes_before: self.key.minutes_before,
+                },
                 recipient: recipient.clone(),
                 channel,
             })
@@ -465,9 +467,63 @@ pub struct IndexedReminder {
 pub struct DeliveryKey {
     pub schedule: ScheduleId,
     pub occurrence: Occurrence,
-    pub minutes_before: u32,
+    #[serde(rename = "minutes_before", with = "purpose_code")]
+    pub purpose: DeliveryPurpose,
     pub recipient: UserId,
     pub channel: Channel,
+}
+
+impl DeliveryKey {
+    /// A change notice's delivery, not a reminder's.
+    pub fn is_change_notice(&self) -> bool {
+        self.purpose == DeliveryPurpose::ChangeNotice
+    }
+}
+
+/// What a delivery tells: a reminder some minutes before its occurrence, or
+/// that a schedule changed (the occurrence of its key is then the notice's
+/// instant). Notices and reminders share the delivery rows, claims and
+/// reports without ever sharing a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeliveryPurpose {
+    Reminder { minutes_before: u32 },
+    ChangeNotice,
+}
+
+impl DeliveryPurpose {
+    /// A change notice's code where a reminder keeps its minutes: none can
+    /// have it (offsets are at most a few weeks in minutes).
+    const CHANGE_NOTICE_CODE: u32 = u32::MAX;
+
+    /// As rows, messages and key texts keep it: a reminder's minutes before,
+    /// or a code no reminder can have for a change notice.
+    pub fn code(self) -> u32 {
+        match self {
+            DeliveryPurpose::Reminder { minutes_before } => minutes_before,
+            DeliveryPurpose::ChangeNotice => Self::CHANGE_NOTICE_CODE,
+        }
+    }
+
+    pub fn from_code(code: u32) -> Self {
+        match code {
+            Self::CHANGE_NOTICE_CODE => DeliveryPurpose::ChangeNotice,
+            minutes_before => DeliveryPurpose::Reminder { minutes_before },
+        }
+    }
+}
+
+/// A purpose in JSON as its code, as the field `minutes_before` always was.
+mod purpose_code {
+    use super::DeliveryPurpose;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &DeliveryPurpose, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(p.code())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DeliveryPurpose, D::Error> {
+        u32::deserialize(d).map(DeliveryPurpose::from_code)
+    }
 }
 
 impl fmt::Display for DeliveryKey {
@@ -477,7 +533,7 @@ impl fmt::Display for DeliveryKey {
             "{}#{}#{}#{}#{}",
             self.schedule,
             self.occurrence.millis(),
-            self.minutes_before,
+            self.purpose.code(),
             self.recipient,
             self.channel
         )

@@ -129,7 +129,10 @@ async fn a_throttle_answer_pauses_the_key_and_the_message_comes_back_as_asked() 
         "sent once Retry-After passed: {late} ms"
     );
     let ws = run.daemon.flow_stats();
-    let ws = ws.iter().find(|k| k.key.to_string() == "slack:default").unwrap();
+    let ws = ws
+        .iter()
+        .find(|k| k.key.to_string() == "slack:default")
+        .unwrap();
     assert_eq!(ws.throttle_answers, 1);
     let stats = run.daemon.stats.snapshot();
     assert_eq!(

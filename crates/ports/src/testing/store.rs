@@ -410,7 +410,7 @@ impl TenantStore for MemoryTenantStore {
             .filter(|o| {
                 o.key.schedule == reminder.schedule
                     && o.key.occurrence == reminder.occurrence
-                    && o.key.minutes_before == reminder.minutes_before
+                    && o.key.purpose.code() == reminder.minutes_before
             })
             .collect())
     }

@@ -4,8 +4,8 @@
 use chrono_tz::Tz;
 use toki_model::ScheduleSnapshot;
 use toki_model::{
-    from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryStatus,
-    DueAt, Instant, Occurrence, Recurrence, ReminderRule, ScheduleId, User, UserId,
+    from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryPurpose,
+    DeliveryStatus, DueAt, Instant, Occurrence, Recurrence, ReminderRule, ScheduleId, User, UserId,
 };
 use toki_ports::{ChatMessage, OwnedDelivery};
 use toki_ports::{StoreError, StoreResult};
@@ -62,8 +62,9 @@ impl TryFrom<DeliveryKeyRow> for DeliveryKey {
         Ok(DeliveryKey {
             schedule: schedule_id(&r.schedule_id)?,
             occurrence: Occurrence(instant("occurrence", r.occurrence)?),
-            minutes_before: u32::try_from(r.minutes_before)
-                .map_err(|e| corrupt("minutes_before", e))?,
+            purpose: DeliveryPurpose::from_code(
+                u32::try_from(r.minutes_before).map_err(|e| corrupt("minutes_before", e))?,
+            ),
             recipient: user_id("recipient", &r.recipient)?,
             channel: channel(&r.channel)?,
         })
@@ -104,7 +105,7 @@ impl From<&DeliveryKey> for KeyColumns {
         KeyColumns {
             schedule_id: k.schedule.to_string(),
             occurrence: k.occurrence.millis(),
-            minutes_before: i64::from(k.minutes_before),
+            minutes_before: i64::from(k.purpose.code()),
             recipient: k.recipient.to_string(),
             channel: k.channel.as_str(),
         }
