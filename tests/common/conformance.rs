@@ -2064,36 +2064,59 @@ pub mod debounce {
         let key = unique("t:s");
         assert_eq!(s.get(&key).await.unwrap(), None);
         let first = entry(&key, "a", false);
-        assert!(s.put_if(&first, None).await.unwrap());
-        assert!(!s.put_if(&entry(&key, "b", true), None).await.unwrap());
+        assert!(s.put_if(&first, None).await.unwrap().is_written());
+        assert!(!s
+            .put_if(&entry(&key, "b", true), None)
+            .await
+            .unwrap()
+            .is_written());
         assert_eq!(s.get(&key).await.unwrap(), Some(first), "round trip");
     }
 
     pub async fn replaced_only_by_the_holder_of_its_token(s: Arc<dyn DebounceStore>) {
         let key = unique("t:s");
-        assert!(s.put_if(&entry(&key, "a", false), None).await.unwrap());
-        assert!(!s.put_if(&entry(&key, "b", true), Some("x")).await.unwrap());
+        assert!(s
+            .put_if(&entry(&key, "a", false), None)
+            .await
+            .unwrap()
+            .is_written());
+        assert!(!s
+            .put_if(&entry(&key, "b", true), Some("x"))
+            .await
+            .unwrap()
+            .is_written());
         let second = entry(&key, "b", true);
-        assert!(s.put_if(&second, Some("a")).await.unwrap());
+        assert!(s.put_if(&second, Some("a")).await.unwrap().is_written());
         assert_eq!(s.get(&key).await.unwrap(), Some(second));
         assert!(
-            !s.put_if(&entry(&key, "c", true), Some("a")).await.unwrap(),
+            !s.put_if(&entry(&key, "c", true), Some("a"))
+                .await
+                .unwrap()
+                .is_written(),
             "the old token no longer holds the row"
         );
         // A row that is gone cannot be replaced.
         assert!(!s
             .put_if(&entry(&unique("t:s"), "z", true), Some("a"))
             .await
-            .unwrap());
+            .unwrap()
+            .is_written());
     }
 
     pub async fn removed_only_with_its_token(s: Arc<dyn DebounceStore>) {
         let key = unique("t:s");
-        assert!(!s.remove_if(&key, "a").await.unwrap(), "nothing there");
-        assert!(s.put_if(&entry(&key, "a", false), None).await.unwrap());
-        assert!(!s.remove_if(&key, "b").await.unwrap());
+        assert!(
+            !s.remove_if(&key, "a").await.unwrap().is_written(),
+            "nothing there"
+        );
+        assert!(s
+            .put_if(&entry(&key, "a", false), None)
+            .await
+            .unwrap()
+            .is_written());
+        assert!(!s.remove_if(&key, "b").await.unwrap().is_written());
         assert!(s.get(&key).await.unwrap().is_some());
-        assert!(s.remove_if(&key, "a").await.unwrap());
+        assert!(s.remove_if(&key, "a").await.unwrap().is_written());
         assert_eq!(s.get(&key).await.unwrap(), None);
     }
 
@@ -2205,7 +2228,11 @@ pub mod lease {
         let t0 = now();
         assert_eq!(s.leases(&key).await.unwrap(), vec![], "nothing yet");
         let until = at(t0, 10_137);
-        assert!(s.acquire(&key, 3, "a", until, t0).await.unwrap());
+        assert!(s
+            .acquire(&key, 3, "a", until, t0)
+            .await
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 3, "a", until)],
@@ -2219,12 +2246,17 @@ pub mod lease {
         let key = unique("limit:");
         let t0 = now();
         let first = at(t0, 10_001);
-        assert!(s.acquire(&key, 0, "a", first, t0).await.unwrap());
+        assert!(s
+            .acquire(&key, 0, "a", first, t0)
+            .await
+            .unwrap()
+            .is_written());
         // Live until `first`, even a millisecond before it.
         assert!(!s
             .acquire(&key, 0, "b", at(t0, 20_000), at(t0, 10_000))
             .await
-            .unwrap());
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 0, "a", first)]
@@ -2233,7 +2265,8 @@ pub mod lease {
         assert!(s
             .acquire(&key, 0, "a", renewed, at(t0, 5_000))
             .await
-            .unwrap());
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 0, "a", renewed)],
@@ -2242,7 +2275,8 @@ pub mod lease {
         assert!(
             !s.acquire(&key, 0, "b", at(t0, 30_000), at(t0, 20_000))
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_written(),
             "still refused past the first expiry: the renewal counts"
         );
     }
@@ -2251,10 +2285,18 @@ pub mod lease {
         let key = unique("limit:");
         let t0 = now();
         let a_until = at(t0, 1_250);
-        assert!(s.acquire(&key, 7, "a", a_until, t0).await.unwrap());
+        assert!(s
+            .acquire(&key, 7, "a", a_until, t0)
+            .await
+            .unwrap()
+            .is_written());
         // Expired at its own instant (expires_at <= now).
         let b_until = at(t0, 11_250);
-        assert!(s.acquire(&key, 7, "b", b_until, a_until).await.unwrap());
+        assert!(s
+            .acquire(&key, 7, "b", b_until, a_until)
+            .await
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 7, "b", b_until)]
@@ -2262,10 +2304,14 @@ pub mod lease {
         assert!(
             !s.acquire(&key, 7, "a", at(t0, 12_000), at(t0, 2_000))
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_written(),
             "the old holder cannot renew what it lost"
         );
-        assert!(!s.release(&key, 7, "a").await.unwrap(), "nor give it back");
+        assert!(
+            !s.release(&key, 7, "a").await.unwrap().is_written(),
+            "nor give it back"
+        );
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 7, "b", b_until)]
@@ -2275,21 +2321,35 @@ pub mod lease {
     pub async fn released_only_by_its_holder(s: Arc<dyn LeaseStore>) {
         let key = unique("limit:");
         let t0 = now();
-        assert!(!s.release(&key, 1, "a").await.unwrap(), "nothing there");
+        assert!(
+            !s.release(&key, 1, "a").await.unwrap().is_written(),
+            "nothing there"
+        );
         let a_until = at(t0, 60_000);
-        assert!(s.acquire(&key, 1, "a", a_until, t0).await.unwrap());
-        assert!(!s.release(&key, 1, "b").await.unwrap());
-        assert!(!s.release(&key, 2, "a").await.unwrap(), "another partition");
+        assert!(s
+            .acquire(&key, 1, "a", a_until, t0)
+            .await
+            .unwrap()
+            .is_written());
+        assert!(!s.release(&key, 1, "b").await.unwrap().is_written());
+        assert!(
+            !s.release(&key, 2, "a").await.unwrap().is_written(),
+            "another partition"
+        );
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 1, "a", a_until)]
         );
-        assert!(s.release(&key, 1, "a").await.unwrap());
+        assert!(s.release(&key, 1, "a").await.unwrap().is_written());
         assert_eq!(s.leases(&key).await.unwrap(), vec![], "the row is gone");
-        assert!(!s.release(&key, 1, "a").await.unwrap(), "once");
+        assert!(!s.release(&key, 1, "a").await.unwrap().is_written(), "once");
         // Free again well before the old lease would have expired.
         let b_until = at(t0, 30_000);
-        assert!(s.acquire(&key, 1, "b", b_until, at(t0, 1)).await.unwrap());
+        assert!(s
+            .acquire(&key, 1, "b", b_until, at(t0, 1))
+            .await
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![row(&key, 1, "b", b_until)]
@@ -2306,7 +2366,11 @@ pub mod lease {
             let (s, key) = (s.clone(), key.clone());
             tokio::spawn(async move {
                 let holder = format!("h{i}");
-                let won = s.acquire(&key, 5, &holder, until, t0).await.unwrap();
+                let won = s
+                    .acquire(&key, 5, &holder, until, t0)
+                    .await
+                    .unwrap()
+                    .is_written();
                 (holder, won)
             })
         });
@@ -2335,9 +2399,14 @@ pub mod lease {
             assert!(s
                 .acquire(&key, p, holder, until, at(t0, -10_000))
                 .await
-                .unwrap());
+                .unwrap()
+                .is_written());
         }
-        assert!(s.acquire(&other, 1, "c", live, t0).await.unwrap());
+        assert!(s
+            .acquire(&other, 1, "c", live, t0)
+            .await
+            .unwrap()
+            .is_written());
         assert_eq!(
             s.leases(&key).await.unwrap(),
             vec![

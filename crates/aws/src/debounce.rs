@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::Client;
 use toki_model::debounce::DebounceEntry;
 use toki_model::from_millis;
 use toki_ports::DebounceStore;
-use toki_ports::StoreResult;
+use toki_ports::{Conditional, StoreResult};
 
 use crate::error::{conditional, sdk, AwsError};
 use crate::index::{get_n, get_s, n, s};
@@ -101,7 +101,7 @@ impl DebounceStore for DynamoDebounceStore {
         Ok(out.item().map(|i| entry(key, i)).transpose()?)
     }
 
-    async fn put_if(&self, e: &DebounceEntry, expected: Option<&str>) -> StoreResult<bool> {
+    async fn put_if(&self, e: &DebounceEntry, expected: Option<&str>) -> StoreResult<Conditional> {
         let req = self
             .client
             .put_item()
@@ -114,10 +114,13 @@ impl DebounceStore for DynamoDebounceStore {
                 .expression_attribute_names("#t", "token")
                 .expression_attribute_values(":expected", s(token)),
         };
-        Ok(conditional(req.send().await, "PutItem(debounce)")?)
+        Ok(Conditional::of(conditional(
+            req.send().await,
+            "PutItem(debounce)",
+        )?))
     }
 
-    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool> {
+    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<Conditional> {
         let result = self
             .client
             .delete_item()
@@ -129,6 +132,9 @@ impl DebounceStore for DynamoDebounceStore {
             .expression_attribute_values(":token", s(token))
             .send()
             .await;
-        Ok(conditional(result, "DeleteItem(debounce)")?)
+        Ok(Conditional::of(conditional(
+            result,
+            "DeleteItem(debounce)",
+        )?))
     }
 }

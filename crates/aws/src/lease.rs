@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use toki_model::{from_millis, Instant};
-use toki_ports::StoreResult;
+use toki_ports::{Conditional, StoreResult};
 use toki_ports::{LeaseStore, PartitionLease};
 
 use crate::error::{conditional, sdk, AwsError};
@@ -68,7 +68,7 @@ impl LeaseStore for DynamoLeaseStore {
         holder: &str,
         until: Instant,
         now: Instant,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Conditional> {
         let item = HashMap::from([
             ("pk".to_owned(), pk(key)),
             ("sk".to_owned(), sk(partition)),
@@ -90,10 +90,10 @@ impl LeaseStore for DynamoLeaseStore {
             .expression_attribute_values(":now", n(now.timestamp_millis()))
             .send()
             .await;
-        Ok(conditional(result, "PutItem(lease)")?)
+        Ok(Conditional::of(conditional(result, "PutItem(lease)")?))
     }
 
-    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool> {
+    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<Conditional> {
         let result = self
             .client
             .delete_item()
@@ -105,7 +105,7 @@ impl LeaseStore for DynamoLeaseStore {
             .expression_attribute_values(":me", s(holder))
             .send()
             .await;
-        Ok(conditional(result, "DeleteItem(lease)")?)
+        Ok(Conditional::of(conditional(result, "DeleteItem(lease)")?))
     }
 
     async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>> {

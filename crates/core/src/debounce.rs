@@ -147,7 +147,7 @@ impl Debouncer {
             let now = self.clock.now();
             let (entry, edge) = after_call(previous.as_ref(), key, now, new_token(), settings);
             let expected = previous.as_ref().map(|p| p.token.as_str());
-            if !self.store.put_if(&entry, expected).await? {
+            if !self.store.put_if(&entry, expected).await?.is_written() {
                 continue;
             }
             // Armed before acting: if the action fails, the row and its check remain.
@@ -162,7 +162,8 @@ impl Debouncer {
                         pending: true,
                         ..entry.clone()
                     };
-                    self.store.put_if(&pending, Some(&entry.token)).await?;
+                    // Refused: a call came meanwhile, and its own check follows.
+                    let _ = self.store.put_if(&pending, Some(&entry.token)).await?;
                     return Err(DebounceError::Action {
                         key: key.to_owned(),
                         source,
@@ -200,7 +201,8 @@ impl Debouncer {
                 Ok(CheckOutcome::Rearmed(at))
             }
             CheckVerdict::Remove => {
-                self.store.remove_if(key, token).await?;
+                // Refused: a call came meanwhile; the row stays for its check.
+                let _ = self.store.remove_if(key, token).await?;
                 Ok(CheckOutcome::Removed)
             }
             CheckVerdict::Act => {
@@ -215,7 +217,7 @@ impl Debouncer {
                 let now = self.clock.now();
                 let quiet = after_action(&entry, now, new_token());
                 // Lost: a call came during the action; its own check follows.
-                if self.store.put_if(&quiet, Some(token)).await? {
+                if self.store.put_if(&quiet, Some(token)).await?.is_written() {
                     self.timer
                         .arm(key, &quiet.token, quiet.check_at(settings), settings)
                         .await?;

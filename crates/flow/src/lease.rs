@@ -20,7 +20,7 @@ use toki_model::error::chain;
 use toki_model::limits::FlowSettings;
 use toki_model::time::to_chrono;
 use toki_ports::StoreResult;
-use toki_ports::{Clock, LeaseStore, PartitionLease};
+use toki_ports::{Clock, Conditional, LeaseStore, PartitionLease};
 
 /// How an instance keeps its partitions of one key: renews those it has,
 /// takes free ones while deliveries wait, gives back all but the reserved
@@ -191,10 +191,10 @@ impl Leaser {
                 continue;
             }
             match self.lease(partition).await {
-                Ok(true) => {
+                Ok(Conditional::Written) => {
                     held.get_mut(&partition).expect("held").until = self.until(now_t);
                 }
-                Ok(false) => {
+                Ok(Conditional::Refused) => {
                     debug!(key = %self.key, partition, "lease taken over");
                     held.remove(&partition);
                 }
@@ -265,8 +265,8 @@ impl Leaser {
         for attempt in 0..8 {
             let slot = partitions + (offset + attempt) % PRESENCE_SLOTS;
             match self.lease(slot).await {
-                Ok(true) => return Some(slot),
-                Ok(false) => continue,
+                Ok(Conditional::Written) => return Some(slot),
+                Ok(Conditional::Refused) => continue,
                 Err(e) => {
                     debug!(key = %self.key, error = %chain(&e), "keeping the presence row failed");
                     return current;
@@ -311,7 +311,7 @@ impl Leaser {
             }
             let now_t = tokio::time::Instant::now();
             match self.lease(partition).await {
-                Ok(true) => {
+                Ok(Conditional::Written) => {
                     held.insert(
                         partition,
                         Held {
@@ -319,7 +319,7 @@ impl Leaser {
                         },
                     );
                 }
-                Ok(false) => {}
+                Ok(Conditional::Refused) => {}
                 Err(e) => {
                     warn!(key = %self.key, partition, error = %chain(&e), "taking a lease failed");
                     return;
@@ -329,7 +329,7 @@ impl Leaser {
     }
 
     /// Takes or renews `partition` for a lease from now.
-    async fn lease(&self, partition: u32) -> StoreResult<bool> {
+    async fn lease(&self, partition: u32) -> StoreResult<Conditional> {
         let now = self.clock.now();
         let until = now + to_chrono(self.settings.lease());
         self.store

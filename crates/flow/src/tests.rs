@@ -487,7 +487,8 @@ async fn a_lease_taken_over_is_no_longer_spent() {
                 now
             )
             .await
-            .unwrap());
+            .unwrap()
+            .is_written());
     }
     // At its next renewal a finds out and stops spending it.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use toki_model::Instant;
 
-use crate::StoreResult;
+use crate::{Conditional, StoreResult};
 
 /// One partition's lease row, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,10 +28,10 @@ pub trait LeaseStore: Send + Sync {
         holder: &str,
         until: Instant,
         now: Instant,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<Conditional>;
 
     /// Gives `partition` back, if `holder` still holds it (true).
-    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool>;
+    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<Conditional>;
 
     /// Every stored lease row of `key`, live or expired, by partition.
     async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>>;

@@ -3,6 +3,7 @@
 //! and one in memory for tests (`testing`).
 
 pub mod channel;
+mod conditional;
 mod debounce;
 pub mod error;
 mod lease;
@@ -11,6 +12,7 @@ pub mod message;
 pub mod testing;
 
 pub use channel::{ChannelSender, Notification, SendError, SendResult};
+pub use conditional::Conditional;
 pub use debounce::DebounceStore;
 pub use error::{StoreError, StoreResult};
 pub use lease::{LeaseStore, PartitionLease};

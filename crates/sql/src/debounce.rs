@@ -8,7 +8,7 @@ use sqlx::{Row, SqlitePool};
 use toki_model::debounce::DebounceEntry;
 use toki_model::from_millis;
 use toki_ports::DebounceStore;
-use toki_ports::{StoreError, StoreResult};
+use toki_ports::{Conditional, StoreError, StoreResult};
 
 use crate::db_err;
 
@@ -55,7 +55,7 @@ impl DebounceStore for SqliteDebounceStore {
         }))
     }
 
-    async fn put_if(&self, e: &DebounceEntry, expected: Option<&str>) -> StoreResult<bool> {
+    async fn put_if(&self, e: &DebounceEntry, expected: Option<&str>) -> StoreResult<Conditional> {
         let delay_ms = i64::try_from(e.delay.as_millis()).unwrap_or(i64::MAX);
         let result = match expected {
             None => {
@@ -89,16 +89,18 @@ impl DebounceStore for SqliteDebounceStore {
                 .await
             }
         };
-        Ok(result.map_err(db_err)?.rows_affected() == 1)
+        Ok(Conditional::of(
+            result.map_err(db_err)?.rows_affected() == 1,
+        ))
     }
 
-    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool> {
+    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<Conditional> {
         let done = sqlx::query("DELETE FROM debounce WHERE key = ? AND token = ?")
             .bind(key)
             .bind(token)
             .execute(&self.pool)
             .await
             .map_err(db_err)?;
-        Ok(done.rows_affected() == 1)
+        Ok(Conditional::of(done.rows_affected() == 1))
     }
 }

@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use sqlx::{Row, SqlitePool};
 use toki_model::{from_millis, Instant, ValidationError};
+use toki_ports::{Conditional, StoreError, StoreResult};
 use toki_ports::{LeaseStore, PartitionLease};
-use toki_ports::{StoreError, StoreResult};
 
 use crate::db_err;
 
@@ -35,7 +35,7 @@ impl LeaseStore for SqliteLeaseStore {
         holder: &str,
         until: Instant,
         now: Instant,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Conditional> {
         // The upsert's WHERE is the condition: a row held by someone else
         // and still live is left as it is (0 rows affected).
         let done = sqlx::query(
@@ -52,10 +52,10 @@ impl LeaseStore for SqliteLeaseStore {
         .execute(&self.pool)
         .await
         .map_err(db_err)?;
-        Ok(done.rows_affected() == 1)
+        Ok(Conditional::of(done.rows_affected() == 1))
     }
 
-    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool> {
+    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<Conditional> {
         let done =
             sqlx::query("DELETE FROM rate_leases WHERE key = ? AND partition = ? AND holder = ?")
                 .bind(key)
@@ -64,7 +64,7 @@ impl LeaseStore for SqliteLeaseStore {
                 .execute(&self.pool)
                 .await
                 .map_err(db_err)?;
-        Ok(done.rows_affected() == 1)
+        Ok(Conditional::of(done.rows_affected() == 1))
     }
 
     async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>> {

@@ -24,15 +24,23 @@ use super::prepare::Prepared;
 use super::settle::Sent;
 use super::Daemon;
 
-/// One channel's share of a due group: where each notification came from,
-/// whether it was taken over, and the notifications.
+/// One channel's share of a due group. The notifications stay one slice
+/// (a sender takes them so, with no copies on the hot path); `origins[i]`
+/// says where `notifications[i]` came from.
 #[derive(Default)]
 struct ChannelBatch {
-    at: Vec<(usize, usize)>,
-    taken_over: Vec<bool>,
     notifications: Vec<Notification>,
-    /// The deliveries' send spans (empty: traces off).
-    spans: Vec<Span>,
+    origins: Vec<Origin>,
+}
+
+/// Where a notification of a channel batch came from.
+struct Origin {
+    message: usize,
+    delivery: usize,
+    /// Taken over from a holder that stopped: ask the channel before sending.
+    taken_over: bool,
+    /// The delivery's send span (none: traces off).
+    span: Option<Span>,
 }
 
 /// What firing a tenant's part of a batch came to.
@@ -155,11 +163,14 @@ impl Daemon {
         let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
         for t in group {
             let b = per_channel.entry(t.notification.key.channel).or_default();
-            if let Some(parent) = spans.get(t.message) {
-                b.spans.push(trace::send_span(parent, &t.notification));
-            }
-            b.at.push((t.message, t.delivery));
-            b.taken_over.push(t.taken_over);
+            b.origins.push(Origin {
+                message: t.message,
+                delivery: t.delivery,
+                taken_over: t.taken_over,
+                span: spans
+                    .get(t.message)
+                    .map(|parent| trace::send_span(parent, &t.notification)),
+            });
             b.notifications.push(t.notification);
         }
         let results = join_all(per_channel.into_iter().map(|(channel, batch)| async move {
@@ -175,19 +186,21 @@ impl Daemon {
                     batch.notifications.len()
                 ],
             };
-            for (span, result) in batch.spans.iter().zip(&results) {
-                trace::record_send(span, result.as_ref());
+            for (origin, result) in batch.origins.iter().zip(&results) {
+                if let Some(span) = &origin.span {
+                    trace::record_send(span, result.as_ref());
+                }
             }
-            batch.at.into_iter().zip(results).collect::<Vec<_>>()
+            batch.origins.into_iter().zip(results).collect::<Vec<_>>()
         }))
         .await;
         results
             .into_iter()
             .flatten()
-            .filter_map(|((message, delivery), result)| {
+            .filter_map(|(origin, result)| {
                 result.map(|result| Sent {
-                    message,
-                    delivery,
+                    message: origin.message,
+                    delivery: origin.delivery,
                     result,
                 })
             })
@@ -208,7 +221,7 @@ impl Daemon {
         let mut results: Vec<Option<SendResult>> = vec![None; n];
         let reconcile = self.settings.reconcile_takeovers;
         let taken_over: Vec<usize> = (0..n)
-            .filter(|i| reconcile && batch.taken_over[*i])
+            .filter(|i| reconcile && batch.origins[*i].taken_over)
             .collect();
         for i in &taken_over {
             if let Some(at) = sender.already_sent(&batch.notifications[*i]).await {

@@ -253,7 +253,8 @@ async fn a_call_racing_the_removal_is_not_lost() {
         .store
         .remove_if("t:s", &first.token)
         .await
-        .unwrap());
+        .unwrap()
+        .is_written());
     advance(Duration::from_secs(60)).await;
     assert_eq!(
         k.timeline(),

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use toki_model::debounce::DebounceEntry;
 
 use crate::DebounceStore;
-use crate::StoreResult;
+use crate::{Conditional, StoreResult};
 
 #[derive(Default)]
 pub struct MemoryDebounceStore {
@@ -28,22 +28,26 @@ impl DebounceStore for MemoryDebounceStore {
         Ok(self.rows.lock().expect("rows lock").get(key).cloned())
     }
 
-    async fn put_if(&self, entry: &DebounceEntry, expected: Option<&str>) -> StoreResult<bool> {
+    async fn put_if(
+        &self,
+        entry: &DebounceEntry,
+        expected: Option<&str>,
+    ) -> StoreResult<Conditional> {
         let mut rows = self.rows.lock().expect("rows lock");
         let holds = rows.get(&entry.key).map(|e| e.token.as_str());
         if holds != expected {
-            return Ok(false);
+            return Ok(Conditional::Refused);
         }
         rows.insert(entry.key.clone(), entry.clone());
-        Ok(true)
+        Ok(Conditional::Written)
     }
 
-    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<bool> {
+    async fn remove_if(&self, key: &str, token: &str) -> StoreResult<Conditional> {
         let mut rows = self.rows.lock().expect("rows lock");
         if rows.get(key).is_some_and(|e| e.token == token) {
             rows.remove(key);
-            return Ok(true);
+            return Ok(Conditional::Written);
         }
-        Ok(false)
+        Ok(Conditional::Refused)
     }
 }

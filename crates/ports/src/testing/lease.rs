@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::StoreResult;
+use crate::{Conditional, StoreResult};
 use crate::{LeaseStore, PartitionLease};
 use toki_model::domain::Instant;
 
@@ -23,7 +23,7 @@ impl LeaseStore for MemoryLeaseStore {
         holder: &str,
         until: Instant,
         now: Instant,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Conditional> {
         let mut rows = self.rows.lock().expect("lease rows lock");
         let id = (key.to_owned(), partition);
         let free = rows
@@ -40,17 +40,17 @@ impl LeaseStore for MemoryLeaseStore {
                 },
             );
         }
-        Ok(free)
+        Ok(Conditional::of(free))
     }
 
-    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<bool> {
+    async fn release(&self, key: &str, partition: u32, holder: &str) -> StoreResult<Conditional> {
         let mut rows = self.rows.lock().expect("lease rows lock");
         let id = (key.to_owned(), partition);
         if rows.get(&id).is_some_and(|l| l.holder == holder) {
             rows.remove(&id);
-            return Ok(true);
+            return Ok(Conditional::Written);
         }
-        Ok(false)
+        Ok(Conditional::Refused)
     }
 
     async fn leases(&self, key: &str) -> StoreResult<Vec<PartitionLease>> {
