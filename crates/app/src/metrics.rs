@@ -135,83 +135,99 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().expect("registry");
-            r.register(
-                "toki_delivery_lateness_seconds",
-                "Delivered minus due, per delivery, by channel",
-                m.lateness.clone(),
-            );
-            r.register(
-                "toki_deliveries",
-                "Delivery outcomes recorded, by channel and status",
-                m.deliveries.clone(),
-            );
-            r.register(
-                "toki_queue_messages",
-                "Messages in the delay queue by state (visible, in_flight, delayed), as of the scrape",
-                m.queue.clone(),
-            );
-            r.register(
-                "toki_dead_letter_messages",
-                "Messages in the dead-letter queue, as of the scrape",
-                m.dead_letters.clone(),
-            );
-            r.register(
-                "toki_scanner_runs",
-                "Scanner runs by result (ok, partial: some rows or partitions failed, failed)",
-                m.scanner_runs.clone(),
-            );
-            r.register(
-                "toki_scanner_rows_seen",
-                "Index rows the scanner found in its window",
-                m.scanner_rows.clone(),
-            );
-            r.register(
-                "toki_scanner_enqueued",
-                "Reminders the scanner sent to the delay queue",
-                m.scanner_enqueued.clone(),
-            );
-            r.register(
-                "toki_scanner_failed_rows",
-                "Rows the scanner could not enqueue (the next run retries them)",
-                m.scanner_failed_rows.clone(),
-            );
-            r.register(
-                "toki_scanner_failed_partitions",
-                "Index partitions the scanner could not query",
-                m.scanner_failed_partitions.clone(),
-            );
-            r.register(
-                "toki_scanner_run_duration_seconds",
-                "How long a scan took",
-                m.scanner_duration.clone(),
-            );
-            r.register(
-                "toki_scanner_last_run_timestamp_seconds",
-                "When the last scan finished (Unix seconds)",
-                m.scanner_last_run.clone(),
-            );
-            r.register(
-                "toki_registrar_requests",
-                "Registrar API requests by method, route and status",
-                m.requests.clone(),
-            );
-            r.register(
-                "toki_registrar_request_duration_seconds",
-                "Registrar API request latency by method and route",
-                m.request_duration.clone(),
-            );
-            r.register(
-                "toki_repair_backlog",
-                "Index mirrors found unfinished by the last repair pass",
-                m.repair_backlog.clone(),
-            );
-            r.register(
-                "toki_repair_failed_tenants",
-                "Tenants whose repair failed in the last pass",
-                m.repair_failed_tenants.clone(),
-            );
+            m.register_deliveries(&mut r);
+            m.register_scanner(&mut r);
+            m.register_requests_and_repair(&mut r);
         }
         Arc::new(m)
+    }
+
+    /// Lateness, outcomes, and the queue's depth.
+    fn register_deliveries(&self, r: &mut Registry) {
+        let m = self;
+        r.register(
+            "toki_delivery_lateness_seconds",
+            "Delivered minus due, per delivery, by channel",
+            m.lateness.clone(),
+        );
+        r.register(
+            "toki_deliveries",
+            "Delivery outcomes recorded, by channel and status",
+            m.deliveries.clone(),
+        );
+        r.register(
+            "toki_queue_messages",
+            "Messages in the delay queue by state (visible, in_flight, delayed), as of the scrape",
+            m.queue.clone(),
+        );
+        r.register(
+            "toki_dead_letter_messages",
+            "Messages in the dead-letter queue, as of the scrape",
+            m.dead_letters.clone(),
+        );
+    }
+
+    fn register_scanner(&self, r: &mut Registry) {
+        let m = self;
+        r.register(
+            "toki_scanner_runs",
+            "Scanner runs by result (ok, partial: some rows or partitions failed, failed)",
+            m.scanner_runs.clone(),
+        );
+        r.register(
+            "toki_scanner_rows_seen",
+            "Index rows the scanner found in its window",
+            m.scanner_rows.clone(),
+        );
+        r.register(
+            "toki_scanner_enqueued",
+            "Reminders the scanner sent to the delay queue",
+            m.scanner_enqueued.clone(),
+        );
+        r.register(
+            "toki_scanner_failed_rows",
+            "Rows the scanner could not enqueue (the next run retries them)",
+            m.scanner_failed_rows.clone(),
+        );
+        r.register(
+            "toki_scanner_failed_partitions",
+            "Index partitions the scanner could not query",
+            m.scanner_failed_partitions.clone(),
+        );
+        r.register(
+            "toki_scanner_run_duration_seconds",
+            "How long a scan took",
+            m.scanner_duration.clone(),
+        );
+        r.register(
+            "toki_scanner_last_run_timestamp_seconds",
+            "When the last scan finished (Unix seconds)",
+            m.scanner_last_run.clone(),
+        );
+    }
+
+    fn register_requests_and_repair(&self, r: &mut Registry) {
+        let m = self;
+        r.register(
+            "toki_registrar_requests",
+            "Registrar API requests by method, route and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "toki_registrar_request_duration_seconds",
+            "Registrar API request latency by method and route",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "toki_repair_backlog",
+            "Index mirrors found unfinished by the last repair pass",
+            m.repair_backlog.clone(),
+        );
+        r.register(
+            "toki_repair_failed_tenants",
+            "Tenants whose repair failed in the last pass",
+            m.repair_failed_tenants.clone(),
+        );
     }
 
     /// Adds figures read at scrape time (the daemon's counters, the flow's keys).

@@ -3,7 +3,11 @@
 
 use std::sync::atomic::Ordering;
 
+use prometheus_client::encoding::DescriptorEncoder;
 use toki_core::daemon::DaemonGauges;
+use toki_flow::KeyStats;
+
+use super::collect::{counter, gauge};
 
 /// The daemon's counters, its in-flight messages and its flow's keys, read
 /// at each scrape of `/metrics`.
@@ -16,15 +20,21 @@ impl std::fmt::Debug for DaemonCollector {
 }
 
 impl prometheus_client::collector::Collector for DaemonCollector {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
-    ) -> std::fmt::Result {
-        use super::collect::{counter, gauge};
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.encode_messages(&mut encoder)?;
+        if let Some(flow) = &self.0.flow {
+            encode_flow(&mut encoder, &flow.stats())?;
+        }
+        Ok(())
+    }
+}
+
+impl DaemonCollector {
+    /// The daemon's message counters and what it holds now.
+    fn encode_messages(&self, e: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let s = self.0.stats.snapshot();
         let none = Vec::new;
         let reason = |r: &str| vec![("reason", r.to_owned())];
-        let e = &mut encoder;
         counter(
             e,
             "toki_messages_received",
@@ -84,70 +94,66 @@ impl prometheus_client::collector::Collector for DaemonCollector {
             "Messages this daemon holds now",
             &[(none(), self.0.in_flight.load(Ordering::Relaxed) as f64)],
         )?;
-        if let Some(flow) = &self.0.flow {
-            // Per-recipient keys (slack:<ws>:<user>) come and go by the
-            // thousand: the workspace, account, database and tenant keys say
-            // enough and keep the series few.
-            let keys: Vec<_> = flow
-                .stats()
-                .into_iter()
-                .filter(|k| !k.key.is_per_recipient())
-                .collect();
-            let by_key =
-                |f: &dyn Fn(&toki_flow::KeyStats) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
-                    keys.iter()
-                        .map(|k| (vec![("key", k.key.to_string())], f(k)))
-                        .collect()
-                };
-            let counts =
-                |f: &dyn Fn(&toki_flow::KeyStats) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
-                    keys.iter()
-                        .map(|k| (vec![("key", k.key.to_string())], f(k)))
-                        .collect()
-                };
-            gauge(
-                e,
-                "toki_flow_granted_rate",
-                "What this instance may spend per second now, by key (its leased share)",
-                &by_key(&|k| k.granted_rate),
-            )?;
-            gauge(
-                e,
-                "toki_flow_leases",
-                "Partitions of the key's fleet-wide rate this instance leases",
-                &by_key(&|k| f64::from(k.leases)),
-            )?;
-            gauge(
-                e,
-                "toki_flow_waiting",
-                "Deliveries waiting at the key's gate now",
-                &by_key(&|k| k.waiting as f64),
-            )?;
-            counter(
-                e,
-                "toki_flow_granted",
-                "Deliveries the key's gate let through",
-                &counts(&|k| k.granted),
-            )?;
-            counter(
-                e,
-                "toki_flow_refused",
-                "Deliveries sent back to the queue for want of capacity",
-                &counts(&|k| k.refused),
-            )?;
-            counter(
-                e,
-                "toki_throttle_answers",
-                "429 / Retry-After answers from the service behind the key",
-                &counts(&|k| k.throttle_answers),
-            )?;
-            counter(
-                e,
-                "toki_flow_revoked",
-                "Permits revoked from holders stuck past the deadline",
-                &counts(&|k| k.revoked),
-            )?;
-        }
         Ok(())
     }
+}
+
+/// The flow's keys. Per-recipient keys (a Slack channel or DM) come and go
+/// by the thousand: the workspace, account, database and tenant keys say
+/// enough and keep the series few.
+fn encode_flow(e: &mut DescriptorEncoder<'_>, stats: &[KeyStats]) -> std::fmt::Result {
+    let keys: Vec<&KeyStats> = stats.iter().filter(|k| !k.key.is_per_recipient()).collect();
+    let by_key = |f: &dyn Fn(&KeyStats) -> f64| -> Vec<(Vec<(&str, String)>, f64)> {
+        keys.iter()
+            .map(|k| (vec![("key", k.key.to_string())], f(k)))
+            .collect()
+    };
+    let counts = |f: &dyn Fn(&KeyStats) -> u64| -> Vec<(Vec<(&str, String)>, u64)> {
+        keys.iter()
+            .map(|k| (vec![("key", k.key.to_string())], f(k)))
+            .collect()
+    };
+    gauge(
+        e,
+        "toki_flow_granted_rate",
+        "What this instance may spend per second now, by key (its leased share)",
+        &by_key(&|k| k.granted_rate),
+    )?;
+    gauge(
+        e,
+        "toki_flow_leases",
+        "Partitions of the key's fleet-wide rate this instance leases",
+        &by_key(&|k| f64::from(k.leases)),
+    )?;
+    gauge(
+        e,
+        "toki_flow_waiting",
+        "Deliveries waiting at the key's gate now",
+        &by_key(&|k| k.waiting as f64),
+    )?;
+    counter(
+        e,
+        "toki_flow_granted",
+        "Deliveries the key's gate let through",
+        &counts(&|k| k.granted),
+    )?;
+    counter(
+        e,
+        "toki_flow_refused",
+        "Deliveries sent back to the queue for want of capacity",
+        &counts(&|k| k.refused),
+    )?;
+    counter(
+        e,
+        "toki_throttle_answers",
+        "429 / Retry-After answers from the service behind the key",
+        &counts(&|k| k.throttle_answers),
+    )?;
+    counter(
+        e,
+        "toki_flow_revoked",
+        "Permits revoked from holders stuck past the deadline",
+        &counts(&|k| k.revoked),
+    )?;
+    Ok(())
 }
