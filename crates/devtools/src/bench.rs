@@ -13,6 +13,7 @@ use toki_model::lateness::Lateness;
 use toki_model::{Channel, DeliveryStatus};
 use toki_ports::TenantStores;
 
+use crate::plot::{write_cdf, RunName, RunTitle};
 use crate::progress::Progress;
 use crate::scenario;
 use crate::slack_standin::{Arrival, StandinStats};
@@ -715,8 +716,23 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
             let dir = opts.data_dir.join(format!("n{n}-d{d}-w{w}-{k}"));
             let mut r = run_once(&base, &opts, n, w, d, &dir).await?;
             if let Some(plots) = &opts.plot {
-                let name = crate::plot::file_name(&opts, n, d, w, (opts.repeat > 1).then_some(k));
-                let path = crate::plot::write_cdf(plots, &name, &r)?;
+                let name = RunName {
+                    channel: opts.channel,
+                    backend: opts.backend,
+                    deliveries: n,
+                    daemons: d,
+                    workers: w,
+                    large: opts.large,
+                    repeat: (opts.repeat > 1).then_some(k),
+                };
+                let title = RunTitle {
+                    deliveries: r.deliveries,
+                    channel: r.channel,
+                    workers: r.workers,
+                    daemons: r.daemons,
+                    lateness_ms: &r.lateness_ms,
+                };
+                let path = write_cdf(plots, &name.file_name(), &title, &r.samples_ms)?;
                 if !opts.json {
                     eprintln!("lateness CDF: {}", path.display());
                 }
