@@ -6,8 +6,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant as StdInstant};
 
 use anyhow::{bail, Context};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
-use toki_model::Channel;
+use toki_core::daemon::Daemon;
+use toki_model::{Channel, TenantId};
 use tokio::sync::watch;
 
 use crate::progress::Progress;
@@ -66,39 +68,12 @@ fn fresh_data_dir(dir: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport> {
-    if opts.deliveries == 0 {
-        bail!("--deliveries: must be at least 1");
-    }
-    if opts.tenants == 0 || opts.tenants > 100 {
-        bail!("--tenants: {} is out of range 1..=100", opts.tenants);
-    }
-    if opts.lead < Duration::from_secs(5) || opts.lead > Duration::from_secs(600) {
-        bail!("--lead: {} s is out of range 5..=600", opts.lead.as_secs());
-    }
+pub async fn run(config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport> {
+    check(&opts)?;
     let started = StdInstant::now();
-    fresh_data_dir(&opts.data_dir)?;
-    config.data_dir = opts.data_dir.clone();
-    config.backend = opts.backend;
-    config.daemon.workers = opts.workers;
-    config.pipeline.scan_interval_s = config.pipeline.scan_interval_s.min(10);
-    config.aws.create_resources = true;
-    config.validate()?;
-    let toki = Toki::open(config).await?;
+    let toki = open(config, &opts).await?;
     let progress = Progress::new(!opts.json);
-
-    let mut tenants = scenario::tenant_ids(opts.tenants);
-    if opts.backend == BackendKind::Aws {
-        // Shared servers: the demo's tenants are its own, and start empty.
-        tenants = tenants
-            .iter()
-            .map(|t| format!("demo-{t}").parse())
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for t in &tenants {
-            toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
-        }
-    }
+    let tenants = demo_tenants(&toki, &opts).await?;
     progress.println(&format!(
         "toki demo: {} deliveries, {} tenants, {} workers, {:?} backend, data in {}",
         opts.deliveries,
@@ -124,7 +99,84 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
         tracing::warn!("registration ran past the due instant; raise --lead");
     }
 
-    // Wait for the due instant and the deliveries, with a deadline.
+    wait_for_deliveries(&toki, &daemon, due, &opts, &progress).await;
+    // Stop and drain, so every outcome is recorded before it is counted.
+    stop.send(true).ok();
+    daemon_task.await.context("daemon task")?;
+    scanner_task.await.context("scanner task")?;
+
+    let sinks = scenario::count_outboxes(&opts.data_dir)?;
+    let v: Verification = scenario::verify(&toki, &expected, due, Some(&sinks)).await?;
+    Ok(DemoReport {
+        deliveries: v.deliveries,
+        delivered: v.delivered,
+        missing: v.missing,
+        duplicates: v.duplicates,
+        stale: v.stale,
+        lateness_ms: v.lateness_ms,
+        elapsed_s: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+        backend: opts.backend,
+        tenants: opts.tenants,
+        workers: opts.workers,
+        due_at: due.to_rfc3339(),
+        last_delivery_ms: v.last_delivery_ms,
+        registration_s: (registration_s * 100.0).round() / 100.0,
+        channels: v.channels,
+    })
+}
+
+/// The options' ranges.
+fn check(opts: &DemoOptions) -> anyhow::Result<()> {
+    if opts.deliveries == 0 {
+        bail!("--deliveries: must be at least 1");
+    }
+    if opts.tenants == 0 || opts.tenants > 100 {
+        bail!("--tenants: {} is out of range 1..=100", opts.tenants);
+    }
+    if opts.lead < Duration::from_secs(5) || opts.lead > Duration::from_secs(600) {
+        bail!("--lead: {} s is out of range 5..=600", opts.lead.as_secs());
+    }
+    Ok(())
+}
+
+/// Toki on a fresh data folder, with the demo's backend and workers.
+async fn open(mut config: Config, opts: &DemoOptions) -> anyhow::Result<Toki> {
+    fresh_data_dir(&opts.data_dir)?;
+    config.data_dir = opts.data_dir.clone();
+    config.backend = opts.backend;
+    config.daemon.workers = opts.workers;
+    config.pipeline.scan_interval_s = config.pipeline.scan_interval_s.min(10);
+    config.aws.create_resources = true;
+    config.validate()?;
+    Toki::open(config).await
+}
+
+/// The demo's tenants; on shared servers (the aws backend) its own, and
+/// their old databases dropped so that they start empty.
+async fn demo_tenants(toki: &Toki, opts: &DemoOptions) -> anyhow::Result<Vec<TenantId>> {
+    let tenants = scenario::tenant_ids(opts.tenants);
+    if opts.backend != BackendKind::Aws {
+        return Ok(tenants);
+    }
+    let tenants: Vec<TenantId> = tenants
+        .iter()
+        .map(|t| format!("demo-{t}").parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for t in &tenants {
+        toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
+    }
+    Ok(tenants)
+}
+
+/// Waits for the due instant and for every delivery to settle, with a deadline.
+async fn wait_for_deliveries(
+    toki: &Toki,
+    daemon: &Daemon,
+    due: DateTime<Utc>,
+    opts: &DemoOptions,
+    progress: &Progress,
+) {
     let total = opts.deliveries as u64;
     let deadline = due + chrono::Duration::seconds(30 + (opts.deliveries / 500) as i64);
     progress.stage("waiting", None);
@@ -154,29 +206,6 @@ pub async fn run(mut config: Config, opts: DemoOptions) -> anyhow::Result<DemoRe
     let delivered = daemon.stats.snapshot().delivered;
     progress.set(delivered);
     progress.finish(&format!("delivered {delivered} of {total}"));
-    // Stop and drain, so every outcome is recorded before it is counted.
-    stop.send(true).ok();
-    daemon_task.await.context("daemon task")?;
-    scanner_task.await.context("scanner task")?;
-
-    let sinks = scenario::count_outboxes(&opts.data_dir)?;
-    let v: Verification = scenario::verify(&toki, &expected, due, Some(&sinks)).await?;
-    Ok(DemoReport {
-        deliveries: v.deliveries,
-        delivered: v.delivered,
-        missing: v.missing,
-        duplicates: v.duplicates,
-        stale: v.stale,
-        lateness_ms: v.lateness_ms,
-        elapsed_s: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
-        backend: opts.backend,
-        tenants: opts.tenants,
-        workers: opts.workers,
-        due_at: due.to_rfc3339(),
-        last_delivery_ms: v.last_delivery_ms,
-        registration_s: (registration_s * 100.0).round() / 100.0,
-        channels: v.channels,
-    })
 }
 
 pub fn render(r: &DemoReport) -> String {

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use toki_ports::Clock;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The delivery header every Toki mail carries (`tenant/key`).
@@ -175,106 +176,114 @@ impl SmtpStandin {
     }
 
     async fn session(&self, stream: TcpStream) -> std::io::Result<()> {
-        let (read, write) = stream.into_split();
-        let mut reader = BufReader::new(read);
-        // Replies wait in the buffer while more input is at hand, and go out
-        // in one write when the client waits: what a server does for a
-        // pipelining client (and what keeps the stand-in cheap to measure against).
-        let mut write = tokio::io::BufWriter::new(write);
-        write.write_all(b"220 toki-smtp-standin ESMTP\r\n").await?;
-        let mut in_data = false;
-        let mut data = String::new();
-        let mut buf = String::new();
-        // The transaction so far: MAIL accepted, recipients accepted.
-        let (mut mail_from, mut recipients) = (false, 0u32);
+        let mut conn = Conn::new(stream);
+        conn.write
+            .write_all(b"220 toki-smtp-standin ESMTP\r\n")
+            .await?;
+        let mut tx = Transaction::default();
         let generation = self.generation.load(Ordering::Relaxed);
-        while let Some((line, buffered)) = next_line(&mut reader, &mut write, &mut buf).await? {
+        while let Some((line, buffered)) = conn.next_line().await? {
             let behaviour = self.behaviour();
             if behaviour == SmtpBehaviour::Hang {
                 // Accepts and then says nothing: the client must time out.
                 std::future::pending::<()>().await;
             }
-            if !in_data && self.generation.load(Ordering::Relaxed) != generation {
+            if tx.data.is_none() && self.generation.load(Ordering::Relaxed) != generation {
                 // Closed while idle: the client finds out when it next speaks.
                 return Ok(());
             }
-            if in_data {
-                if line == "." {
-                    in_data = false;
-                    (mail_from, recipients) = (false, 0);
-                    if let SmtpBehaviour::Slow(ms) = behaviour {
-                        write.flush().await?;
-                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-                    }
-                    self.accept(std::mem::take(&mut data));
-                    write.write_all(b"250 2.0.0 queued\r\n").await?;
-                } else {
+            if let Some(data) = &mut tx.data {
+                if line != "." {
                     data.push_str(line.strip_prefix('.').unwrap_or(&line));
                     data.push('\n');
+                    continue;
                 }
+                let data = std::mem::take(data);
+                tx = Transaction::default();
+                self.end_of_data(&mut conn, data, &behaviour).await?;
                 continue;
             }
-            let verb = line
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_ascii_uppercase();
-            if buffered && matches!(verb.as_str(), "RCPT" | "DATA") {
-                self.pipelined.fetch_add(1, Ordering::Relaxed);
+            if let Flow::Quit = self
+                .command(&mut conn, &mut tx, &line, buffered, behaviour)
+                .await?
+            {
+                return Ok(());
             }
-            let reply: &[u8] = match verb.as_str() {
-                "EHLO" => b"250-toki-smtp-standin\r\n250-PIPELINING\r\n250-AUTH PLAIN LOGIN\r\n250 8BITMIME\r\n",
-                // Any credentials will do: the stand-in checks what is sent, not who.
-                "AUTH" if line.split_whitespace().count() >= 3 => b"235 2.7.0 authenticated\r\n",
-                "AUTH" if line.to_ascii_uppercase().contains("LOGIN") => {
-                    // LOGIN: username, then password, each after a 334 prompt.
-                    write.write_all(b"334 VXNlcm5hbWU6\r\n").await?;
-                    next_line(&mut reader, &mut write, &mut buf).await?;
-                    write.write_all(b"334 UGFzc3dvcmQ6\r\n").await?;
-                    next_line(&mut reader, &mut write, &mut buf).await?;
-                    b"235 2.7.0 authenticated\r\n"
-                }
-                "AUTH" => {
-                    write.write_all(b"334 \r\n").await?;
-                    next_line(&mut reader, &mut write, &mut buf).await?;
-                    b"235 2.7.0 authenticated\r\n"
-                }
-                "HELO" => b"250 toki-smtp-standin\r\n",
-                "MAIL" | "NOOP" => match behaviour {
-                    SmtpBehaviour::Reply(r) => {
-                        self.refused.fetch_add(1, Ordering::Relaxed);
-                        write.write_all(format!("{r}\r\n").as_bytes()).await?;
-                        continue;
-                    }
-                    _ => {
-                        mail_from |= verb == "MAIL";
-                        b"250 2.0.0 ok\r\n"
-                    }
-                },
-                "RCPT" if !mail_from => b"503 5.5.1 need MAIL first\r\n",
-                "RCPT" => {
-                    recipients += 1;
-                    b"250 2.0.0 ok\r\n"
-                }
-                "RSET" => {
-                    (mail_from, recipients) = (false, 0);
-                    b"250 2.0.0 ok\r\n"
-                }
-                "DATA" if recipients == 0 => b"554 5.5.1 no valid recipients\r\n",
-                "DATA" => {
-                    in_data = true;
-                    b"354 end with <CRLF>.<CRLF>\r\n"
-                }
-                "QUIT" => {
-                    write.write_all(b"221 2.0.0 bye\r\n").await?;
-                    write.flush().await?;
-                    return Ok(());
-                }
-                _ => b"502 5.5.2 command not recognised\r\n",
-            };
-            write.write_all(reply).await?;
         }
         Ok(())
+    }
+
+    /// The end of a message (`.`): it is accepted, after a while when the server is slow.
+    async fn end_of_data(
+        &self,
+        conn: &mut Conn,
+        data: String,
+        behaviour: &SmtpBehaviour,
+    ) -> std::io::Result<()> {
+        if let SmtpBehaviour::Slow(ms) = behaviour {
+            conn.write.flush().await?;
+            tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+        }
+        self.accept(data);
+        conn.write.write_all(b"250 2.0.0 queued\r\n").await
+    }
+
+    /// Answers a command outside DATA; `buffered`: it came before the
+    /// previous reply went out (the client pipelines).
+    async fn command(
+        &self,
+        conn: &mut Conn,
+        tx: &mut Transaction,
+        line: &str,
+        buffered: Pipelined,
+        behaviour: SmtpBehaviour,
+    ) -> std::io::Result<Flow> {
+        let verb = line
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        if buffered == Pipelined::Yes && matches!(verb.as_str(), "RCPT" | "DATA") {
+            self.pipelined.fetch_add(1, Ordering::Relaxed);
+        }
+        let reply: &[u8] = match verb.as_str() {
+            "EHLO" => b"250-toki-smtp-standin\r\n250-PIPELINING\r\n250-AUTH PLAIN LOGIN\r\n250 8BITMIME\r\n",
+            "AUTH" => conn.auth(line).await?,
+            "HELO" => b"250 toki-smtp-standin\r\n",
+            "MAIL" | "NOOP" => match behaviour {
+                SmtpBehaviour::Reply(r) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    conn.write.write_all(format!("{r}\r\n").as_bytes()).await?;
+                    return Ok(Flow::Continue);
+                }
+                _ => {
+                    tx.mail_from |= verb == "MAIL";
+                    b"250 2.0.0 ok\r\n"
+                }
+            },
+            "RCPT" if !tx.mail_from => b"503 5.5.1 need MAIL first\r\n",
+            "RCPT" => {
+                tx.recipients += 1;
+                b"250 2.0.0 ok\r\n"
+            }
+            "RSET" => {
+                *tx = Transaction::default();
+                b"250 2.0.0 ok\r\n"
+            }
+            "DATA" if tx.recipients == 0 => b"554 5.5.1 no valid recipients\r\n",
+            "DATA" => {
+                tx.data = Some(String::new());
+                b"354 end with <CRLF>.<CRLF>\r\n"
+            }
+            "QUIT" => {
+                conn.write.write_all(b"221 2.0.0 bye\r\n").await?;
+                conn.write.flush().await?;
+                return Ok(Flow::Quit);
+            }
+            _ => b"502 5.5.2 command not recognised\r\n",
+        };
+        conn.write.write_all(reply).await?;
+        Ok(Flow::Continue)
     }
 
     fn accept(&self, data: String) {
@@ -305,26 +314,87 @@ impl SmtpStandin {
     }
 }
 
-/// The next input line (without its line end) and whether it was at hand
-/// already; the replies are flushed first when no whole line is buffered
-/// (the client is waiting for them).
-async fn next_line(
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-    write: &mut tokio::io::BufWriter<tokio::net::tcp::OwnedWriteHalf>,
-    buf: &mut String,
-) -> std::io::Result<Option<(String, bool)>> {
-    let buffered = reader.buffer().contains(&b'\n');
-    if !buffered {
-        write.flush().await?;
+/// Whether a command was at hand before the reply to the previous one went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipelined {
+    Yes,
+    No,
+}
+
+/// What a session does after a command.
+enum Flow {
+    Continue,
+    Quit,
+}
+
+/// The mail transaction so far: MAIL accepted, recipients accepted, and
+/// the message while it is being sent (DATA).
+#[derive(Default)]
+struct Transaction {
+    mail_from: bool,
+    recipients: u32,
+    data: Option<String>,
+}
+
+/// A session's connection.
+struct Conn {
+    reader: BufReader<OwnedReadHalf>,
+    /// Replies wait in the buffer while more input is at hand, and go out
+    /// in one write when the client waits: what a server does for a
+    /// pipelining client (and what keeps the stand-in cheap to measure against).
+    write: BufWriter<OwnedWriteHalf>,
+    buf: String,
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Self {
+        let (read, write) = stream.into_split();
+        Conn {
+            reader: BufReader::new(read),
+            write: BufWriter::new(write),
+            buf: String::new(),
+        }
     }
-    buf.clear();
-    if reader.read_line(buf).await? == 0 {
-        return Ok(None);
+
+    /// The next input line (without its line end) and whether it was at hand
+    /// already; the replies are flushed first when no whole line is buffered
+    /// (the client is waiting for them).
+    async fn next_line(&mut self) -> std::io::Result<Option<(String, Pipelined)>> {
+        let buffered = self.reader.buffer().contains(&b'\n');
+        if !buffered {
+            self.write.flush().await?;
+        }
+        self.buf.clear();
+        if self.reader.read_line(&mut self.buf).await? == 0 {
+            return Ok(None);
+        }
+        Ok(Some((
+            self.buf.trim_end_matches(['\r', '\n']).to_owned(),
+            if buffered {
+                Pipelined::Yes
+            } else {
+                Pipelined::No
+            },
+        )))
     }
-    Ok(Some((
-        buf.trim_end_matches(['\r', '\n']).to_owned(),
-        buffered,
-    )))
+
+    /// AUTH: any credentials will do (the stand-in checks what is sent, not
+    /// who); the final reply.
+    async fn auth(&mut self, line: &str) -> std::io::Result<&'static [u8]> {
+        if line.split_whitespace().count() < 3 {
+            if line.to_ascii_uppercase().contains("LOGIN") {
+                // LOGIN: username, then password, each after a 334 prompt.
+                self.write.write_all(b"334 VXNlcm5hbWU6\r\n").await?;
+                self.next_line().await?;
+                self.write.write_all(b"334 UGFzc3dvcmQ6\r\n").await?;
+                self.next_line().await?;
+            } else {
+                self.write.write_all(b"334 \r\n").await?;
+                self.next_line().await?;
+            }
+        }
+        Ok(b"235 2.7.0 authenticated\r\n")
+    }
 }
 
 /// Starts a stand-in on 127.0.0.1 (any port) in this runtime; returns it and its `host:port`.

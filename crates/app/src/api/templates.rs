@@ -1,19 +1,37 @@
 //! A tenant's reminder templates: `GET /v1/tenants/{tenant}/templates`,
 //! `PUT/GET/DELETE /v1/tenants/{tenant}/templates/{channel}/{locale}`.
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
-use serde_json::Value;
 use toki_core::registrar::Registrar;
 use toki_model::template::{ReminderTemplate, TemplateInput, Texts};
 use toki_model::{Channel, ValidationError};
 use utoipa::ToSchema;
 
-use super::{authorize, parse_body, ApiError, ApiState, ErrorBody};
-use crate::openapi::{BodyErrors, TemplateInputDoc, TemplateKeyPath, TenantErrors, TenantPath};
+use super::shared::{
+    parse_body, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody, JsonBody,
+    TemplateInputDoc, TemplateKeyPath, TemplateParams, TenantErrors, TenantPath,
+};
+
+/// Whose a template is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The tenant's own.
+    Tenant,
+    /// Built in.
+    Default,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Tenant => "tenant",
+            Source::Default => "default",
+        }
+    }
+}
 
 /// A reminder template: whose it is, and its parts.
 #[derive(Serialize, ToSchema)]
@@ -35,11 +53,11 @@ pub(crate) struct TemplateView {
 }
 
 impl TemplateView {
-    fn new(t: ReminderTemplate, own: bool) -> Self {
+    fn new(t: ReminderTemplate, source: Source) -> Self {
         Self {
             channel: t.channel.to_string(),
             locale: t.locale,
-            source: if own { "tenant" } else { "default" }.into(),
+            source: source.as_str().into(),
             subject: t.subject,
             text: t.text,
             html: t.html,
@@ -112,13 +130,12 @@ fn path_channel(channel: &str) -> Result<Channel, ApiError> {
     ),
     security(("bearer" = []), ("api_key" = []))
 )]
-pub(super) async fn put_template(
+pub(crate) async fn put_template(
     State(state): State<ApiState>,
-    Path((tenant, channel, locale)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Result<Json<Value>, JsonRejection>,
+    Path(TemplateParams { channel, locale }): Path<TemplateParams>,
+    AuthedTenant(tenant): AuthedTenant,
+    body: JsonBody,
 ) -> Result<Json<WrittenTemplate>, ApiError> {
-    let tenant = authorize(&state, &tenant, &headers).await?;
     let channel = path_channel(&channel)?;
     let input: TemplateInput = parse_body(body)?;
     let t = state
@@ -127,7 +144,7 @@ pub(super) async fn put_template(
         .await?;
     let example = t.example().into();
     Ok(Json(WrittenTemplate {
-        template: TemplateView::new(t, true),
+        template: TemplateView::new(t, Source::Tenant),
         example,
     }))
 }
@@ -146,15 +163,14 @@ pub(super) async fn put_template(
     ),
     security(("bearer" = []), ("api_key" = []))
 )]
-pub(super) async fn get_template(
+pub(crate) async fn get_template(
     State(state): State<ApiState>,
-    Path((tenant, channel, locale)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    Path(TemplateParams { channel, locale }): Path<TemplateParams>,
+    AuthedTenant(tenant): AuthedTenant,
 ) -> Result<Json<TemplateView>, ApiError> {
-    let tenant = authorize(&state, &tenant, &headers).await?;
     let channel = path_channel(&channel)?;
     let t = state.registrar.template(&tenant, channel, &locale).await?;
-    Ok(Json(TemplateView::new(t, true)))
+    Ok(Json(TemplateView::new(t, Source::Tenant)))
 }
 
 /// A built-in template: what a channel's reminders in a locale get where the
@@ -170,12 +186,12 @@ pub(super) async fn get_template(
         (status = 422, description = "`channel` or `locale` is not valid (`field` names it)", body = ErrorBody),
     )
 )]
-pub(super) async fn get_default_template(
+pub(crate) async fn get_default_template(
     Path((channel, locale)): Path<(String, String)>,
 ) -> Result<Json<TemplateView>, ApiError> {
     let channel = path_channel(&channel)?;
     let t = Registrar::default_template(channel, &locale)?;
-    Ok(Json(TemplateView::new(t, false)))
+    Ok(Json(TemplateView::new(t, Source::Default)))
 }
 
 /// Deletes the tenant's template of a channel in a locale: the default applies again.
@@ -192,12 +208,11 @@ pub(super) async fn get_default_template(
     ),
     security(("bearer" = []), ("api_key" = []))
 )]
-pub(super) async fn delete_template(
+pub(crate) async fn delete_template(
     State(state): State<ApiState>,
-    Path((tenant, channel, locale)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    Path(TemplateParams { channel, locale }): Path<TemplateParams>,
+    AuthedTenant(tenant): AuthedTenant,
 ) -> Result<StatusCode, ApiError> {
-    let tenant = authorize(&state, &tenant, &headers).await?;
     let channel = path_channel(&channel)?;
     state
         .registrar
@@ -218,17 +233,15 @@ pub(super) async fn delete_template(
     ),
     security(("bearer" = []), ("api_key" = []))
 )]
-pub(super) async fn list_templates(
+pub(crate) async fn list_templates(
     State(state): State<ApiState>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    AuthedTenant(tenant): AuthedTenant,
 ) -> Result<Json<TemplatesView>, ApiError> {
-    let tenant = authorize(&state, &tenant, &headers).await?;
     let templates = state.registrar.templates(&tenant).await?;
     Ok(Json(TemplatesView {
         templates: templates
             .into_iter()
-            .map(|t| TemplateView::new(t, true))
+            .map(|t| TemplateView::new(t, Source::Tenant))
             .collect(),
     }))
 }

@@ -1,0 +1,87 @@
+//! The API's routes: each handler module's on its path, the body limits,
+//! and a span per request.
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::Router;
+use toki_core::registrar::Registrar;
+
+use super::batch::put_schedules;
+use super::health::healthz;
+use super::occurrences::{cancel_occurrence, list_occurrences, put_occurrence, split_series};
+use super::schedules::{delete_schedule, get_schedule, put_schedule};
+use super::shared::{ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+use super::templates::{
+    delete_template, get_default_template, get_template, list_templates, put_template,
+};
+use super::users::{get_user, put_user};
+use crate::openapi::openapi_json;
+
+pub fn router(registrar: Arc<Registrar>) -> Router {
+    Router::new()
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}",
+            put(put_schedule).get(get_schedule).delete(delete_schedule),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules:batch",
+            post(put_schedules).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences",
+            get(list_occurrences),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}",
+            put(put_occurrence).delete(cancel_occurrence),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}/following",
+            put(split_series),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{id}",
+            put(put_user).get(get_user),
+        )
+        .route("/v1/tenants/{tenant}/templates", get(list_templates))
+        .route(
+            "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+            put(put_template).get(get_template).delete(delete_template),
+        )
+        .route(
+            "/v1/templates/{channel}/{locale}",
+            get(get_default_template),
+        )
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi_json))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(trace_request))
+        .with_state(ApiState { registrar })
+}
+
+/// Each request in a span of its own when traces are on (a child of the
+/// caller's `traceparent` header if it sent one): the reminders it enqueues
+/// directly link to it.
+async fn trace_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !toki_core::trace::enabled() {
+        return next.run(request).await;
+    }
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
+    let parent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    let span = toki_core::trace::request_span(request.method().as_str(), &route, parent);
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
+}

@@ -1,0 +1,30 @@
+//! The API's leaf: what every handler module shares, and nothing else of
+//! the API. The error an API call answers ([`error`]), tenant
+//! authentication as an extractor ([`auth`]), the state and the key header
+//! ([`state`]), reading bodies, queries and path ids ([`input`], after
+//! [`strict`]), the schedule-write answer ([`written`]) and what the
+//! handlers' OpenAPI annotations name ([`schema`]).
+
+mod auth;
+mod error;
+mod input;
+mod schema;
+mod state;
+mod strict;
+mod written;
+
+pub(crate) use auth::AuthedTenant;
+pub use error::ApiError;
+pub(crate) use error::{ErrorBody, ErrorDetail};
+pub(crate) use input::{
+    bad_body, bad_input, bad_query, from_json, parse_body, path_id, serde_field, IdParam, JsonBody,
+    OccurrenceParams, TemplateParams,
+};
+pub use input::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+pub(crate) use schema::{
+    BatchItemDoc, BodyErrors, OccurrenceInputDoc, OccurrencePath, OccurrenceViewDoc,
+    ScheduleInputDoc, SchedulePath, ScheduleViewDoc, TemplateInputDoc, TemplateKeyPath,
+    TenantErrors, TenantPath, UserInputDoc, UserPath, UserViewDoc,
+};
+pub use state::{ApiState, API_KEY_HEADER};
+pub(crate) use written::{schedule_response, written, ScheduleResponse};

@@ -1,0 +1,100 @@
+//! Tenant authentication as an extractor: a handler that takes an
+//! [`AuthedTenant`] runs only for a request whose bearer key (or
+//! `x-toki-api-key`) is its tenant's.
+
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use toki_core::registrar::RegistrarError;
+use toki_model::TenantId;
+
+use super::error::{unauthorized, ApiError, ErrorCode};
+use super::state::{ApiState, API_KEY_HEADER};
+use crate::toki::api_key_hash;
+
+/// The `{tenant}` of the path, its API key checked: a malformed or unknown
+/// tenant and a missing or wrong key answer 401 (the same, so that tenant
+/// ids cannot be probed), an unreachable tenant directory 503.
+#[derive(Debug, Clone)]
+pub(crate) struct AuthedTenant(pub(crate) TenantId);
+
+/// The path's `{tenant}`; its other parameters are the handler's.
+#[derive(serde::Deserialize)]
+struct TenantParam {
+    tenant: String,
+}
+
+impl FromRequestParts<ApiState> for AuthedTenant {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
+        let Path(TenantParam { tenant }) = Path::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        authorize(state, &tenant, &parts.headers)
+            .await
+            .map(AuthedTenant)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The key a request presents: `x-toki-api-key` for callers whose
+/// `Authorization` carries something else (behind API Gateway's IAM
+/// authoriser it holds the SigV4 signature), else the bearer token.
+fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
+    headers
+        .get(API_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_token)
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthorized,
+                "missing Authorization: Bearer <api key> (or x-toki-api-key)",
+            )
+        })
+}
+
+/// Checks the tenant id and its key against the tenant's record.
+async fn authorize(
+    state: &ApiState,
+    tenant: &str,
+    headers: &HeaderMap,
+) -> Result<TenantId, ApiError> {
+    let tenant: TenantId = tenant.parse().map_err(|_| unauthorized())?;
+    let key = presented_key(headers)?;
+    let record = match state.registrar.tenant(&tenant).await {
+        Ok(r) => r,
+        Err(RegistrarError::UnknownTenant(_)) => return Err(unauthorized()),
+        // The directory is down: say so, so clients retry (not "wrong key").
+        Err(e) => return Err(e.into()),
+    };
+    if record.api_key_sha256 != api_key_hash(key.trim()) {
+        return Err(unauthorized());
+    }
+    Ok(tenant)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k1", "bearer k1", "BEARER  k1 ", " bEaReR k1"] {
+            assert_eq!(super::bearer_token(v), Some("k1"), "{v:?}");
+        }
+        assert_eq!(super::bearer_token("Basic k1"), None);
+        assert_eq!(super::bearer_token("Bearer"), None);
+    }
+}

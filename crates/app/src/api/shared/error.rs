@@ -1,0 +1,148 @@
+//! An error as the API returns it: `{"error": {"code", "message", "field"?}}`,
+//! and how the registrar's errors become one.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use toki_core::registrar::RegistrarError;
+use toki_model::ValidationError;
+use toki_ports::StoreError;
+use utoipa::ToSchema;
+
+/// An error as the API returns it: `{"error": {"code", "message", "field"?}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+    field: Option<String>,
+}
+
+/// What every error answers.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorDetail {
+    code: ErrorCode,
+    /// For people; may change.
+    message: String,
+    /// The field at fault, with its path (`reminders[0].channels[1]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+}
+
+/// What went wrong, for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ErrorCode {
+    /// 400: the body is not JSON or not the route's shape.
+    BadJson,
+    /// 400: the query string is not the route's.
+    BadQuery,
+    /// 413: the body is over the route's limit.
+    TooLarge,
+    /// 415: the body is not declared JSON.
+    UnsupportedMediaType,
+    /// 401: missing or wrong key, unknown or malformed tenant.
+    Unauthorized,
+    /// 404.
+    NotFound,
+    /// 422: a value is not valid; `field` names it.
+    Invalid,
+    /// 503: a backend cannot be reached; retry.
+    Unavailable,
+    /// 500.
+    Internal,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// The error, naming the field at fault (if any).
+    pub(crate) fn with_field(self, field: Option<String>) -> Self {
+        Self { field, ..self }
+    }
+
+    /// The response's status.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The `error` object of the response body.
+    pub(crate) fn body(self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code,
+            message: self.message,
+            field: self.field,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        (status, Json(ErrorBody { error: self.body() })).into_response()
+    }
+}
+
+impl From<RegistrarError> for ApiError {
+    fn from(e: RegistrarError) -> Self {
+        match e {
+            RegistrarError::Invalid(v) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::Invalid,
+                v.to_string(),
+            )
+            .with_field(Some(v.field)),
+            RegistrarError::UnknownTenant(_) => unauthorized(),
+            RegistrarError::NotFound(what) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::NotFound,
+                format!("{what} not found"),
+            ),
+            RegistrarError::Store(e @ StoreError::Unavailable { .. }) => {
+                tracing::warn!(error = %toki_model::error::chain(&e), "registrar backend unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::Unavailable,
+                    "a backend is unavailable; try again",
+                )
+            }
+            RegistrarError::Store(e) => {
+                tracing::error!(error = %toki_model::error::chain(&e), "registrar store error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::Internal,
+                    "internal error",
+                )
+            }
+        }
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(v: ValidationError) -> Self {
+        RegistrarError::Invalid(v).into()
+    }
+}
+
+/// Unknown tenant and wrong key look the same, so tenant ids cannot be probed.
+pub(crate) fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        ErrorCode::Unauthorized,
+        "unknown tenant or wrong API key",
+    )
+}

@@ -1,0 +1,14 @@
+//! What every handler is given ([`ApiState`]), and the header that may
+//! carry a tenant's API key.
+
+use std::sync::Arc;
+
+use toki_core::registrar::Registrar;
+
+/// The header that may carry the tenant's API key instead of `Authorization`.
+pub const API_KEY_HEADER: &str = "x-toki-api-key";
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub registrar: Arc<Registrar>,
+}

@@ -1,0 +1,195 @@
+//! The configuration's checks, section by section in a fixed order (the
+//! first that fails is the error), and the defaults that follow from the
+//! rest (SES's flow account, a tenant database template from `DATABASE_URL`).
+
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::env::var;
+use super::types::{BackendKind, Config, MailTransport};
+
+/// Checks `config`, filling in what follows from the rest.
+pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
+    flow(config)?;
+    pipeline(config)?;
+    daemon_capacity(config)?;
+    mail(config)?;
+    daemon_failures(config)?;
+    databases(config)?;
+    default_tenant_database_template(config);
+    Ok(())
+}
+
+/// The flow limits; with SES, its account's (`smtp:ses`) unless one is named.
+fn flow(config: &mut Config) -> anyhow::Result<()> {
+    if config.mail.effective_transport() == MailTransport::Ses
+        && config.flow.smtp_account == "default"
+    {
+        // SES's sending rate is the account's: the smtp:ses limit.
+        config.flow.smtp_account = "ses".into();
+    }
+    config
+        .flow
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))
+}
+
+/// Shards, the scan window and interval, the recurrence horizon.
+fn pipeline(config: &Config) -> anyhow::Result<()> {
+    let p = &config.pipeline;
+    if p.shards == 0 || p.shards > 1000 {
+        bail!("pipeline.shards: {} is out of range 1..=1000", p.shards);
+    }
+    if p.window_s == 0 || p.window_s > 900 {
+        bail!(
+            "pipeline.window_s: {} is out of range 1..=900 (the SQS delay limit)",
+            p.window_s
+        );
+    }
+    // At least an hour: the repair pass (every minute) extends a series
+    // at half of it, well before its next reminders are due.
+    if !(3600..=366 * 86_400).contains(&p.horizon_s) {
+        bail!(
+            "pipeline.horizon_s: {} is out of range 3600..=31622400 (an hour to a year)",
+            p.horizon_s
+        );
+    }
+    if p.scan_interval_s == 0 || p.scan_interval_s > p.window_s {
+        bail!(
+            "pipeline.scan_interval_s: {} must be 1..=window_s ({})",
+            p.scan_interval_s,
+            p.window_s
+        );
+    }
+    Ok(())
+}
+
+/// The daemon's workers, and a lead shorter than a message's visibility.
+fn daemon_capacity(config: &Config) -> anyhow::Result<()> {
+    if config.daemon.workers == 0 || config.daemon.workers > 1024 {
+        bail!(
+            "daemon.workers: {} is out of range 1..=1024",
+            config.daemon.workers
+        );
+    }
+    if Duration::from_millis(config.pipeline.lead_ms)
+        >= Duration::from_secs(config.daemon.visibility_timeout_s)
+    {
+        bail!(
+            "pipeline.lead_ms: {} ms must be shorter than daemon.visibility_timeout_s ({} s)",
+            config.pipeline.lead_ms,
+            config.daemon.visibility_timeout_s
+        );
+    }
+    Ok(())
+}
+
+/// SMTP sessions, and a transport that agrees with `smtp_url`.
+fn mail(config: &Config) -> anyhow::Result<()> {
+    let m = &config.mail;
+    if !(1..=1000).contains(&m.connections) {
+        bail!(
+            "mail.connections: {} is out of range 1..=1000 (SMTP sessions per daemon)",
+            m.connections
+        );
+    }
+    match (m.transport, &m.smtp_url) {
+        (Some(MailTransport::Smtp), None) => {
+            bail!("mail.smtp_url: required when mail.transport is smtp")
+        }
+        (Some(t @ (MailTransport::Ses | MailTransport::Outbox)), Some(_)) => bail!(
+            "mail.smtp_url: set, but mail.transport is {}; unset one of them",
+            if t == MailTransport::Ses {
+                "ses"
+            } else {
+                "outbox"
+            }
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The failure budget, the queue's own redrive beyond it, the late-change
+/// cut-off and the circuit breaker.
+fn daemon_failures(config: &Config) -> anyhow::Result<()> {
+    let d = &config.daemon;
+    if d.max_failures == 0 {
+        bail!("daemon.max_failures: must be at least 1");
+    }
+    if d.max_receives <= d.max_failures {
+        bail!(
+            "daemon.max_receives: {} must exceed daemon.max_failures ({}): the queue's own redrive is a backstop, the daemon's budget decides",
+            d.max_receives,
+            d.max_failures
+        );
+    }
+    if d.late_change_cutoff_ms > config.pipeline.lead_ms {
+        bail!(
+            "daemon.late_change_cutoff_ms: {} ms must not exceed pipeline.lead_ms ({} ms): the last look happens while the message is held",
+            d.late_change_cutoff_ms,
+            config.pipeline.lead_ms
+        );
+    }
+    if d.breaker_threshold == 0 {
+        bail!("daemon.breaker_threshold: must be at least 1");
+    }
+    Ok(())
+}
+
+/// The tenant databases' templates, TLS mode and credentials.
+fn databases(config: &Config) -> anyhow::Result<()> {
+    if let Some(t) = &config.tenant_database_template {
+        if !t.expose().contains("{tenant}") {
+            bail!("tenant_database_template: has no {{tenant}} placeholder");
+        }
+    }
+    let db = &config.database;
+    if !db.name_template.contains("{tenant}") {
+        bail!(
+            "database.name_template: {:?} has no {{tenant}} placeholder",
+            db.name_template
+        );
+    }
+    const SSLMODES: [&str; 6] = [
+        "disable",
+        "allow",
+        "prefer",
+        "require",
+        "verify-ca",
+        "verify-full",
+    ];
+    if !SSLMODES.contains(&db.sslmode.as_str()) {
+        bail!(
+            "database.sslmode: {:?} is not one of {}",
+            db.sslmode,
+            SSLMODES.join(", ")
+        );
+    }
+    if db.host.is_some() && db.secret_arn.is_none() {
+        bail!("database.secret_arn (TOKI_DATABASE_SECRET_ARN): needed with database.host, for the credentials");
+    }
+    Ok(())
+}
+
+/// On the aws backend with neither a template nor a server: tenant
+/// databases beside `DATABASE_URL`'s, if it is set.
+fn default_tenant_database_template(config: &mut Config) {
+    if config.backend != BackendKind::Aws
+        || config.tenant_database_template.is_some()
+        || config.database.host.is_some()
+    {
+        return;
+    }
+    // A Postgres server under which tenant databases are created. Without
+    // either, only processes that never open a tenant database (the
+    // scanner) can run; the others fail when they first need one.
+    if let Some(url) = var("DATABASE_URL") {
+        let (server, _) = url.rsplit_once('/').unwrap_or((url.as_str(), ""));
+        let query = url
+            .split_once('?')
+            .map(|(_, q)| format!("?{q}"))
+            .unwrap_or_default();
+        config.tenant_database_template = Some(format!("{server}/toki_{{tenant}}{query}").into());
+    }
+}

@@ -1,0 +1,235 @@
+//! `toki tenant create | set | list`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use toki_app::Toki;
+use toki_model::change::ChangeNoticeSettings;
+use toki_model::{TenantId, TenantRecord};
+
+use super::common::{config_with, Common};
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and its database; prints its API key once.
+    Create(CreateArgs),
+    /// Change a tenant's contract.
+    Set(SetArgs),
+    /// List tenants and their contracts.
+    List(ListArgs),
+}
+
+impl TenantCommand {
+    pub async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
+        match self {
+            TenantCommand::Create(args) => args.run(file).await,
+            TenantCommand::Set(args) => args.run(file).await,
+            TenantCommand::List(args) => args.run(file).await,
+        }
+    }
+}
+
+// `toki tenant create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[arg(value_parser = clap::value_parser!(TenantId))]
+    id: TenantId,
+    #[command(flatten)]
+    common: Common,
+    /// Create with the reminder feature off.
+    #[arg(long)]
+    disabled: bool,
+}
+
+impl CreateArgs {
+    async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
+        let id = &self.id;
+        let toki = Toki::open(config_with(file, &self.common)?).await?;
+        if toki.directory.get(id).await?.is_some() {
+            anyhow::bail!("tenant {id} exists already");
+        }
+        let (record, key) = toki.create_tenant(id, !self.disabled).await?;
+        eprintln!(
+            "created tenant {} (database {})",
+            record.id, record.database
+        );
+        eprintln!("its API key (shown once):");
+        println!("{key}");
+        Ok(0)
+    }
+}
+
+// `toki tenant set`.
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    #[arg(value_parser = clap::value_parser!(TenantId))]
+    id: TenantId,
+    #[command(flatten)]
+    common: Common,
+    /// Reminder feature on or off.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    reminders: Option<bool>,
+    /// Tenant active or suspended.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    active: Option<bool>,
+    /// Change notices to participants when their schedules change (off by default).
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+    change_notices: Option<bool>,
+    /// Change notices: the least wait after the last edit before the trailing notice, ms.
+    #[arg(long)]
+    notice_min_delay_ms: Option<u64>,
+    /// Change notices: the longest that wait grows to, ms.
+    #[arg(long)]
+    notice_max_delay_ms: Option<u64>,
+    /// Change notices: a schedule never quiet is notified at least this often, ms.
+    #[arg(long)]
+    notice_hard_cap_ms: Option<u64>,
+    /// Limits the contract sets, over the configured ones:
+    /// `slack=10/5,mail=2,tenantdb=permits:4` (per second, /burst;
+    /// permits in flight; `R/B+permits:N`; `RESOURCE=none` drops one).
+    #[arg(long)]
+    limits: Option<String>,
+}
+
+impl SetArgs {
+    async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
+        let id = &self.id;
+        let toki = Toki::open(config_with(file, &self.common)?).await?;
+        let mut record = toki
+            .directory
+            .get(id)
+            .await?
+            .with_context(|| format!("no tenant {id}"))?;
+        if let Some(r) = self.reminders {
+            record.reminders_enabled = r;
+        }
+        if let Some(a) = self.active {
+            record.active = a;
+        }
+        let turned_on = self.edit_notices(&mut record.change_notices)?;
+        if let Some(spec) = &self.limits {
+            record
+                .limits
+                .edit(spec)
+                .map_err(|e| anyhow::anyhow!("--limits: {}: {}", e.field, e.problem))?;
+        }
+        if turned_on == NoticesTurnedOn::Yes {
+            // What was edited while notices were off is not news now.
+            let store = toki_ports::TenantStores::open(toki.stores.as_ref(), id).await?;
+            store.clear_change_baselines().await?;
+        }
+        toki.directory.put(&record).await?;
+        println!("{}", summary(&record));
+        Ok(0)
+    }
+
+    /// The change notices' switch and delays, checked; whether this turned them on.
+    fn edit_notices(&self, n: &mut ChangeNoticeSettings) -> anyhow::Result<NoticesTurnedOn> {
+        let turned_on = if self.change_notices == Some(true) && !n.enabled {
+            NoticesTurnedOn::Yes
+        } else {
+            NoticesTurnedOn::No
+        };
+        if let Some(on) = self.change_notices {
+            n.enabled = on;
+        }
+        for (value, field) in [
+            (self.notice_min_delay_ms, &mut n.min_delay_ms),
+            (self.notice_max_delay_ms, &mut n.max_delay_ms),
+            (self.notice_hard_cap_ms, &mut n.hard_cap_ms),
+        ] {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        n.validate()
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
+        Ok(turned_on)
+    }
+}
+
+/// Whether `toki tenant set` turned change notices on (they were off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoticesTurnedOn {
+    Yes,
+    No,
+}
+
+/// `acme: reminders on, active, change notices off, limits ...`.
+fn summary(record: &TenantRecord) -> String {
+    format!(
+        "{}: reminders {}, {}, change notices {}, limits {}",
+        record.id,
+        if record.reminders_enabled {
+            "on"
+        } else {
+            "off"
+        },
+        if record.active { "active" } else { "suspended" },
+        notices_summary(&record.change_notices),
+        record.limits
+    )
+}
+
+// `toki tenant list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+impl ListArgs {
+    async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
+        let toki = Toki::open(config_with(file, &self.common)?).await?;
+        let rows: Vec<Vec<String>> = toki
+            .directory
+            .list()
+            .await?
+            .into_iter()
+            .map(|t| {
+                vec![
+                    t.id.to_string(),
+                    if t.reminders_enabled {
+                        "on".into()
+                    } else {
+                        "off".into()
+                    },
+                    if t.active { "yes".into() } else { "no".into() },
+                    notices_summary(&t.change_notices),
+                    t.limits.to_string(),
+                    t.database,
+                ]
+            })
+            .collect();
+        println!(
+            "{}",
+            toki_app::table::table(
+                &[
+                    "tenant",
+                    "reminders",
+                    "active",
+                    "change notices",
+                    "limits",
+                    "database"
+                ],
+                &rows
+            )
+        );
+        Ok(0)
+    }
+}
+
+/// `off`, or `on (min 5 s, max 300 s, cap 900 s)`.
+fn notices_summary(n: &ChangeNoticeSettings) -> String {
+    if !n.enabled {
+        return "off".into();
+    }
+    let s = |ms: u64| format!("{} s", ms as f64 / 1000.0);
+    format!(
+        "on (min {}, max {}, cap {})",
+        s(n.min_delay_ms),
+        s(n.max_delay_ms),
+        s(n.hard_cap_ms)
+    )
+}
