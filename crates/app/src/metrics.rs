@@ -25,6 +25,7 @@ use toki_core::observe::{Observer, OutcomeCounts};
 use toki_core::registrar::RepairSummary;
 use toki_ports::QueueDepth;
 
+mod collect;
 mod daemon;
 pub use daemon::DaemonCollector;
 
@@ -349,58 +350,6 @@ impl Observer for Metrics {
 
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Encodes counters read at scrape time: `(name, help, labels, value)`.
-mod collect {
-    use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-    use prometheus_client::metrics::counter::ConstCounter;
-    use prometheus_client::metrics::gauge::ConstGauge;
-
-    /// Labels → value.
-    pub type Series<'a, V> = [(Vec<(&'a str, String)>, V)];
-
-    pub fn counter(
-        encoder: &mut DescriptorEncoder<'_>,
-        name: &str,
-        help: &str,
-        series: &Series<'_, u64>,
-    ) -> std::fmt::Result {
-        let probe = ConstCounter::new(0u64);
-        let mut family = encoder.encode_descriptor(name, help, None, probe.metric_type())?;
-        for (labels, value) in series {
-            if labels.is_empty() {
-                // `name value`, not `name{} value`.
-                return ConstCounter::new(*value).encode(family);
-            }
-            ConstCounter::new(*value).encode(family.encode_family(&owned(labels))?)?;
-        }
-        Ok(())
-    }
-
-    pub fn gauge(
-        encoder: &mut DescriptorEncoder<'_>,
-        name: &str,
-        help: &str,
-        series: &Series<'_, f64>,
-    ) -> std::fmt::Result {
-        let probe = ConstGauge::new(0.0f64);
-        let mut family = encoder.encode_descriptor(name, help, None, probe.metric_type())?;
-        for (labels, value) in series {
-            if labels.is_empty() {
-                return ConstGauge::new(*value).encode(family);
-            }
-            ConstGauge::new(*value).encode(family.encode_family(&owned(labels))?)?;
-        }
-        Ok(())
-    }
-
-    fn owned(labels: &[(&str, String)]) -> Vec<(String, String)> {
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect()
-    }
-}
 
 #[cfg(test)]
 mod tests {
