@@ -4,6 +4,7 @@
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
 mod rows;
+mod schedule_write;
 mod statement;
 
 use std::collections::{HashMap, HashSet};
@@ -23,9 +24,9 @@ use toki_ports::{StoreError, StoreResult};
 
 use crate::{begin_write, db_err};
 use rows::{
-    participant, recurrence, recurrence_json, snapshot, snapshot_json, BaselineRow, ChatRow,
-    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
-    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow,
+    participant, recurrence, snapshot, snapshot_json, BaselineRow, ChatRow, ContextItem,
+    ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, NoticeRow, OwnedRow,
+    RuleRow, ScheduleRow, TemplateRow, UserRow,
 };
 use statement::Statement;
 
@@ -172,120 +173,23 @@ where
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
         let mut tx = begin_write(&self.pool).await?;
         // Every participant must be a user of this tenant.
-        let wanted: Vec<&str> = schedules
-            .iter()
-            .flat_map(|s| s.participants.iter().map(UserId::as_str))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let mut known = HashSet::new();
-        for chunk in wanted.chunks(CHUNK) {
-            let mut s = Statement::new("SELECT id FROM users WHERE id IN ");
-            s.list(chunk.iter().copied());
-            let found: Vec<(String,)> = s
-                .query_as::<DB, (String,)>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            known.extend(found.into_iter().map(|(id,)| id));
-        }
+        let known = schedule_write::known_users::<DB>(&mut tx, schedules).await?;
         let verdicts = writable_schedules(schedules, |u| known.contains(u.as_str()));
         // In id order: two batches sharing schedules lock their rows in the
         // same order on Postgres, so they wait for each other, never deadlock.
         let mut writable: Vec<&Schedule> = verdicts.iter().filter_map(|v| v.clone().ok()).collect();
         writable.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
         let now_ms = now.timestamp_millis();
-        let mut versions: HashMap<String, i64> = HashMap::with_capacity(writable.len());
-        for chunk in writable.chunks(CHUNK) {
-            // Versions never repeat, even across a delete and re-create; the
-            // upsert takes the row lock, so concurrent writes of one schedule serialise.
-            let mut s = Statement::new(
-                "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
-            );
-            s.values(chunk, |r, sch| {
-                r.bind(sch.id.as_str())
-                    .bind(1_i64)
-                    .bind(false)
-                    .bind(false)
-                    .bind(now_ms);
-            });
-            s.push(
-                " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
-                   deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
-                 RETURNING schedule_id, version",
-            );
-            let rows: Vec<(String, i64)> = s
-                .query_as::<DB, (String, i64)>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            versions.extend(rows);
-        }
-        let version_of = |sch: &Schedule| versions.get(sch.id.as_str()).copied().unwrap_or(0);
-        for chunk in writable.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO schedules (id, title, body, starts_at, time_zone, recurrence, version, updated_at)",
-            );
-            s.values(chunk, |r, sch| {
-                r.bind(sch.id.as_str())
-                    .bind(sch.title.clone())
-                    .bind(sch.body.clone())
-                    .bind(sch.starts_at.timestamp_millis())
-                    .bind(sch.time_zone.name())
-                    .bind(recurrence_json(sch.recurrence.as_ref()))
-                    .bind(version_of(sch))
-                    .bind(now_ms);
-            });
-            s.push(
-                " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
-                   starts_at = excluded.starts_at, time_zone = excluded.time_zone,
-                   recurrence = excluded.recurrence,
-                   version = excluded.version, updated_at = excluded.updated_at",
-            );
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-            for table in ["participants", "reminder_rules"] {
-                let mut s = Statement::new(&format!("DELETE FROM {table} WHERE schedule_id IN "));
-                s.list(chunk.iter().map(|sch| sch.id.as_str()));
-                s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-            }
-        }
-        let participants: Vec<(&str, usize, &str)> = writable
-            .iter()
-            .flat_map(|sch| {
-                sch.participants
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (sch.id.as_str(), i, p.as_str()))
-            })
-            .collect();
-        for chunk in participants.chunks(CHUNK) {
-            let mut s = Statement::new("INSERT INTO participants (schedule_id, user_id, position)");
-            s.values(chunk, |r, (schedule, i, user)| {
-                r.bind(*schedule).bind(*user).bind(*i as i64);
-            });
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-        }
-        let rules: Vec<(&str, &ReminderRule)> = writable
-            .iter()
-            .flat_map(|sch| sch.rules.iter().map(|r| (sch.id.as_str(), r)))
-            .collect();
-        for chunk in rules.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO reminder_rules (schedule_id, minutes_before, channels)",
-            );
-            s.values(chunk, |r, (schedule, rule)| {
-                r.bind(*schedule)
-                    .bind(i64::from(rule.minutes_before))
-                    .bind(rule.channels.encode());
-            });
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-        }
+        let versions = schedule_write::next_versions::<DB>(&mut tx, &writable, now_ms).await?;
+        schedule_write::upsert_schedules::<DB>(&mut tx, &writable, &versions, now_ms).await?;
+        schedule_write::insert_participants::<DB>(&mut tx, &writable).await?;
+        schedule_write::insert_rules::<DB>(&mut tx, &writable).await?;
         tx.commit().await.map_err(db_err)?;
         Ok(verdicts
             .into_iter()
             .map(|v| {
                 v.map(|sch| Schedule {
-                    version: version_of(sch),
+                    version: schedule_write::version_of(&versions, sch),
                     ..sch.clone()
                 })
             })
