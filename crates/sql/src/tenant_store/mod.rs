@@ -3,6 +3,7 @@
 //! database, typed rows. Statements are built as text plus values
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
+mod claim;
 mod rows;
 mod schedule_write;
 mod statement;
@@ -367,43 +368,8 @@ where
         // All chunks or none: a half-made claim would strand `sending` rows.
         let mut tx = begin_write(&self.pool).await?;
         for chunk in claims.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
-                   version, status, due_at, claimed_at, attempts, claim_token)",
-            );
-            s.values(chunk, |r, c| {
-                let k = KeyColumns::from(&c.key);
-                r.bind(k.schedule_id)
-                    .bind(k.occurrence)
-                    .bind(k.minutes_before)
-                    .bind(k.recipient)
-                    .bind(k.channel)
-                    .bind(c.version)
-                    .bind("sending")
-                    .bind(c.due_at.millis())
-                    .bind(now.timestamp_millis())
-                    .bind(1_i64)
-                    .bind(token.clone());
-            });
-            s.push(
-                " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
-                  DO UPDATE SET status = 'sending', version = excluded.version,
-                    due_at = excluded.due_at, claimed_at = excluded.claimed_at,
-                    claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
-                    taken_over = (deliveries.status = 'sending')
-                  WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
-                     OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
-            );
-            s.bind(takeover_before.timestamp_millis());
-            s.push(
-                ") RETURNING schedule_id, occurrence, minutes_before, recipient, channel,
-                   failures, taken_over",
-            );
-            let owned: Vec<OwnedRow> = s
-                .query_as::<DB, OwnedRow>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
+            let owned =
+                claim::claim_chunk::<DB>(&mut tx, chunk, &token, now, takeover_before).await?;
             for row in owned {
                 out.owned.push(row.try_into()?);
             }
@@ -411,26 +377,7 @@ where
         if out.owned.len() < claims.len() {
             // Which of the others another holder is still sending.
             for chunk in claims.chunks(CHUNK) {
-                let mut s = Statement::new(
-                    "SELECT schedule_id, occurrence, minutes_before, recipient, channel
-                     FROM deliveries WHERE status = 'sending' AND claim_token <> ",
-                );
-                s.bind(token.clone());
-                s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
-                s.tuples(chunk, |r, c| {
-                    let k = KeyColumns::from(&c.key);
-                    r.bind(k.schedule_id)
-                        .bind(k.occurrence)
-                        .bind(k.minutes_before)
-                        .bind(k.recipient)
-                        .bind(k.channel);
-                });
-                s.push(")");
-                let busy: Vec<DeliveryKeyRow> = s
-                    .query_as::<DB, DeliveryKeyRow>()
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(db_err)?;
+                let busy = claim::busy_in_chunk::<DB>(&mut tx, chunk, &token).await?;
                 for row in busy {
                     out.busy.push(row.try_into()?);
                 }
