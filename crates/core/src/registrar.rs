@@ -13,8 +13,8 @@ use tracing::{info, warn};
 use crate::enqueue::enqueue;
 use crate::settings::PipelineSettings;
 use toki_model::domain::{
-    Channel, Instant, OccurrenceException, Schedule, ScheduleId, ScheduledOccurrence, TenantId,
-    User, UserId,
+    Channel, Instant, OccurrenceException, Reminder, Schedule, ScheduleId, ScheduledOccurrence,
+    TenantId, User, UserId,
 };
 use toki_model::error::{chain, ValidationError};
 use toki_model::index::{reminders_for, Window};
@@ -52,6 +52,15 @@ impl From<StoreError> for RegistrarError {
 /// the data is corrupt, not the caller's input.
 fn stored_series(e: toki_model::domain::SeriesError) -> StoreError {
     StoreError::corrupt("schedule recurrence", e.to_string())
+}
+
+/// One schedule's part of a mirror: its index rows, and how far a series goes.
+struct MirrorPlan<'a> {
+    schedule: &'a ScheduleId,
+    version: i64,
+    rows: Vec<Reminder>,
+    /// The horizon a series is mirrored to (None: a one-off, or deleted).
+    until: Option<Instant>,
 }
 
 /// One repair pass over every tenant.
@@ -647,36 +656,74 @@ impl Registrar {
         let store = self.stores.open(tenant).await?;
         let mut planned = Vec::with_capacity(work.len());
         for w in work {
-            planned.push(match w {
-                MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
-                    // Reminders already past the scanner's look-back are not
-                    // mirrored; a series only as far as the horizon.
-                    let until = s
-                        .recurrence
-                        .as_ref()
-                        .map(|_| now + toki_model::time::to_chrono(self.settings.horizon));
-                    let rows = reminders_for(
-                        tenant,
-                        s,
-                        now - toki_model::time::to_chrono(self.settings.look_back),
-                        until.unwrap_or(Instant::MAX_UTC),
-                    )
-                    .map_err(stored_series)?;
-                    (&s.id, s.version, rows, until)
-                }
-                MirrorWork::Delete { schedule, version } => (schedule, *version, Vec::new(), None),
-            });
+            planned.push(self.mirror_plan(tenant, w, now)?);
         }
         let writes: Vec<IndexWrite<'_>> = planned
             .iter()
-            .map(|(schedule, version, rows, _)| IndexWrite {
-                schedule,
-                version: *version,
-                rows,
+            .map(|p| IndexWrite {
+                schedule: p.schedule,
+                version: p.version,
+                rows: &p.rows,
             })
             .collect();
         // A schedule whose newer write is mirrored already loses: that one wins.
         let won = self.index.replace_schedules(tenant, &writes).await?;
+        let enqueued = self.enqueue_direct(record, &planned, &won).await;
+        let marks: Vec<_> = planned
+            .into_iter()
+            .map(|p| (p.schedule.clone(), p.version, p.until))
+            .collect();
+        store.mark_all_mirrored(&marks).await?;
+        Ok(enqueued)
+    }
+
+    /// What one piece of mirror work writes into the index.
+    fn mirror_plan<'w>(
+        &self,
+        tenant: &TenantId,
+        work: &'w MirrorWork,
+        now: Instant,
+    ) -> Result<MirrorPlan<'w>, StoreError> {
+        Ok(match work {
+            MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
+                // Reminders already past the scanner's look-back are not
+                // mirrored; a series only as far as the horizon.
+                let until = s
+                    .recurrence
+                    .as_ref()
+                    .map(|_| now + toki_model::time::to_chrono(self.settings.horizon));
+                let rows = reminders_for(
+                    tenant,
+                    s,
+                    now - toki_model::time::to_chrono(self.settings.look_back),
+                    until.unwrap_or(Instant::MAX_UTC),
+                )
+                .map_err(stored_series)?;
+                MirrorPlan {
+                    schedule: &s.id,
+                    version: s.version,
+                    rows,
+                    until,
+                }
+            }
+            MirrorWork::Delete { schedule, version } => MirrorPlan {
+                schedule,
+                version: *version,
+                rows: Vec::new(),
+                until: None,
+            },
+        })
+    }
+
+    /// Enqueues the rows of the writes that won which are already in the
+    /// scanner's window; how many of each schedule went in.
+    async fn enqueue_direct(
+        &self,
+        record: &TenantRecord,
+        planned: &[MirrorPlan<'_>],
+        won: &[bool],
+    ) -> HashMap<ScheduleId, usize> {
+        let tenant = &record.id;
         // What the scanner has already covered (or will not reach in time) goes straight in.
         // A tenant whose contract is off gets nothing; its rows wait in the index
         // (the scanner holds them back too) in case the contract comes back on.
@@ -689,9 +736,9 @@ impl Registrar {
         let direct: Vec<_> = if record.may_receive_reminders() {
             planned
                 .iter()
-                .zip(&won)
+                .zip(won)
                 .filter(|(_, won)| **won)
-                .flat_map(|((_, _, rows, _), _)| rows.iter().filter(|r| window.contains(r.due_at)))
+                .flat_map(|(p, _)| p.rows.iter().filter(|r| window.contains(r.due_at)))
                 .cloned()
                 .collect()
         } else {
@@ -716,12 +763,7 @@ impl Registrar {
                 *enqueued.entry(key.schedule).or_default() += 1;
             }
         }
-        let marks: Vec<_> = planned
-            .into_iter()
-            .map(|(schedule, version, _, until)| (schedule.clone(), version, until))
-            .collect();
-        store.mark_all_mirrored(&marks).await?;
-        Ok(enqueued)
+        enqueued
     }
 
     /// Finishes failed mirrors for every tenant (`toki serve` every minute;

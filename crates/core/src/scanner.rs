@@ -9,7 +9,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::enqueue::{enqueue, EnqueueSummary};
 use crate::settings::PipelineSettings;
-use toki_model::domain::{IndexStatus, Reminder, TenantId};
+use toki_model::domain::{IndexStatus, IndexedReminder, Instant, Reminder, TenantId};
 use toki_model::error::chain;
 use toki_model::index::Window;
 use toki_ports::error::StoreResult;
@@ -66,6 +66,7 @@ impl Scanner {
         run
     }
 
+    /// One run: the window's ready rows of tenants under contract, enqueued.
     async fn scan_window(
         &self,
         deadline: Option<tokio::time::Instant>,
@@ -73,68 +74,10 @@ impl Scanner {
         let started = tokio::time::Instant::now();
         let now = self.clock.now();
         let window = Window::at(now, self.settings.look_back, self.settings.window);
-        let partitions = window.partitions(self.settings.shards);
-        let mut summary = ScanSummary {
-            partitions: partitions.len(),
-            ..Default::default()
-        };
-        let index = &self.index;
-        let results: Vec<_> = stream::iter(partitions)
-            .map(|p| async move {
-                let r = index.query_partition(&p, window.from, window.to).await;
-                (p, r)
-            })
-            .buffer_unordered(32)
-            .collect()
-            .await;
-        // One bad partition must not stop the others: skip it, count it, say so.
-        let mut rows = Vec::with_capacity(results.len());
-        for (p, r) in results {
-            match r {
-                Ok(r) => rows.push(r),
-                Err(e) => {
-                    warn!(partition = %p.key(), error = %chain(&e), "partition query failed; next run retries");
-                    summary.failed_partitions += 1;
-                }
-            }
-        }
-
-        let mut by_tenant: BTreeMap<TenantId, Vec<Reminder>> = BTreeMap::new();
-        for row in rows.into_iter().flatten() {
-            summary.scanned += 1;
-            let ready = match row.status {
-                IndexStatus::Pending => true,
-                IndexStatus::Enqueuing { lease_until } => lease_until < now,
-                IndexStatus::Enqueued => false,
-            };
-            if ready {
-                summary.pending += 1;
-                by_tenant
-                    .entry(row.reminder.key.tenant.clone())
-                    .or_default()
-                    .push(row.reminder);
-            }
-        }
-
-        // The contract is checked once per tenant per run.
-        let mut to_send = Vec::new();
-        for (tenant, reminders) in by_tenant {
-            match self.directory.get(&tenant).await {
-                Ok(Some(t)) if t.may_receive_reminders() => to_send.extend(reminders),
-                Ok(other) => {
-                    if other.is_none() {
-                        warn!(%tenant, "reminders for an unknown tenant");
-                    }
-                    summary.skipped_by_contract += reminders.len();
-                }
-                // Left pending: the next run looks again.
-                Err(e) => {
-                    warn!(%tenant, error = %chain(&e), "contract lookup failed; next run retries");
-                    summary.failed += reminders.len();
-                }
-            }
-        }
-
+        let mut summary = ScanSummary::default();
+        let rows = self.query_window(window, &mut summary).await;
+        let by_tenant = ready_by_tenant(rows, now, &mut summary);
+        let to_send = self.under_contract(by_tenant, &mut summary).await;
         let EnqueueSummary {
             enqueued,
             already_claimed,
@@ -167,4 +110,90 @@ impl Scanner {
         );
         Ok(summary)
     }
+
+    /// The index rows of every partition of `window`, any status, queried
+    /// 32 at a time; partitions are counted in `summary`.
+    async fn query_window(
+        &self,
+        window: Window,
+        summary: &mut ScanSummary,
+    ) -> Vec<Vec<IndexedReminder>> {
+        let partitions = window.partitions(self.settings.shards);
+        summary.partitions = partitions.len();
+        let index = &self.index;
+        let results: Vec<_> = stream::iter(partitions)
+            .map(|p| async move {
+                let r = index.query_partition(&p, window.from, window.to).await;
+                (p, r)
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        // One bad partition must not stop the others: skip it, count it, say so.
+        let mut rows = Vec::with_capacity(results.len());
+        for (p, r) in results {
+            match r {
+                Ok(r) => rows.push(r),
+                Err(e) => {
+                    warn!(partition = %p.key(), error = %chain(&e), "partition query failed; next run retries");
+                    summary.failed_partitions += 1;
+                }
+            }
+        }
+        rows
+    }
+
+    /// The reminders of tenants whose contract lets them receive reminders;
+    /// the others are counted in `summary`.
+    async fn under_contract(
+        &self,
+        by_tenant: BTreeMap<TenantId, Vec<Reminder>>,
+        summary: &mut ScanSummary,
+    ) -> Vec<Reminder> {
+        // The contract is checked once per tenant per run.
+        let mut to_send = Vec::new();
+        for (tenant, reminders) in by_tenant {
+            match self.directory.get(&tenant).await {
+                Ok(Some(t)) if t.may_receive_reminders() => to_send.extend(reminders),
+                Ok(other) => {
+                    if other.is_none() {
+                        warn!(%tenant, "reminders for an unknown tenant");
+                    }
+                    summary.skipped_by_contract += reminders.len();
+                }
+                // Left pending: the next run looks again.
+                Err(e) => {
+                    warn!(%tenant, error = %chain(&e), "contract lookup failed; next run retries");
+                    summary.failed += reminders.len();
+                }
+            }
+        }
+        to_send
+    }
+}
+
+/// The reminders ready to enqueue (pending, or claimed by a run whose lease
+/// ended before `now`), by tenant; rows seen and ready are counted in `summary`.
+fn ready_by_tenant(
+    rows: Vec<Vec<IndexedReminder>>,
+    now: Instant,
+    summary: &mut ScanSummary,
+) -> BTreeMap<TenantId, Vec<Reminder>> {
+    let mut by_tenant: BTreeMap<TenantId, Vec<Reminder>> = BTreeMap::new();
+    for row in rows.into_iter().flatten() {
+        summary.scanned += 1;
+        let ready = match row.status {
+            IndexStatus::Pending => true,
+            IndexStatus::Enqueuing { lease_until } => lease_until < now,
+            IndexStatus::Enqueued => false,
+        };
+        if ready {
+            summary.pending += 1;
+            by_tenant
+                .entry(row.reminder.key.tenant.clone())
+                .or_default()
+                .push(row.reminder);
+        }
+    }
+    by_tenant
 }

@@ -292,31 +292,30 @@ impl ScheduleInput {
         let (starts_at, recurrence) = match &self.recurrence {
             None => (self.one_off_at(&series)?.at, None),
             Some(r) => {
-                // The first occurrence (the start may be an EXDATE or skipped).
-                let from = Utc.from_utc_datetime(&series.start) - chrono::Duration::days(2);
-                let first = series
-                    .next(from, 1)
-                    .map_err(|e| ValidationError::new("recurrence.rrule", e.0))?;
-                let Some(first) = first.first() else {
-                    return Err(ValidationError::new(
-                        "recurrence",
-                        "the rule leaves no occurrence (every one excluded or skipped)",
-                    ));
-                };
-                let rule = series.rule.as_ref().expect("a recurring series has a rule");
-                let recurrence = Recurrence {
-                    rrule: rule.text().to_owned(),
-                    exdates: r.exdates.iter().map(|e| e.trim().to_owned()).collect(),
-                    local_start: series.start,
-                    dst: series.dst,
-                    exceptions: Vec::new(),
-                };
-                (first.at, Some(recurrence))
+                let (first, recurrence) = first_of_series(&series, r)?;
+                (first, Some(recurrence))
             }
         };
         // Instants are kept to the millisecond everywhere (storage and wire).
         let starts_at = crate::domain::from_millis("starts_at", starts_at.timestamp_millis())?;
         let time_zone = series.time_zone;
+        let participants = self.participant_ids()?;
+        let rules = self.reminder_rules()?;
+        Ok(Schedule {
+            id,
+            title,
+            body: self.body.clone(),
+            starts_at,
+            time_zone,
+            participants,
+            rules,
+            recurrence,
+            version: 0,
+        })
+    }
+
+    /// The participants as user ids: at most [`MAX_PARTICIPANTS`], none twice.
+    fn participant_ids(&self) -> Result<Vec<UserId>, ValidationError> {
         if self.participants.len() > MAX_PARTICIPANTS {
             return Err(ValidationError::new(
                 "participants",
@@ -339,6 +338,11 @@ impl ScheduleInput {
             }
             participants.push(user);
         }
+        Ok(participants)
+    }
+
+    /// The reminder rules: offsets in range and none twice, channels known.
+    fn reminder_rules(&self) -> Result<Vec<ReminderRule>, ValidationError> {
         let mut offsets = HashSet::new();
         let mut rules = Vec::with_capacity(self.reminders.len());
         for (i, r) in self.reminders.iter().enumerate() {
@@ -358,29 +362,56 @@ impl ScheduleInput {
                     format!("{} minutes is listed twice", r.minutes_before),
                 ));
             }
-            let mut channels = Vec::with_capacity(r.channels.len());
-            for (j, c) in r.channels.iter().enumerate() {
-                channels.push(c.parse::<Channel>().map_err(|e| {
-                    ValidationError::new(format!("reminders[{i}].channels[{j}]"), e)
-                })?);
-            }
-            rules.push(ReminderRule {
-                minutes_before: r.minutes_before as u32,
-                channels: ChannelSet::new(&format!("reminders[{i}].channels"), &channels)?,
-            });
+            rules.push(r.validate(i)?);
         }
-        Ok(Schedule {
-            id,
-            title,
-            body: self.body.clone(),
-            starts_at,
-            time_zone,
-            participants,
-            rules,
-            recurrence,
-            version: 0,
+        Ok(rules)
+    }
+}
+
+impl RuleInput {
+    /// The rule at `reminders[i]`, its offset already checked; every channel
+    /// must be known.
+    fn validate(&self, i: usize) -> Result<ReminderRule, ValidationError> {
+        let mut channels = Vec::with_capacity(self.channels.len());
+        for (j, c) in self.channels.iter().enumerate() {
+            channels.push(
+                c.parse::<Channel>().map_err(|e| {
+                    ValidationError::new(format!("reminders[{i}].channels[{j}]"), e)
+                })?,
+            );
+        }
+        Ok(ReminderRule {
+            minutes_before: self.minutes_before as u32,
+            channels: ChannelSet::new(&format!("reminders[{i}].channels"), &channels)?,
         })
     }
+}
+
+/// A series' first occurrence (its start may be an EXDATE or skipped) and
+/// the recurrence stored with the schedule.
+fn first_of_series(
+    series: &Series,
+    r: &RecurrenceInput,
+) -> Result<(Instant, Recurrence), ValidationError> {
+    let from = Utc.from_utc_datetime(&series.start) - chrono::Duration::days(2);
+    let first = series
+        .next(from, 1)
+        .map_err(|e| ValidationError::new("recurrence.rrule", e.0))?;
+    let Some(first) = first.first() else {
+        return Err(ValidationError::new(
+            "recurrence",
+            "the rule leaves no occurrence (every one excluded or skipped)",
+        ));
+    };
+    let rule = series.rule.as_ref().expect("a recurring series has a rule");
+    let recurrence = Recurrence {
+        rrule: rule.text().to_owned(),
+        exdates: r.exdates.iter().map(|e| e.trim().to_owned()).collect(),
+        local_start: series.start,
+        dst: series.dst,
+        exceptions: Vec::new(),
+    };
+    Ok((first.at, recurrence))
 }
 
 /// A change to one occurrence of a series: moved (`starts_at`, an RFC 3339

@@ -2,7 +2,9 @@
 //! DynamoDB table: (partition = due minute + shard, sort key = due + identity).
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqlitePool, SqliteRow};
+use std::collections::HashSet;
+
+use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 use toki_model::index::{sort_key, Partition};
 use toki_model::time::to_chrono;
@@ -96,6 +98,96 @@ impl SqliteReminderIndex {
     fn keys(&self, r: &Reminder) -> (String, String) {
         (Partition::of(r, self.shards).key(), sort_key(r))
     }
+
+    /// Inserts the winning writes' rows as pending; rows already there stay.
+    async fn insert_rows(
+        &self,
+        conn: &mut SqliteConnection,
+        winners: &[&IndexWrite<'_>],
+    ) -> StoreResult<()> {
+        let rows: Vec<&Reminder> = winners.iter().flat_map(|w| w.rows).collect();
+        for chunk in rows.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
+                 minutes_before, due_at, version, channels, status, lease_until, expires_at) ",
+            );
+            qb.push_values(chunk, |mut b, r| {
+                let (partition, sort) = self.keys(r);
+                let expires = (r.due_at.0 + to_chrono(self.retention)).timestamp();
+                b.push_bind(partition)
+                    .push_bind(sort)
+                    .push_bind(r.key.tenant.to_string())
+                    .push_bind(r.key.schedule.to_string())
+                    .push_bind(r.key.occurrence.millis())
+                    .push_bind(i64::from(r.key.minutes_before))
+                    .push_bind(r.due_at.millis())
+                    .push_bind(r.version)
+                    .push_bind(r.channels.encode())
+                    .push_bind("pending")
+                    .push_bind(None::<i64>)
+                    .push_bind(expires);
+            });
+            qb.push(" ON CONFLICT (partition, sort_key) DO NOTHING");
+            qb.build().execute(&mut *conn).await.map_err(db_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Each version's claim on its schedule's rows, only where no newer version
+/// holds them; the ids of the schedules whose version won.
+async fn claim_versions(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    writes: &[IndexWrite<'_>],
+) -> StoreResult<HashSet<String>> {
+    // The rows an upsert touched come back.
+    let mut won = HashSet::new();
+    for chunk in writes.chunks(CHUNK) {
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO index_versions (tenant, schedule_id, version) ");
+        qb.push_values(chunk, |mut b, w| {
+            b.push_bind(tenant.as_str())
+                .push_bind(w.schedule.as_str())
+                .push_bind(w.version);
+        });
+        qb.push(
+            " ON CONFLICT (tenant, schedule_id) DO UPDATE SET version = excluded.version
+             WHERE index_versions.version <= excluded.version RETURNING schedule_id",
+        );
+        let ids: Vec<(String,)> = qb
+            .build_query_as()
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db_err)?;
+        won.extend(ids.into_iter().map(|(id,)| id));
+    }
+    Ok(won)
+}
+
+/// Deletes the rows of older versions of the winning writes' schedules; this
+/// version's rows already there stay as they are (a repeat of the same write
+/// changes nothing).
+async fn delete_older_rows(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    winners: &[&IndexWrite<'_>],
+) -> StoreResult<()> {
+    for chunk in winners.chunks(CHUNK) {
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new("DELETE FROM reminder_index WHERE tenant = ");
+        qb.push_bind(tenant.as_str()).push(" AND schedule_id IN (");
+        let mut ids = qb.separated(", ");
+        for w in chunk {
+            ids.push_bind(w.schedule.as_str());
+        }
+        qb.push(
+            ") AND version < (SELECT v.version FROM index_versions v
+               WHERE v.tenant = reminder_index.tenant AND v.schedule_id = reminder_index.schedule_id)",
+        );
+        qb.build().execute(&mut *conn).await.map_err(db_err)?;
+    }
+    Ok(())
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> StoreError {
@@ -159,28 +251,7 @@ impl ReminderIndex for SqliteReminderIndex {
         writes: &[IndexWrite<'_>],
     ) -> StoreResult<Vec<bool>> {
         let mut tx = crate::begin_write(&self.pool).await?;
-        // Each version's claim on its schedule's rows, only where no newer
-        // version holds them; the rows an upsert touched come back.
-        let mut won = std::collections::HashSet::new();
-        for chunk in writes.chunks(CHUNK) {
-            let mut qb: QueryBuilder<Sqlite> =
-                QueryBuilder::new("INSERT INTO index_versions (tenant, schedule_id, version) ");
-            qb.push_values(chunk, |mut b, w| {
-                b.push_bind(tenant.as_str())
-                    .push_bind(w.schedule.as_str())
-                    .push_bind(w.version);
-            });
-            qb.push(
-                " ON CONFLICT (tenant, schedule_id) DO UPDATE SET version = excluded.version
-                 WHERE index_versions.version <= excluded.version RETURNING schedule_id",
-            );
-            let ids: Vec<(String,)> = qb
-                .build_query_as()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            won.extend(ids.into_iter().map(|(id,)| id));
-        }
+        let won = claim_versions(&mut tx, tenant, writes).await?;
         let claimed: Vec<bool> = writes
             .iter()
             .map(|w| won.contains(w.schedule.as_str()))
@@ -190,47 +261,8 @@ impl ReminderIndex for SqliteReminderIndex {
             .zip(&claimed)
             .filter_map(|(w, c)| c.then_some(w))
             .collect();
-        // Older versions' rows go; this version's rows already there stay as
-        // they are (a repeat of the same write changes nothing).
-        for chunk in winners.chunks(CHUNK) {
-            let mut qb: QueryBuilder<Sqlite> =
-                QueryBuilder::new("DELETE FROM reminder_index WHERE tenant = ");
-            qb.push_bind(tenant.as_str()).push(" AND schedule_id IN (");
-            let mut ids = qb.separated(", ");
-            for w in chunk {
-                ids.push_bind(w.schedule.as_str());
-            }
-            qb.push(
-                ") AND version < (SELECT v.version FROM index_versions v
-                   WHERE v.tenant = reminder_index.tenant AND v.schedule_id = reminder_index.schedule_id)",
-            );
-            qb.build().execute(&mut *tx).await.map_err(db_err)?;
-        }
-        let rows: Vec<&Reminder> = winners.iter().flat_map(|w| w.rows).collect();
-        for chunk in rows.chunks(CHUNK) {
-            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
-                 minutes_before, due_at, version, channels, status, lease_until, expires_at) ",
-            );
-            qb.push_values(chunk, |mut b, r| {
-                let (partition, sort) = self.keys(r);
-                let expires = (r.due_at.0 + to_chrono(self.retention)).timestamp();
-                b.push_bind(partition)
-                    .push_bind(sort)
-                    .push_bind(r.key.tenant.to_string())
-                    .push_bind(r.key.schedule.to_string())
-                    .push_bind(r.key.occurrence.millis())
-                    .push_bind(i64::from(r.key.minutes_before))
-                    .push_bind(r.due_at.millis())
-                    .push_bind(r.version)
-                    .push_bind(r.channels.encode())
-                    .push_bind("pending")
-                    .push_bind(None::<i64>)
-                    .push_bind(expires);
-            });
-            qb.push(" ON CONFLICT (partition, sort_key) DO NOTHING");
-            qb.build().execute(&mut *tx).await.map_err(db_err)?;
-        }
+        delete_older_rows(&mut tx, tenant, &winners).await?;
+        self.insert_rows(&mut tx, &winners).await?;
         tx.commit().await.map_err(db_err)?;
         Ok(claimed)
     }

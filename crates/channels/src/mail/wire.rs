@@ -175,6 +175,18 @@ async fn tls<S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static>(
     Ok(Box::new(s))
 }
 
+/// The replies the envelope of `mail` wants, in order: MAIL, each RCPT, DATA.
+fn envelope_replies(mail: &WireMail) -> impl Iterator<Item = u16> + '_ {
+    std::iter::once(250)
+        .chain(mail.to.iter().map(|_| 250))
+        .chain(std::iter::once(354))
+}
+
+/// Whether reply `r` accepts a command that wants `want` (251 counts as 250).
+fn accepted(r: &Reply, want: u16) -> bool {
+    r.code == want || (want == 250 && r.code == 251)
+}
+
 impl Session {
     /// Connects (Nagle off), greets, secures and authenticates. The caller
     /// bounds the whole of it in time.
@@ -306,57 +318,12 @@ impl Session {
     /// One mail transaction. A refused mail leaves the session reset (RSET)
     /// and usable; `Broken` means the session must be dropped.
     pub async fn send(&mut self, mail: &WireMail) -> Result<(), WireError> {
-        let mut params = String::new();
-        if mail.eight_bit && self.ext.eight_bit {
-            params.push_str(" BODY=8BITMIME");
-        }
-        if mail.smtputf8 {
-            if !self.ext.smtputf8 {
-                return Err(WireError::Reply(Reply {
-                    code: 553,
-                    text: "non-ASCII address and the server has no SMTPUTF8".into(),
-                }));
-            }
-            params.push_str(" SMTPUTF8");
-        }
-        let mut head = format!("MAIL FROM:<{}>{params}\r\n", mail.from);
-        for to in &mail.to {
-            head.push_str(&format!("RCPT TO:<{to}>\r\n"));
-        }
-        head.push_str("DATA\r\n");
-        let expected = std::iter::once(250)
-            .chain(mail.to.iter().map(|_| 250))
-            .chain(std::iter::once(354));
-        let accepted = |r: &Reply, want: u16| r.code == want || (want == 250 && r.code == 251);
+        let head = self.envelope(mail)?;
         // The first refusal, and whether DATA was answered 354 anyway.
         let (refusal, data_open) = if self.ext.pipelining {
-            // One write, then every reply in order (RFC 2920).
-            self.stream
-                .write_all(head.as_bytes())
-                .await
-                .map_err(WireError::io)?;
-            self.stream.flush().await.map_err(WireError::io)?;
-            let mut refusal = None;
-            let mut data_open = false;
-            for want in expected {
-                let r = self.read_reply().await?;
-                data_open = want == 354 && r.code == 354;
-                if !accepted(&r, want) && refusal.is_none() {
-                    refusal = Some(r);
-                }
-            }
-            (refusal, data_open)
+            self.envelope_pipelined(&head, mail).await?
         } else {
-            let mut refusal = None;
-            for (line, want) in head.split_terminator("\r\n").zip(expected) {
-                self.command(line).await?;
-                let r = self.read_reply().await?;
-                if !accepted(&r, want) {
-                    refusal = Some(r);
-                    break;
-                }
-            }
-            (refusal, false)
+            (self.envelope_in_turn(&head, mail).await?, false)
         };
         if let Some(refused) = refusal {
             if data_open {
@@ -386,6 +353,72 @@ impl Session {
         } else {
             Err(self.reset_after(r).await)
         }
+    }
+
+    /// The MAIL, RCPT and DATA lines of `mail`, each ending in CRLF, with the
+    /// MAIL parameters the server supports; refused (553) when an address
+    /// needs SMTPUTF8 and the server has none.
+    fn envelope(&self, mail: &WireMail) -> Result<String, WireError> {
+        let mut params = String::new();
+        if mail.eight_bit && self.ext.eight_bit {
+            params.push_str(" BODY=8BITMIME");
+        }
+        if mail.smtputf8 {
+            if !self.ext.smtputf8 {
+                return Err(WireError::Reply(Reply {
+                    code: 553,
+                    text: "non-ASCII address and the server has no SMTPUTF8".into(),
+                }));
+            }
+            params.push_str(" SMTPUTF8");
+        }
+        let mut head = format!("MAIL FROM:<{}>{params}\r\n", mail.from);
+        for to in &mail.to {
+            head.push_str(&format!("RCPT TO:<{to}>\r\n"));
+        }
+        head.push_str("DATA\r\n");
+        Ok(head)
+    }
+
+    /// Sends the envelope in one write, then reads every reply in order (RFC
+    /// 2920): the first refusal, and whether DATA was answered 354 anyway.
+    async fn envelope_pipelined(
+        &mut self,
+        head: &str,
+        mail: &WireMail,
+    ) -> Result<(Option<Reply>, bool), WireError> {
+        self.stream
+            .write_all(head.as_bytes())
+            .await
+            .map_err(WireError::io)?;
+        self.stream.flush().await.map_err(WireError::io)?;
+        let mut refusal = None;
+        let mut data_open = false;
+        for want in envelope_replies(mail) {
+            let r = self.read_reply().await?;
+            data_open = want == 354 && r.code == 354;
+            if !accepted(&r, want) && refusal.is_none() {
+                refusal = Some(r);
+            }
+        }
+        Ok((refusal, data_open))
+    }
+
+    /// Sends the envelope a line at a time, each after the last was
+    /// accepted; the refusal that stopped it, if one did.
+    async fn envelope_in_turn(
+        &mut self,
+        head: &str,
+        mail: &WireMail,
+    ) -> Result<Option<Reply>, WireError> {
+        for (line, want) in head.split_terminator("\r\n").zip(envelope_replies(mail)) {
+            self.command(line).await?;
+            let r = self.read_reply().await?;
+            if !accepted(&r, want) {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
     }
 
     /// After a refusal: 421 ends the session; otherwise RSET so the next

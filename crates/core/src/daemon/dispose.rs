@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tracing::{debug, error, warn};
 
+use toki_model::domain::Channel;
 use toki_model::error::chain;
 use toki_ports::message::{ATTR_SCHEDULE, ATTR_TENANT};
 use toki_ports::ReceivedMessage;
@@ -42,101 +43,138 @@ impl Daemon {
         // Messages to hide, and for how long: changed together at the end.
         let mut hides: Vec<(String, Duration)> = Vec::new();
         for (msg, fate) in fates {
-            let tenant = attr(&msg, ATTR_TENANT);
-            let schedule = attr(&msg, ATTR_SCHEDULE);
             match disposition(&fate, msg.receive_count, policy, jitter(&msg.receipt)) {
                 Disposition::Ack => acks.push(msg.receipt),
                 Disposition::Redelay(wait) => {
-                    match &fate {
-                        MessageFate::Throttled { .. } => {
-                            self.stats.add(&self.stats.throttled, 1);
-                            debug!(
-                                tenant,
-                                schedule,
-                                ?wait,
-                                "throttled; message comes back when the service said"
-                            )
-                        }
-                        MessageFate::Busy => {
-                            self.stats.add(&self.stats.busy, 1);
-                            debug!(
-                                tenant,
-                                schedule,
-                                ?wait,
-                                "deliveries held elsewhere; message comes back"
-                            )
-                        }
-                        _ => debug!(tenant, schedule, ?wait, "early message re-delayed"),
-                    }
+                    self.note_redelay(&msg, &fate, wait);
                     hides.push((msg.receipt, wait));
                 }
                 Disposition::Retry(after) => {
-                    match &fate {
-                        MessageFate::Failed {
-                            channel,
-                            reason,
-                            failures,
-                            others,
-                            ..
-                        } => {
-                            for (channel, reason, failures) in
-                                std::iter::once((channel, reason, failures))
-                                    .chain(others.iter().map(|(c, r, f)| (c, r, f)))
-                            {
-                                warn!(
-                                    tenant,
-                                    schedule,
-                                    %channel,
-                                    %reason,
-                                    attempt = failures,
-                                    of = policy.max_failures,
-                                    next_try_in = ?after,
-                                    "delivery failed; trying again"
-                                )
-                            }
-                        }
-                        MessageFate::Unprocessed { reason, overdue } => warn!(
-                            tenant,
-                            schedule,
-                            %reason,
-                            receive = msg.receive_count,
-                            overdue_s = overdue.as_secs(),
-                            gives_up_after_s = policy.give_up_after.as_secs(),
-                            next_try_in = ?after,
-                            "message could not be worked on; trying again"
-                        ),
-                        _ => {}
-                    }
+                    self.note_retry(&msg, &fate, after);
                     self.stats.add(&self.stats.retried, 1);
                     hides.push((msg.receipt, after));
                 }
                 Disposition::Park(channels) => {
-                    let parked = channels
-                        .iter()
-                        .filter(|c| self.breakers.park(**c, msg.receipt.clone()))
-                        .count();
-                    if parked > 0 {
-                        self.stats.add(&self.stats.parked, 1);
-                        hides.push((msg.receipt, self.breakers.settings().park_for));
-                    } else {
-                        // The circuit closed meanwhile: straight back.
-                        hides.push((msg.receipt, UNPARK));
-                    }
+                    let wait = self.park_message(&msg, &channels);
+                    hides.push((msg.receipt, wait));
                 }
                 Disposition::DeadLetter(reason) => {
-                    error!(tenant, schedule, %reason, receive = msg.receive_count, "message dead-lettered; `toki redrive` sends it again");
-                    match self.queue.dead_letter(&msg, &reason).await {
-                        Ok(()) => self.stats.add(&self.stats.dead_lettered, 1),
-                        // Never deleted: it comes back after the longest backoff,
-                        // and the queue's own redrive policy is the backstop.
-                        Err(e) => {
-                            error!(tenant, schedule, error = %chain(&e), "dead-lettering failed; the message stays in the queue");
-                            hides.push((msg.receipt, policy.cap));
-                        }
+                    if let Some(wait) = self.dead_letter_message(&msg, &reason).await {
+                        hides.push((msg.receipt, wait));
                     }
                 }
             }
         }
+        self.delete_and_hide(&acks, &hides).await;
+    }
+
+    /// Counts and logs a message coming back later that did not fail.
+    fn note_redelay(&self, msg: &ReceivedMessage, fate: &MessageFate, wait: Duration) {
+        let tenant = attr(msg, ATTR_TENANT);
+        let schedule = attr(msg, ATTR_SCHEDULE);
+        match fate {
+            MessageFate::Throttled { .. } => {
+                self.stats.add(&self.stats.throttled, 1);
+                debug!(
+                    tenant,
+                    schedule,
+                    ?wait,
+                    "throttled; message comes back when the service said"
+                )
+            }
+            MessageFate::Busy => {
+                self.stats.add(&self.stats.busy, 1);
+                debug!(
+                    tenant,
+                    schedule,
+                    ?wait,
+                    "deliveries held elsewhere; message comes back"
+                )
+            }
+            _ => debug!(tenant, schedule, ?wait, "early message re-delayed"),
+        }
+    }
+
+    /// Logs why a message is tried again: each failed channel, or why it
+    /// could not be worked on.
+    fn note_retry(&self, msg: &ReceivedMessage, fate: &MessageFate, after: Duration) {
+        let policy = &self.settings.retry;
+        let tenant = attr(msg, ATTR_TENANT);
+        let schedule = attr(msg, ATTR_SCHEDULE);
+        match fate {
+            MessageFate::Failed {
+                channel,
+                reason,
+                failures,
+                others,
+                ..
+            } => {
+                for (channel, reason, failures) in std::iter::once((channel, reason, failures))
+                    .chain(others.iter().map(|(c, r, f)| (c, r, f)))
+                {
+                    warn!(
+                        tenant,
+                        schedule,
+                        %channel,
+                        %reason,
+                        attempt = failures,
+                        of = policy.max_failures,
+                        next_try_in = ?after,
+                        "delivery failed; trying again"
+                    )
+                }
+            }
+            MessageFate::Unprocessed { reason, overdue } => warn!(
+                tenant,
+                schedule,
+                %reason,
+                receive = msg.receive_count,
+                overdue_s = overdue.as_secs(),
+                gives_up_after_s = policy.give_up_after.as_secs(),
+                next_try_in = ?after,
+                "message could not be worked on; trying again"
+            ),
+            _ => {}
+        }
+    }
+
+    /// Parks a message with the open circuits of `channels`; how long to hide it.
+    fn park_message(&self, msg: &ReceivedMessage, channels: &[Channel]) -> Duration {
+        let parked = channels
+            .iter()
+            .filter(|c| self.breakers.park(**c, msg.receipt.clone()))
+            .count();
+        if parked > 0 {
+            self.stats.add(&self.stats.parked, 1);
+            self.breakers.settings().park_for
+        } else {
+            // The circuit closed meanwhile: straight back.
+            UNPARK
+        }
+    }
+
+    /// Moves a message to the dead-letter queue; how long to hide it if that failed.
+    async fn dead_letter_message(&self, msg: &ReceivedMessage, reason: &str) -> Option<Duration> {
+        let tenant = attr(msg, ATTR_TENANT);
+        let schedule = attr(msg, ATTR_SCHEDULE);
+        error!(tenant, schedule, %reason, receive = msg.receive_count, "message dead-lettered; `toki redrive` sends it again");
+        match self.queue.dead_letter(msg, reason).await {
+            Ok(()) => {
+                self.stats.add(&self.stats.dead_lettered, 1);
+                None
+            }
+            // Never deleted: it comes back after the longest backoff,
+            // and the queue's own redrive policy is the backstop.
+            Err(e) => {
+                error!(tenant, schedule, error = %chain(&e), "dead-lettering failed; the message stays in the queue");
+                Some(self.settings.retry.cap)
+            }
+        }
+    }
+
+    /// Deletes the acknowledged messages and hides the others, a few requests
+    /// at a time.
+    async fn delete_and_hide(&self, acks: &[String], hides: &[(String, Duration)]) {
         // A few requests in flight rather than one after the other: a batch
         // that many refusals sent back is as many visibility changes.
         let mut deletes = Vec::new();

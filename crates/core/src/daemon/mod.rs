@@ -24,6 +24,7 @@ mod intake;
 mod notices;
 mod plan;
 mod prepare;
+mod receive;
 mod record;
 mod settle;
 mod stats;
@@ -231,26 +232,7 @@ impl Daemon {
         deliveries: Arc<tokio::sync::Mutex<JoinSet<()>>>,
     ) {
         let batch = self.settings.batch;
-        while !*shutdown.borrow() {
-            // Room for a full batch first: work beyond it stays in the queue.
-            let mut permits = tokio::select! {
-                p = room.clone().acquire_many_owned(batch as u32) => p.expect("never closed"),
-                _ = shutdown.changed() => break,
-            };
-            // A key refusing work: the queue keeps the rest a little longer.
-            if let Some(pause) = self.flow.as_ref().and_then(|f| f.hold_off()) {
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = shutdown.changed() => break,
-                }
-            }
-            let received = tokio::select! {
-                r = self.queue.receive(batch, self.settings.wait, self.settings.visibility) => r,
-                _ = shutdown.changed() => break,
-            };
-            self.stats
-                .polls
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        while let Some((mut permits, received)) = self.receive_batch(&mut shutdown, &room).await {
             let messages = match received {
                 Ok(m) if m.is_empty() => continue,
                 Ok(m) => m,
@@ -283,21 +265,7 @@ impl Daemon {
                 });
             }
             let prepared = self.prepare(by_tenant, now).await;
-            let held = self.holdings.hold(holdings::Held {
-                receipts: prepared
-                    .iter()
-                    .flat_map(|p| &p.plan.messages)
-                    .map(|m| (m.msg.receipt.clone(), hidden_until))
-                    .collect(),
-                // Tenants that claimed nothing (no token) have nothing to renew.
-                claims: prepared
-                    .iter()
-                    .filter(|p| !p.token.is_empty())
-                    .map(|p| (p.plan.tenant.clone(), p.token.clone()))
-                    .collect(),
-                // The claims' lease runs from about the receive, not from now.
-                renewed: Some(hidden_until - self.settings.visibility),
-            });
+            let held = self.hold_batch(&prepared, hidden_until);
             self.warm_channels(&prepared);
             self.expect_flow(&prepared);
             let me = self.clone();

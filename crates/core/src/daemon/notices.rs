@@ -17,14 +17,14 @@ use toki_model::domain::{
     UserId,
 };
 use toki_model::error::chain;
-use toki_ports::channel::{Notification, SendError};
+use toki_ports::channel::Notification;
 use toki_ports::error::StoreError;
 use toki_ports::message::NoticeMessage;
-use toki_ports::{Claims, OwnedDelivery, ReceivedMessage, TenantStore};
+use toki_ports::{Claims, ReceivedMessage, TenantStore};
 
 use super::holdings::Held;
 use super::plan::{undeliverable, ToSend};
-use super::settle::MessageOutcome;
+use super::settle::{answer_row, held_back_row, MessageOutcome, RowStamp};
 use super::work::MessageFate;
 use super::{overdue, Daemon};
 
@@ -129,30 +129,57 @@ impl Daemon {
         mut message: MessageOutcome,
     ) -> Result<MessageFate, StoreError> {
         let now = self.clock.now();
-        // One round trip for every recipient (removed ones included).
-        let mut wanted: Vec<UserId> = claimed
-            .owned
-            .iter()
-            .map(|o| o.key.recipient.clone())
-            .collect();
-        wanted.sort();
-        wanted.dedup();
-        let users: HashMap<UserId, Arc<User>> = store
-            .get_users(&wanted)
-            .await?
-            .into_iter()
-            .map(|(id, u)| (id, Arc::new(u)))
-            .collect();
+        let stamp = RowStamp { version, due_at };
+        let users = notice_recipients(store.as_ref(), claimed).await?;
+        let (group, mut outcomes) = self.notice_group(n, &users, changes, claimed, stamp, now);
+        let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
+        // The reminders' path: open circuits respected, answers fed to the
+        // breakers, a taken-over delivery looked up before it is sent again.
+        let sent = self
+            .send_group(group, tokio::time::Instant::now(), &[])
+            .await;
+        let now = self.clock.now();
+        let mut answered = HashSet::new();
+        let mut delivered = 0;
+        for s in sent {
+            answered.insert(s.delivery);
+            let o = &claimed.owned[s.delivery];
+            if s.result.is_ok() {
+                delivered += 1;
+            }
+            outcomes.push(answer_row(
+                stamp,
+                &o.key,
+                o.failures,
+                s.result,
+                now,
+                &mut message,
+            ));
+        }
+        // Not attempted: their circuit opened meanwhile.
+        for i in attempted.difference(&answered) {
+            let key = &claimed.owned[*i].key;
+            outcomes.push(held_back_row(stamp, key, now, &mut message));
+        }
+        message.busy = !claimed.busy.is_empty();
+        store.record_outcomes(&outcomes).await?;
+        self.stats.add(&self.stats.notices_delivered, delivered);
+        info!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice delivered");
+        Ok(message.fate())
+    }
+
+    /// The notifications to send for the claimed deliveries, and a row for
+    /// each that cannot be delivered (`now` is its instant).
+    fn notice_group(
+        &self,
+        n: &NoticeMessage,
+        users: &HashMap<UserId, Arc<User>>,
+        changes: &HashMap<DeliveryKey, RecipientChange>,
+        claimed: &Claims,
+        stamp: RowStamp,
+        now: Instant,
+    ) -> (Vec<ToSend>, Vec<DeliveryOutcome>) {
         let configured: BTreeSet<Channel> = self.channels.keys().copied().collect();
-        let row =
-            |o: &OwnedDelivery, status, at: Instant, detail: Option<String>| DeliveryOutcome {
-                key: o.key.clone(),
-                version,
-                due_at,
-                status,
-                at,
-                detail,
-            };
         let mut outcomes = Vec::new();
         let mut group = Vec::new();
         for (i, o) in claimed.owned.iter().enumerate() {
@@ -167,8 +194,8 @@ impl Daemon {
                         notification: Notification {
                             tenant: n.tenant.clone(),
                             key: o.key.clone(),
-                            version,
-                            due_at,
+                            version: stamp.version,
+                            due_at: stamp.due_at,
                             recipient: user,
                             subject: texts.subject,
                             text: texts.text,
@@ -177,56 +204,35 @@ impl Daemon {
                         taken_over: o.taken_over,
                     });
                 }
-                (why, _, _) => outcomes.push(row(
-                    o,
+                (why, _, _) => outcomes.push(stamp.row(
+                    &o.key,
                     DeliveryStatus::Undeliverable,
                     now,
                     Some(why.unwrap_or_else(|| "recipient missing".into())),
                 )),
             }
         }
-        let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
-        // The reminders' path: open circuits respected, answers fed to the
-        // breakers, a taken-over delivery looked up before it is sent again.
-        let sent = self
-            .send_group(group, tokio::time::Instant::now(), &[])
-            .await;
-        let now = self.clock.now();
-        let mut answered = HashSet::new();
-        let mut delivered = 0;
-        for s in sent {
-            answered.insert(s.delivery);
-            let o = &claimed.owned[s.delivery];
-            outcomes.push(match s.result {
-                Ok(at) => {
-                    delivered += 1;
-                    row(o, DeliveryStatus::Delivered, at, None)
-                }
-                Err(SendError::Permanent(why)) => {
-                    row(o, DeliveryStatus::Undeliverable, now, Some(why))
-                }
-                Err(SendError::Throttled { retry_after }) => {
-                    message.throttled = message.throttled.max(Some(retry_after));
-                    let why = format!("throttled: retry after {} s", retry_after.as_secs());
-                    row(o, DeliveryStatus::Throttled, now, Some(why))
-                }
-                Err(SendError::Transient(reason)) => {
-                    message.failed(o.key.channel, reason.clone(), o.failures + 1);
-                    row(o, DeliveryStatus::Failed, now, Some(reason))
-                }
-            });
-        }
-        // Not attempted: their circuit opened meanwhile.
-        for i in attempted.difference(&answered) {
-            let o = &claimed.owned[*i];
-            message.parked(o.key.channel);
-            let why = format!("held back: the {} circuit is open", o.key.channel);
-            outcomes.push(row(o, DeliveryStatus::Deferred, now, Some(why)));
-        }
-        message.busy = !claimed.busy.is_empty();
-        store.record_outcomes(&outcomes).await?;
-        self.stats.add(&self.stats.notices_delivered, delivered);
-        info!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice delivered");
-        Ok(message.fate())
+        (group, outcomes)
     }
+}
+
+/// Every recipient of the claimed deliveries (removed ones included), in
+/// one round trip.
+async fn notice_recipients(
+    store: &dyn TenantStore,
+    claimed: &Claims,
+) -> Result<HashMap<UserId, Arc<User>>, StoreError> {
+    let mut wanted: Vec<UserId> = claimed
+        .owned
+        .iter()
+        .map(|o| o.key.recipient.clone())
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    Ok(store
+        .get_users(&wanted)
+        .await?
+        .into_iter()
+        .map(|(id, u)| (id, Arc::new(u)))
+        .collect())
 }

@@ -4,7 +4,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use toki_model::domain::{
-    Channel, DeliveryClaim, DeliveryKey, DueAt, ReminderKey, ScheduleId, TenantId, User, UserId,
+    Channel, DeliveryClaim, DeliveryKey, DueAt, Reminder, ReminderKey, ScheduleId,
+    ScheduleSnapshot, TenantId, User, UserId,
 };
 use toki_model::template::Templates;
 use toki_ports::channel::Notification;
@@ -156,84 +157,142 @@ pub fn plan_batch(
     channels: &ChannelState,
     templates: &Templates,
 ) -> BatchPlan {
-    // Each owned claim goes to one message only.
-    let mut owned: HashMap<&DeliveryKey, &OwnedDelivery> =
-        claims.owned.iter().map(|o| (&o.key, o)).collect();
-    let busy: HashSet<&DeliveryKey> = claims.busy.iter().collect();
-    let users = &ctx.users;
+    let mut planner = Planner {
+        tenant: &tenant,
+        ctx,
+        channels,
+        templates,
+        // Each owned claim goes to one message only.
+        owned: claims.owned.iter().map(|o| (&o.key, o)).collect(),
+        busy: claims.busy.iter().collect(),
+        to_send: Vec::new(),
+    };
     work.sort_by_key(|w| w.reminder.due_at);
     let mut messages = Vec::with_capacity(work.len());
-    let mut to_send = Vec::new();
     for (m, w) in work.into_iter().enumerate() {
+        messages.push(planner.plan_message(m, w));
+    }
+    let to_send = planner.to_send;
+    BatchPlan {
+        tenant,
+        messages,
+        to_send,
+    }
+}
+
+/// A tenant's batch being planned: what its deliveries are decided against,
+/// and the notifications to send so far.
+struct Planner<'a> {
+    tenant: &'a TenantId,
+    ctx: &'a DeliveryContext,
+    channels: &'a ChannelState,
+    templates: &'a Templates,
+    owned: HashMap<&'a DeliveryKey, &'a OwnedDelivery>,
+    busy: HashSet<&'a DeliveryKey>,
+    to_send: Vec<ToSend>,
+}
+
+/// The message a delivery belongs to, as the planner sees it.
+struct MessageAt<'r> {
+    /// Its place in the batch.
+    index: usize,
+    reminder: &'r Reminder,
+    /// Its schedule as the database has it now.
+    snapshot: Option<&'r ScheduleSnapshot>,
+    /// Why it is stale, if it is.
+    stale: Option<&'r String>,
+}
+
+impl Planner<'_> {
+    /// The verdicts on one message's deliveries; `m` is its place in the batch.
+    fn plan_message(&mut self, m: usize, w: Work) -> PlannedMessage {
+        let ctx = self.ctx;
         let (stale, recipients) = standing(&w, ctx);
-        let snapshot = ctx.schedules.get(&w.reminder.key.schedule);
+        let at = MessageAt {
+            index: m,
+            reminder: &w.reminder,
+            snapshot: ctx.schedules.get(&w.reminder.key.schedule),
+            stale: stale.as_ref(),
+        };
         let mut deliveries = Vec::with_capacity(recipients.len() * w.reminder.channels.len());
         for (d, key) in w.reminder.deliveries_to(recipients).enumerate() {
-            let mut failures = 0;
-            let verdict = if let Some(why) = &stale {
-                Verdict::Stale(why.clone())
-            } else if channels.open.contains(&key.channel) {
-                Verdict::Parked(key.channel)
-            } else if let Some(claim) = owned.remove(&key) {
-                failures = claim.failures;
-                let user = users.get(&key.recipient);
-                match (
-                    undeliverable(&key, user.map(|u| u.as_ref()), &channels.configured),
-                    snapshot,
-                    user,
-                ) {
-                    (None, Some(schedule), Some(user)) => {
-                        let texts = templates.reminder(
-                            key.channel,
-                            schedule,
-                            w.reminder.key.occurrence,
-                            w.reminder.due_at,
-                            user,
-                        );
-                        to_send.push(ToSend {
-                            message: m,
-                            delivery: d,
-                            notification: Notification {
-                                tenant: tenant.clone(),
-                                key: key.clone(),
-                                version: w.reminder.version,
-                                due_at: w.reminder.due_at,
-                                recipient: user.clone(),
-                                subject: texts.subject,
-                                text: texts.text,
-                                html: texts.html,
-                            },
-                            taken_over: claim.taken_over,
-                        });
-                        Verdict::Live
-                    }
-                    (Some(why), _, _) => Verdict::Undeliverable(why),
-                    // Not stale means the schedule is there; the user was checked above.
-                    _ => Verdict::Undeliverable("schedule or recipient missing".into()),
-                }
-            } else if busy.contains(&key) {
-                Verdict::Busy
-            } else {
-                Verdict::Done
-            };
+            let (verdict, failures) = self.verdict(&at, d, &key);
             deliveries.push(PlannedDelivery {
                 key,
                 verdict,
                 failures,
             });
         }
-        messages.push(PlannedMessage {
+        PlannedMessage {
             stale,
             reminder: w.reminder.key,
             version: w.reminder.version,
             due_at: w.reminder.due_at,
             deliveries,
             msg: w.msg,
-        });
+        }
     }
-    BatchPlan {
-        tenant,
-        messages,
-        to_send,
+
+    /// The verdict on delivery `d` of a message, and its failed attempts so
+    /// far when it is ours.
+    fn verdict(&mut self, at: &MessageAt, d: usize, key: &DeliveryKey) -> (Verdict, u32) {
+        if let Some(why) = at.stale {
+            (Verdict::Stale(why.clone()), 0)
+        } else if self.channels.open.contains(&key.channel) {
+            (Verdict::Parked(key.channel), 0)
+        } else if let Some(claim) = self.owned.remove(key) {
+            (self.owned_verdict(at, d, key, claim), claim.failures)
+        } else if self.busy.contains(key) {
+            (Verdict::Busy, 0)
+        } else {
+            (Verdict::Done, 0)
+        }
+    }
+
+    /// The verdict on a delivery we own: live (its notification rendered
+    /// into `to_send`) or undeliverable.
+    fn owned_verdict(
+        &mut self,
+        at: &MessageAt,
+        d: usize,
+        key: &DeliveryKey,
+        claim: &OwnedDelivery,
+    ) -> Verdict {
+        let user = self.ctx.users.get(&key.recipient);
+        match (
+            undeliverable(key, user.map(|u| u.as_ref()), &self.channels.configured),
+            at.snapshot,
+            user,
+        ) {
+            (None, Some(schedule), Some(user)) => {
+                let reminder = at.reminder;
+                let texts = self.templates.reminder(
+                    key.channel,
+                    schedule,
+                    reminder.key.occurrence,
+                    reminder.due_at,
+                    user,
+                );
+                self.to_send.push(ToSend {
+                    message: at.index,
+                    delivery: d,
+                    notification: Notification {
+                        tenant: self.tenant.clone(),
+                        key: key.clone(),
+                        version: reminder.version,
+                        due_at: reminder.due_at,
+                        recipient: user.clone(),
+                        subject: texts.subject,
+                        text: texts.text,
+                        html: texts.html,
+                    },
+                    taken_over: claim.taken_over,
+                });
+                Verdict::Live
+            }
+            (Some(why), _, _) => Verdict::Undeliverable(why),
+            // Not stale means the schedule is there; the user was checked above.
+            _ => Verdict::Undeliverable("schedule or recipient missing".into()),
+        }
     }
 }

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use toki_model::domain::{Channel, DeliveryOutcome, DeliveryStatus, Instant};
+use toki_model::domain::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, DueAt, Instant};
 use toki_model::time::retry_backoff;
 use toki_ports::channel::{SendError, SendResult};
 use toki_ports::ReceivedMessage;
 
-use super::plan::{PlannedMessage, Verdict};
+use super::plan::{PlannedDelivery, PlannedMessage, Verdict};
 use super::work::MessageFate;
 
 /// What the queue is told about a message.
@@ -123,6 +123,29 @@ pub fn settle(
     revoked: &[(usize, String)],
     now: Instant,
 ) -> Settlement {
+    let results = results_by_position(&messages, sent);
+    let mut out = Settlement::default();
+    for (i, (m, results)) in messages.into_iter().zip(results).enumerate() {
+        let revoked_because = revoked.iter().find(|(r, _)| *r == i).map(|(_, why)| why);
+        let stamp = RowStamp {
+            version: m.version,
+            due_at: m.due_at,
+        };
+        let mut message = MessageOutcome::default();
+        for (d, result) in m.deliveries.into_iter().zip(results) {
+            let outcome = delivery_row(stamp, d, result, revoked_because, now, &mut message);
+            out.outcomes.extend(outcome);
+        }
+        out.fates.push((m.msg, message.fate()));
+    }
+    out
+}
+
+/// Each send's result in the slot of its message and delivery (None: not sent).
+fn results_by_position(
+    messages: &[PlannedMessage],
+    sent: Vec<Sent>,
+) -> Vec<Vec<Option<SendResult>>> {
     let mut results: Vec<Vec<Option<SendResult>>> = messages
         .iter()
         .map(|m| vec![None; m.deliveries.len()])
@@ -135,70 +158,109 @@ pub fn settle(
             *slot = Some(s.result);
         }
     }
-    let mut out = Settlement::default();
-    for (i, (m, results)) in messages.into_iter().zip(results).enumerate() {
-        let revoked_because = revoked.iter().find(|(r, _)| *r == i).map(|(_, why)| why);
-        let mut message = MessageOutcome::default();
-        for (d, result) in m.deliveries.into_iter().zip(results) {
-            let row = |status, at, detail| DeliveryOutcome {
-                key: d.key.clone(),
-                version: m.version,
-                due_at: m.due_at,
-                status,
-                at,
-                detail,
-            };
-            let outcome = match (d.verdict, result) {
-                (Verdict::Stale(why), _) => Some(row(DeliveryStatus::Stale, now, Some(why))),
-                (Verdict::Undeliverable(why), _) => {
-                    Some(row(DeliveryStatus::Undeliverable, now, Some(why)))
-                }
-                (Verdict::Busy, _) => {
-                    message.busy = true;
-                    None
-                }
-                (Verdict::Parked(channel), _) => {
-                    message.parked(channel);
-                    None
-                }
-                (Verdict::Done, _) => None,
-                (Verdict::Live, _) if revoked_because.is_some() => {
-                    Some(row(DeliveryStatus::Stale, now, revoked_because.cloned()))
-                }
-                (Verdict::Live, Some(Ok(at))) => Some(row(DeliveryStatus::Delivered, at, None)),
-                (Verdict::Live, Some(Err(SendError::Permanent(why)))) => {
-                    Some(row(DeliveryStatus::Undeliverable, now, Some(why)))
-                }
-                (Verdict::Live, Some(Err(SendError::Throttled { retry_after }))) => {
-                    message.throttled = message.throttled.max(Some(retry_after));
-                    Some(row(
-                        DeliveryStatus::Throttled,
-                        now,
-                        Some(format!(
-                            "throttled: retry after {} s",
-                            retry_after.as_secs()
-                        )),
-                    ))
-                }
-                (Verdict::Live, Some(Err(SendError::Transient(reason)))) => {
-                    message.failed(d.key.channel, reason.clone(), d.failures + 1);
-                    Some(row(DeliveryStatus::Failed, now, Some(reason)))
-                }
-                // Planned but not attempted (its channel's circuit opened meanwhile).
-                (Verdict::Live, None) => {
-                    message.parked(d.key.channel);
-                    Some(row(
-                        DeliveryStatus::Deferred,
-                        now,
-                        Some(format!("held back: the {} circuit is open", d.key.channel)),
-                    ))
-                }
-            };
-            out.outcomes.extend(outcome);
+    results
+}
+
+/// The row of one planned delivery, if it gets one; what it means for its
+/// message is noted on `message`.
+fn delivery_row(
+    stamp: RowStamp,
+    d: PlannedDelivery,
+    result: Option<SendResult>,
+    revoked_because: Option<&String>,
+    now: Instant,
+    message: &mut MessageOutcome,
+) -> Option<DeliveryOutcome> {
+    match (d.verdict, result) {
+        (Verdict::Stale(why), _) => Some(stamp.row(&d.key, DeliveryStatus::Stale, now, Some(why))),
+        (Verdict::Undeliverable(why), _) => {
+            Some(stamp.row(&d.key, DeliveryStatus::Undeliverable, now, Some(why)))
         }
-        out.fates.push((m.msg, message.fate()));
+        (Verdict::Busy, _) => {
+            message.busy = true;
+            None
+        }
+        (Verdict::Parked(channel), _) => {
+            message.parked(channel);
+            None
+        }
+        (Verdict::Done, _) => None,
+        (Verdict::Live, _) if revoked_because.is_some() => {
+            Some(stamp.row(&d.key, DeliveryStatus::Stale, now, revoked_because.cloned()))
+        }
+        (Verdict::Live, Some(result)) => {
+            Some(answer_row(stamp, &d.key, d.failures, result, now, message))
+        }
+        // Planned but not attempted (its channel's circuit opened meanwhile).
+        (Verdict::Live, None) => Some(held_back_row(stamp, &d.key, now, message)),
     }
-    out
+}
+
+/// The version and due instant every outcome row of one message carries.
+#[derive(Clone, Copy)]
+pub(super) struct RowStamp {
+    pub(super) version: i64,
+    pub(super) due_at: DueAt,
+}
+
+impl RowStamp {
+    /// The outcome row of one delivery.
+    pub(super) fn row(
+        self,
+        key: &DeliveryKey,
+        status: DeliveryStatus,
+        at: Instant,
+        detail: Option<String>,
+    ) -> DeliveryOutcome {
+        DeliveryOutcome {
+            key: key.clone(),
+            version: self.version,
+            due_at: self.due_at,
+            status,
+            at,
+            detail,
+        }
+    }
+}
+
+/// The row for a channel's answer to a delivery that had failed `failures`
+/// times before; a failure or a throttle is noted on its message.
+pub(super) fn answer_row(
+    stamp: RowStamp,
+    key: &DeliveryKey,
+    failures: u32,
+    result: SendResult,
+    now: Instant,
+    message: &mut MessageOutcome,
+) -> DeliveryOutcome {
+    match result {
+        Ok(at) => stamp.row(key, DeliveryStatus::Delivered, at, None),
+        Err(SendError::Permanent(why)) => {
+            stamp.row(key, DeliveryStatus::Undeliverable, now, Some(why))
+        }
+        Err(SendError::Throttled { retry_after }) => {
+            message.throttled = message.throttled.max(Some(retry_after));
+            let why = format!("throttled: retry after {} s", retry_after.as_secs());
+            stamp.row(key, DeliveryStatus::Throttled, now, Some(why))
+        }
+        Err(SendError::Transient(reason)) => {
+            message.failed(key.channel, reason.clone(), failures + 1);
+            stamp.row(key, DeliveryStatus::Failed, now, Some(reason))
+        }
+    }
+}
+
+/// The row for a delivery planned but not sent because its channel's
+/// circuit opened meanwhile; its message waits for that channel.
+pub(super) fn held_back_row(
+    stamp: RowStamp,
+    key: &DeliveryKey,
+    now: Instant,
+    message: &mut MessageOutcome,
+) -> DeliveryOutcome {
+    message.parked(key.channel);
+    let why = format!("held back: the {} circuit is open", key.channel);
+    stamp.row(key, DeliveryStatus::Deferred, now, Some(why))
 }
 
 /// What the deliveries of one message came to, for its fate.

@@ -3,7 +3,9 @@
 //! database, typed rows. Statements are built as text plus values
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
+mod claim;
 mod rows;
+mod schedule_write;
 mod statement;
 
 use std::collections::{HashMap, HashSet};
@@ -23,9 +25,9 @@ use toki_ports::{StoreError, StoreResult};
 
 use crate::{begin_write, db_err};
 use rows::{
-    participant, recurrence, recurrence_json, snapshot, snapshot_json, BaselineRow, ChatRow,
-    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
-    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow,
+    participant, recurrence, snapshot, snapshot_json, BaselineRow, ChatRow, ContextItem,
+    ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, NoticeRow, OwnedRow,
+    RuleRow, ScheduleRow, TemplateRow, UserRow,
 };
 use statement::Statement;
 
@@ -172,120 +174,23 @@ where
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
         let mut tx = begin_write(&self.pool).await?;
         // Every participant must be a user of this tenant.
-        let wanted: Vec<&str> = schedules
-            .iter()
-            .flat_map(|s| s.participants.iter().map(UserId::as_str))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        let mut known = HashSet::new();
-        for chunk in wanted.chunks(CHUNK) {
-            let mut s = Statement::new("SELECT id FROM users WHERE id IN ");
-            s.list(chunk.iter().copied());
-            let found: Vec<(String,)> = s
-                .query_as::<DB, (String,)>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            known.extend(found.into_iter().map(|(id,)| id));
-        }
+        let known = schedule_write::known_users::<DB>(&mut tx, schedules).await?;
         let verdicts = writable_schedules(schedules, |u| known.contains(u.as_str()));
         // In id order: two batches sharing schedules lock their rows in the
         // same order on Postgres, so they wait for each other, never deadlock.
         let mut writable: Vec<&Schedule> = verdicts.iter().filter_map(|v| v.clone().ok()).collect();
         writable.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
         let now_ms = now.timestamp_millis();
-        let mut versions: HashMap<String, i64> = HashMap::with_capacity(writable.len());
-        for chunk in writable.chunks(CHUNK) {
-            // Versions never repeat, even across a delete and re-create; the
-            // upsert takes the row lock, so concurrent writes of one schedule serialise.
-            let mut s = Statement::new(
-                "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
-            );
-            s.values(chunk, |r, sch| {
-                r.bind(sch.id.as_str())
-                    .bind(1_i64)
-                    .bind(false)
-                    .bind(false)
-                    .bind(now_ms);
-            });
-            s.push(
-                " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
-                   deleted = FALSE, mirrored = FALSE, changed_at = excluded.changed_at
-                 RETURNING schedule_id, version",
-            );
-            let rows: Vec<(String, i64)> = s
-                .query_as::<DB, (String, i64)>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
-            versions.extend(rows);
-        }
-        let version_of = |sch: &Schedule| versions.get(sch.id.as_str()).copied().unwrap_or(0);
-        for chunk in writable.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO schedules (id, title, body, starts_at, time_zone, recurrence, version, updated_at)",
-            );
-            s.values(chunk, |r, sch| {
-                r.bind(sch.id.as_str())
-                    .bind(sch.title.clone())
-                    .bind(sch.body.clone())
-                    .bind(sch.starts_at.timestamp_millis())
-                    .bind(sch.time_zone.name())
-                    .bind(recurrence_json(sch.recurrence.as_ref()))
-                    .bind(version_of(sch))
-                    .bind(now_ms);
-            });
-            s.push(
-                " ON CONFLICT (id) DO UPDATE SET title = excluded.title, body = excluded.body,
-                   starts_at = excluded.starts_at, time_zone = excluded.time_zone,
-                   recurrence = excluded.recurrence,
-                   version = excluded.version, updated_at = excluded.updated_at",
-            );
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-            for table in ["participants", "reminder_rules"] {
-                let mut s = Statement::new(&format!("DELETE FROM {table} WHERE schedule_id IN "));
-                s.list(chunk.iter().map(|sch| sch.id.as_str()));
-                s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-            }
-        }
-        let participants: Vec<(&str, usize, &str)> = writable
-            .iter()
-            .flat_map(|sch| {
-                sch.participants
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (sch.id.as_str(), i, p.as_str()))
-            })
-            .collect();
-        for chunk in participants.chunks(CHUNK) {
-            let mut s = Statement::new("INSERT INTO participants (schedule_id, user_id, position)");
-            s.values(chunk, |r, (schedule, i, user)| {
-                r.bind(*schedule).bind(*user).bind(*i as i64);
-            });
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-        }
-        let rules: Vec<(&str, &ReminderRule)> = writable
-            .iter()
-            .flat_map(|sch| sch.rules.iter().map(|r| (sch.id.as_str(), r)))
-            .collect();
-        for chunk in rules.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO reminder_rules (schedule_id, minutes_before, channels)",
-            );
-            s.values(chunk, |r, (schedule, rule)| {
-                r.bind(*schedule)
-                    .bind(i64::from(rule.minutes_before))
-                    .bind(rule.channels.encode());
-            });
-            s.query::<DB>().execute(&mut *tx).await.map_err(db_err)?;
-        }
+        let versions = schedule_write::next_versions::<DB>(&mut tx, &writable, now_ms).await?;
+        schedule_write::upsert_schedules::<DB>(&mut tx, &writable, &versions, now_ms).await?;
+        schedule_write::insert_participants::<DB>(&mut tx, &writable).await?;
+        schedule_write::insert_rules::<DB>(&mut tx, &writable).await?;
         tx.commit().await.map_err(db_err)?;
         Ok(verdicts
             .into_iter()
             .map(|v| {
                 v.map(|sch| Schedule {
-                    version: version_of(sch),
+                    version: schedule_write::version_of(&versions, sch),
                     ..sch.clone()
                 })
             })
@@ -463,43 +368,8 @@ where
         // All chunks or none: a half-made claim would strand `sending` rows.
         let mut tx = begin_write(&self.pool).await?;
         for chunk in claims.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
-                   version, status, due_at, claimed_at, attempts, claim_token)",
-            );
-            s.values(chunk, |r, c| {
-                let k = KeyColumns::from(&c.key);
-                r.bind(k.schedule_id)
-                    .bind(k.occurrence)
-                    .bind(k.minutes_before)
-                    .bind(k.recipient)
-                    .bind(k.channel)
-                    .bind(c.version)
-                    .bind("sending")
-                    .bind(c.due_at.millis())
-                    .bind(now.timestamp_millis())
-                    .bind(1_i64)
-                    .bind(token.clone());
-            });
-            s.push(
-                " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
-                  DO UPDATE SET status = 'sending', version = excluded.version,
-                    due_at = excluded.due_at, claimed_at = excluded.claimed_at,
-                    claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
-                    taken_over = (deliveries.status = 'sending')
-                  WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
-                     OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
-            );
-            s.bind(takeover_before.timestamp_millis());
-            s.push(
-                ") RETURNING schedule_id, occurrence, minutes_before, recipient, channel,
-                   failures, taken_over",
-            );
-            let owned: Vec<OwnedRow> = s
-                .query_as::<DB, OwnedRow>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
+            let owned =
+                claim::claim_chunk::<DB>(&mut tx, chunk, &token, now, takeover_before).await?;
             for row in owned {
                 out.owned.push(row.try_into()?);
             }
@@ -507,26 +377,7 @@ where
         if out.owned.len() < claims.len() {
             // Which of the others another holder is still sending.
             for chunk in claims.chunks(CHUNK) {
-                let mut s = Statement::new(
-                    "SELECT schedule_id, occurrence, minutes_before, recipient, channel
-                     FROM deliveries WHERE status = 'sending' AND claim_token <> ",
-                );
-                s.bind(token.clone());
-                s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
-                s.tuples(chunk, |r, c| {
-                    let k = KeyColumns::from(&c.key);
-                    r.bind(k.schedule_id)
-                        .bind(k.occurrence)
-                        .bind(k.minutes_before)
-                        .bind(k.recipient)
-                        .bind(k.channel);
-                });
-                s.push(")");
-                let busy: Vec<DeliveryKeyRow> = s
-                    .query_as::<DB, DeliveryKeyRow>()
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(db_err)?;
+                let busy = claim::busy_in_chunk::<DB>(&mut tx, chunk, &token).await?;
                 for row in busy {
                     out.busy.push(row.try_into()?);
                 }

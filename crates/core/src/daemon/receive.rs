@@ -1,0 +1,72 @@
+//! A worker's steps around the queue: waiting for room and a batch, and
+//! holding what it received while it is worked on.
+
+use std::sync::Arc;
+
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use toki_ports::error::StoreResult;
+use toki_ports::ReceivedMessage;
+
+use super::holdings::Held;
+use super::prepare::Prepared;
+use super::Daemon;
+
+impl Daemon {
+    /// Waits for room for a full batch, then receives once (the room comes
+    /// with what was received); None once `shutdown` turns true.
+    pub(super) async fn receive_batch(
+        &self,
+        shutdown: &mut watch::Receiver<bool>,
+        room: &Arc<Semaphore>,
+    ) -> Option<(OwnedSemaphorePermit, StoreResult<Vec<ReceivedMessage>>)> {
+        if *shutdown.borrow() {
+            return None;
+        }
+        let batch = self.settings.batch;
+        // Room for a full batch first: work beyond it stays in the queue.
+        let permits = tokio::select! {
+            p = room.clone().acquire_many_owned(batch as u32) => p.expect("never closed"),
+            _ = shutdown.changed() => return None,
+        };
+        // A key refusing work: the queue keeps the rest a little longer.
+        if let Some(pause) = self.flow.as_ref().and_then(|f| f.hold_off()) {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.changed() => return None,
+            }
+        }
+        let received = tokio::select! {
+            r = self.queue.receive(batch, self.settings.wait, self.settings.visibility) => r,
+            _ = shutdown.changed() => return None,
+        };
+        self.stats
+            .polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((permits, received))
+    }
+
+    /// Holds a prepared batch: the heartbeat keeps its messages hidden and its
+    /// claims renewed until it is released. Returns the holding's id.
+    pub(super) fn hold_batch(
+        &self,
+        prepared: &[Prepared],
+        hidden_until: tokio::time::Instant,
+    ) -> u64 {
+        self.holdings.hold(Held {
+            receipts: prepared
+                .iter()
+                .flat_map(|p| &p.plan.messages)
+                .map(|m| (m.msg.receipt.clone(), hidden_until))
+                .collect(),
+            // Tenants that claimed nothing (no token) have nothing to renew.
+            claims: prepared
+                .iter()
+                .filter(|p| !p.token.is_empty())
+                .map(|p| (p.plan.tenant.clone(), p.token.clone()))
+                .collect(),
+            // The claims' lease runs from about the receive, not from now.
+            renewed: Some(hidden_until - self.settings.visibility),
+        })
+    }
+}

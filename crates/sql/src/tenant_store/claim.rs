@@ -1,0 +1,105 @@
+//! The statements of a delivery claim (`claim_deliveries`), each run on the
+//! claim's transaction for one chunk of claims.
+
+use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use toki_model::{DeliveryClaim, Instant};
+use toki_ports::StoreResult;
+
+use super::rows::{DeliveryKeyRow, KeyColumns, OwnedRow};
+use super::statement::Statement;
+use crate::db_err;
+
+/// Claims the deliveries of `chunk` for `token`: new ones, ones that failed
+/// or were put off, and ones whose holder has not renewed them since
+/// `takeover_before`. The rows it got.
+pub(super) async fn claim_chunk<DB>(
+    conn: &mut DB::Connection,
+    chunk: &[DeliveryClaim],
+    token: &str,
+    now: Instant,
+    takeover_before: Instant,
+) -> StoreResult<Vec<OwnedRow>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> OwnedRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let mut s = Statement::new(
+        "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
+           version, status, due_at, claimed_at, attempts, claim_token)",
+    );
+    s.values(chunk, |r, c| {
+        let k = KeyColumns::from(&c.key);
+        r.bind(k.schedule_id)
+            .bind(k.occurrence)
+            .bind(k.minutes_before)
+            .bind(k.recipient)
+            .bind(k.channel)
+            .bind(c.version)
+            .bind("sending")
+            .bind(c.due_at.millis())
+            .bind(now.timestamp_millis())
+            .bind(1_i64)
+            .bind(token);
+    });
+    s.push(
+        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+          DO UPDATE SET status = 'sending', version = excluded.version,
+            due_at = excluded.due_at, claimed_at = excluded.claimed_at,
+            claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
+            taken_over = (deliveries.status = 'sending')
+          WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
+             OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
+    );
+    s.bind(takeover_before.timestamp_millis());
+    s.push(
+        ") RETURNING schedule_id, occurrence, minutes_before, recipient, channel,
+           failures, taken_over",
+    );
+    s.query_as::<DB, OwnedRow>()
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)
+}
+
+/// The deliveries of `chunk` that another holder (not `token`) is sending.
+pub(super) async fn busy_in_chunk<DB>(
+    conn: &mut DB::Connection,
+    chunk: &[DeliveryClaim],
+    token: &str,
+) -> StoreResult<Vec<DeliveryKeyRow>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> DeliveryKeyRow: sqlx::FromRow<'r, DB::Row>,
+{
+    let mut s = Statement::new(
+        "SELECT schedule_id, occurrence, minutes_before, recipient, channel
+         FROM deliveries WHERE status = 'sending' AND claim_token <> ",
+    );
+    s.bind(token);
+    s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
+    s.tuples(chunk, |r, c| {
+        let k = KeyColumns::from(&c.key);
+        r.bind(k.schedule_id)
+            .bind(k.occurrence)
+            .bind(k.minutes_before)
+            .bind(k.recipient)
+            .bind(k.channel);
+    });
+    s.push(")");
+    s.query_as::<DB, DeliveryKeyRow>()
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)
+}
