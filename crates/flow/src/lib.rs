@@ -14,6 +14,7 @@ mod lease;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -318,12 +319,16 @@ impl Flow {
     /// Passes every gate of `keys` for `tenant`, waiting at most the
     /// configured while: the grants (held until the send is done), or when
     /// to come back.
-    pub async fn admit(&self, keys: &[FlowKey], tenant: &str) -> Result<Vec<Grant>, NoRoom> {
+    pub async fn admit<K: Borrow<FlowKey>>(
+        &self,
+        keys: &[K],
+        tenant: &str,
+    ) -> Result<Vec<Grant>, NoRoom> {
         let contract = self.contract(tenant).await;
         let contract = contract.as_deref().map(|c| (tenant, c));
         let mut grants = Vec::with_capacity(keys.len());
         for key in keys {
-            let Some(gate) = self.gate_with(key, contract) else {
+            let Some(gate) = self.gate_with(key.borrow(), contract) else {
                 continue;
             };
             match gate.acquire(tenant, self.settings.max_wait()).await {
@@ -371,9 +376,9 @@ impl Flow {
     }
 
     /// The service answered "slow down" on `keys`.
-    pub fn throttled(&self, keys: &[FlowKey], retry_after: Duration) {
+    pub fn throttled<K: Borrow<FlowKey>>(&self, keys: &[K], retry_after: Duration) {
         for key in keys {
-            if let Some(gate) = self.gate(key) {
+            if let Some(gate) = self.gate(key.borrow()) {
                 gate.throttled(retry_after);
             }
         }

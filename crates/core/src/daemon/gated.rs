@@ -1,12 +1,13 @@
 //! Sending through the gates of limited keys (flow control): one by one as
 //! the gates let each notification through, refused ones back to the queue.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
 
 use toki_flow::Flow;
-use toki_model::domain::Channel;
+use toki_model::domain::{Channel, TenantId};
 use toki_model::flow_key::{CappedChannel, FlowKey, FlowKind};
 use toki_model::limits::FlowSettings;
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
@@ -77,10 +78,22 @@ impl Daemon {
         which: &[usize],
         fire_at: tokio::time::Instant,
     ) -> Vec<SendResult> {
+        // The keys every notification of a tenant spends, made once.
+        let mut shared: HashMap<&TenantId, Vec<FlowKey>> = HashMap::new();
+        for i in which {
+            let tenant = &notifications[*i].tenant;
+            shared
+                .entry(tenant)
+                .or_insert_with(|| shared_flow_keys(flow.settings(), channel, tenant));
+        }
+        let shared = &shared;
         tokio::time::sleep_until(fire_at).await;
         let answered = join_all(which.iter().map(|i| async move {
             let n = &notifications[*i];
-            let keys = flow_keys(flow.settings(), channel, n);
+            let own = recipient_flow_key(flow.settings(), channel, n);
+            // The recipient's key first: refused there, no shared capacity
+            // is spent.
+            let keys: Vec<&FlowKey> = own.iter().chain(&shared[&n.tenant]).collect();
             let grants = match flow.admit(&keys, n.tenant.as_str()).await {
                 Ok(grants) => grants,
                 Err(no_room) => {
@@ -127,33 +140,39 @@ impl Daemon {
     }
 }
 
-/// The limited-resource keys a notification spends on `channel` (those
-/// without a configured limit are passed freely).
-pub(super) fn flow_keys(
+/// The recipient's own key on `channel`, if it has one: its Slack channel
+/// (a DM).
+pub(super) fn recipient_flow_key(
     settings: &FlowSettings,
     channel: Channel,
     n: &Notification,
+) -> Option<FlowKey> {
+    let user = n.recipient.slack_user_id.as_deref();
+    match (channel, user) {
+        (Channel::Slack, Some(user)) => Some(FlowKey::SlackChannel {
+            workspace: settings.slack_workspace.clone(),
+            channel: user.to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+/// The keys every notification of `tenant` spends on `channel`, in the
+/// order they are passed: the tenant's own cap (if its contract sets one),
+/// then the workspace or mail account. A key that refuses spends nothing
+/// after it. Keys without a configured limit are passed freely.
+pub(super) fn shared_flow_keys(
+    settings: &FlowSettings,
+    channel: Channel,
+    tenant: &TenantId,
 ) -> Vec<FlowKey> {
     match channel {
-        Channel::Slack => {
-            let ws = &settings.slack_workspace;
-            let mut keys = Vec::with_capacity(2);
-            // The recipient's channel first: refused there, no workspace
-            // capacity is spent.
-            if let Some(user) = n.recipient.slack_user_id.as_deref() {
-                keys.push(FlowKey::SlackChannel {
-                    workspace: ws.clone(),
-                    channel: user.to_owned(),
-                });
-            }
-            // Then the tenant's own cap (if its contract sets one), then
-            // the workspace: a key that refuses spends nothing after it.
-            keys.push(tenant_cap(n.tenant.as_str(), CappedChannel::Slack));
-            keys.push(FlowKey::SlackWorkspace(ws.clone()));
-            keys
-        }
+        Channel::Slack => vec![
+            tenant_cap(tenant.as_str(), CappedChannel::Slack),
+            FlowKey::SlackWorkspace(settings.slack_workspace.clone()),
+        ],
         Channel::Mail => vec![
-            tenant_cap(n.tenant.as_str(), CappedChannel::Mail),
+            tenant_cap(tenant.as_str(), CappedChannel::Mail),
             FlowKey::Smtp(settings.smtp_account.clone()),
         ],
         _ => Vec::new(),
