@@ -44,21 +44,16 @@ impl Daemon {
             + last_due.map_or(std::time::Duration::ZERO, |due| {
                 toki_model::time::wait_between(self.clock.now(), due.0)
             });
-        let settings = flow.settings();
-        let mut keys = Vec::new();
-        for (channel, tenant) in spent {
-            match channel {
-                Channel::Slack if slack => {
-                    keys.push(tenant_cap(tenant.as_str(), CappedChannel::Slack));
-                    keys.push(FlowKey::SlackWorkspace(settings.slack_workspace.clone()));
-                }
-                Channel::Mail if mail => {
-                    keys.push(tenant_cap(tenant.as_str(), CappedChannel::Mail));
-                    keys.push(FlowKey::Smtp(settings.smtp_account.clone()));
-                }
-                _ => {}
-            }
-        }
+        let limited = |channel| match channel {
+            Channel::Slack => slack,
+            Channel::Mail => mail,
+            Channel::Chat => false,
+        };
+        let keys: Vec<FlowKey> = spent
+            .into_iter()
+            .filter(|(channel, _)| limited(*channel))
+            .flat_map(|(channel, tenant)| shared_flow_keys(flow.settings(), channel, tenant))
+            .collect();
         if !keys.is_empty() {
             flow.expect(&keys.iter().collect(), until);
         }
