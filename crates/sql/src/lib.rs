@@ -35,6 +35,12 @@ pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
 /// (`BEGIN IMMEDIATE`), so that another process writing the same file makes
 /// it wait (busy timeout) instead of failing when a read inside it turns
 /// into a write; on Postgres, a plain `BEGIN`.
+///
+/// Cancel-safe: sqlx 0.8 can hand a connection back to the pool inside a
+/// `BEGIN` whose future was dropped (a shutdown `select!`, an aborted task),
+/// and every later statement on it then runs in a transaction nobody commits.
+/// The begin runs in a task of its own, so it always completes; if the caller
+/// has gone, the finished transaction is dropped there and rolled back.
 pub(crate) async fn begin_write<DB: sqlx::Database>(
     pool: &sqlx::Pool<DB>,
 ) -> toki_ports::StoreResult<sqlx::Transaction<'static, DB>> {
@@ -43,7 +49,11 @@ pub(crate) async fn begin_write<DB: sqlx::Database>(
     } else {
         "BEGIN"
     };
-    pool.begin_with(begin).await.map_err(db_err)
+    let pool = pool.clone();
+    match tokio::spawn(async move { pool.begin_with(begin).await }).await {
+        Ok(begun) => begun.map_err(db_err),
+        Err(e) => Err(StoreError::unavailable("database call", e)),
+    }
 }
 
 fn is_transient(e: &sqlx::Error) -> bool {
@@ -95,3 +105,54 @@ pub use stores::{
 #[cfg(feature = "sqlite")]
 pub use tenant_store::SqliteTenantStore;
 pub use tenant_store::{PostgresTenantStore, SqlTenantStore, TENANT_MIGRATIONS};
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// A begin dropped after its first poll (the command already sent to
+    /// SQLite's worker) leaves no transaction open on the one connection:
+    /// the next write transaction starts and its commit is seen elsewhere.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_begin_leaves_no_transaction_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sqlite");
+        let pool = crate::control::open_sqlite(&path).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        // Dropped after 1, 2, ... polls, the worker thread given time to
+        // answer between them: one of them falls after the `BEGIN` ran and
+        // before sqlx made the transaction that would roll it back.
+        for polls in (1..=8).cycle().take(64) {
+            let mut begun = Box::pin(super::begin_write(&pool));
+            let mut cx = Context::from_waker(Waker::noop());
+            for _ in 0..polls {
+                if let Poll::Ready(tx) = begun.as_mut().poll(&mut cx) {
+                    drop(tx);
+                    break;
+                }
+                // Time for SQLite's worker thread, not a synchronisation:
+                // every count of polls is tried.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            drop(begun);
+        }
+        let mut tx = super::begin_write(&pool)
+            .await
+            .expect("a fresh transaction");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let other = crate::control::open_sqlite(&path).await.unwrap();
+        let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(&other)
+            .await
+            .unwrap();
+        assert_eq!(seen, 1, "the commit reached the file");
+    }
+}
