@@ -21,6 +21,7 @@ mod conformance_postgres;
 mod demo;
 mod faults;
 mod flow;
+mod hostile;
 mod lambdas;
 mod mail_ses;
 mod ops;

@@ -64,6 +64,10 @@ impl Process {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Everything it printed to stderr so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

@@ -1,0 +1,326 @@
+//! A hostile tenant beside an honest one, on `toki serve` (embedded): while
+//! tenant A sends every probe SECURITY.md lists, tenant B registers through
+//! the same API and its reminders, due at one instant in the middle of the
+//! probes, go out on time; each probe is refused with a 4xx that names the
+//! problem, and the server's memory stays bounded.
+//!
+//! How long each probe took is printed (a table on stderr), not asserted:
+//! `scripts/hostile.py` measures it on a release build for SECURITY.md.
+
+use crate::common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use chrono::Duration as ChronoDuration;
+use serde_json::{json, Value};
+
+use common::process::{create_tenant, serve, TOKI};
+
+/// B's participants; each gets one chat reminder at the shared instant.
+const B_USERS: usize = 100;
+
+/// What the API answered a probe, and how long it took.
+struct Answer {
+    probe: &'static str,
+    status: u16,
+    body: Value,
+    took: Duration,
+}
+
+struct Probes {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Probes {
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/tenants/tenant-a/{path}", self.base)
+    }
+
+    async fn send(&self, probe: &'static str, request: reqwest::RequestBuilder) -> Answer {
+        let started = std::time::Instant::now();
+        let r = request.send().await.expect("the server answers");
+        let status = r.status().as_u16();
+        let body = r.json().await.unwrap_or(Value::Null);
+        Answer {
+            probe,
+            status,
+            body,
+            took: started.elapsed(),
+        }
+    }
+
+    async fn template_bomb(&self) -> Answer {
+        let text = "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}";
+        let put = self.http.put(self.url("templates/chat/en"));
+        self.send(
+            "template bomb",
+            put.bearer_auth(&self.key).json(&json!({"text": text})),
+        )
+        .await
+    }
+
+    async fn ancient_series(&self) -> Answer {
+        let put = self
+            .http
+            .put(self.url("schedules/ancient"))
+            .bearer_auth(&self.key);
+        let body = json!({
+            "title": "Daily since 1900", "starts_at": "1900-01-01T09:00:00Z",
+            "participants": ["a0"], "reminders": [{"minutes_before": 5, "channels": ["chat"]}],
+            "recurrence": {"rrule": "FREQ=DAILY"}
+        });
+        self.send("series from 1900", put.json(&body)).await
+    }
+
+    async fn far_listing(&self) -> Answer {
+        let get = self
+            .http
+            .get(self.url("schedules/daily/occurrences"))
+            .query(&[
+                ("from", "9998-01-01T00:00:00Z"),
+                ("to", "9998-12-31T00:00:00Z"),
+            ]);
+        self.send("listing in 9998", get.bearer_auth(&self.key))
+            .await
+    }
+
+    async fn huge_body(&self) -> Answer {
+        let title = "x".repeat(8 << 20);
+        let put = self
+            .http
+            .put(self.url("schedules/huge"))
+            .bearer_auth(&self.key);
+        self.send("8 MB body", put.json(&json!({"title": title})))
+            .await
+    }
+
+    async fn deep_json(&self) -> Answer {
+        let body = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let put = self.http.put(self.url("users/deep")).bearer_auth(&self.key);
+        let put = put.header("content-type", "application/json").body(body);
+        self.send("JSON 100,000 deep", put).await
+    }
+
+    async fn wrong_key(&self, i: usize) -> Answer {
+        let get = self.http.get(self.url("users/a0"));
+        self.send("wrong key", get.bearer_auth(format!("toki_{i:048x}")))
+            .await
+    }
+
+    async fn storm_put(&self, i: usize) -> Answer {
+        let put = self.http.put(self.url(&format!("users/storm{i}")));
+        self.send(
+            "PUT storm",
+            put.bearer_auth(&self.key).json(&json!({"name": "Storm"})),
+        )
+        .await
+    }
+}
+
+/// Connections that send half a request line and then nothing.
+fn slow_clients(base: &str, n: usize) -> Vec<std::net::TcpStream> {
+    let addr = base.trim_start_matches("http://");
+    (0..n)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).ok()?;
+            s.write_all(b"PUT /v1/tenants/tenant-a/users/slow HTTP/1.1\r\nHost: x\r\n")
+                .ok()?;
+            Some(s)
+        })
+        .collect()
+}
+
+/// The peak resident memory of process `pid`, in MB (Linux).
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kb / 1024.0
+}
+
+/// B's users and its meeting: every participant reminded by chat at `due`.
+async fn register_b(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    due: chrono::DateTime<chrono::Utc>,
+) {
+    let url = |p: &str| format!("{base}/v1/tenants/tenant-b/{p}");
+    for i in 0..B_USERS {
+        let r = http
+            .put(url(&format!("users/b{i}")))
+            .bearer_auth(key)
+            .json(&json!({"name": format!("B {i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "B's writes pass beside A's storm");
+    }
+    let participants: Vec<String> = (0..B_USERS).map(|i| format!("b{i}")).collect();
+    let r = http
+        .put(url("schedules/all-hands"))
+        .bearer_auth(key)
+        .json(&json!({
+            "title": "All hands", "starts_at": (due + ChronoDuration::minutes(1)).to_rfc3339(),
+            "participants": participants,
+            "reminders": [{"minutes_before": 1, "channels": ["chat"]}]
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+/// A's probes, over and over until `until`: every answer kept.
+async fn probe_until(probes: &Probes, until: std::time::Instant) -> Vec<Answer> {
+    let mut answers = Vec::new();
+    let mut round = 0;
+    while std::time::Instant::now() < until {
+        answers.push(probes.template_bomb().await);
+        answers.push(probes.ancient_series().await);
+        answers.push(probes.far_listing().await);
+        answers.push(probes.huge_body().await);
+        answers.push(probes.deep_json().await);
+        for i in 0..20 {
+            answers.push(probes.wrong_key(round * 20 + i).await);
+        }
+        let storm = (0..200).map(|i| probes.storm_put(round * 200 + i));
+        answers.extend(futures::future::join_all(storm).await);
+        round += 1;
+    }
+    answers
+}
+
+/// Each probe refused with the status and the field or code it should name.
+fn check_answers(answers: &[Answer]) {
+    let named = |a: &Answer, status: u16, field: &str| {
+        assert_eq!(a.status, status, "{}: {}", a.probe, a.body);
+        assert_eq!(a.body["error"]["field"], field, "{}: {}", a.probe, a.body);
+    };
+    for a in answers {
+        match a.probe {
+            "template bomb" => named(a, 422, "text"),
+            "series from 1900" => named(a, 422, "starts_at"),
+            "listing in 9998" => assert!(
+                a.status == 200 || a.status == 422,
+                "listed at the window's cost or refused: {} {}",
+                a.status,
+                a.body
+            ),
+            "8 MB body" => assert_eq!(a.status, 413, "{}", a.body),
+            "JSON 100,000 deep" => assert_eq!(a.status, 400, "{}", a.body),
+            "wrong key" => assert_eq!(a.status, 401, "{}", a.body),
+            // Written, throttled, or past A's cap on users.
+            _ => assert!(
+                [200, 422, 429].contains(&a.status),
+                "{}: {}",
+                a.status,
+                a.body
+            ),
+        }
+    }
+    let throttled = answers.iter().filter(|a| a.status == 429).count();
+    assert!(throttled > 0, "A's storm met its rate limit");
+}
+
+/// The probes' answer times, one row per probe (stderr; not asserted).
+fn print_times(answers: &[Answer]) {
+    let mut by_probe: std::collections::BTreeMap<&str, Vec<Duration>> = Default::default();
+    for a in answers {
+        by_probe.entry(a.probe).or_default().push(a.took);
+    }
+    eprintln!(
+        "{:<20} {:>6} {:>9} {:>9}",
+        "probe", "count", "p50 ms", "max ms"
+    );
+    for (probe, mut took) in by_probe {
+        took.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (p50, max) = (took[took.len() / 2], took[took.len() - 1]);
+        eprintln!(
+            "{probe:<20} {:>6} {:>9.1} {:>9.1}",
+            took.len(),
+            ms(p50),
+            ms(max)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_tenant_delays_no_one_else() {
+    let data = tempfile::tempdir().unwrap();
+    let key_a = create_tenant(data.path(), "tenant-a");
+    let key_b = create_tenant(data.path(), "tenant-b");
+    let (mut server, base) = serve(data.path(), |cmd| {
+        cmd.env("TOKI_API_RATE", "50").env("TOKI_API_BURST", "100");
+    });
+    let http = reqwest::Client::new();
+    let probes = Probes {
+        http: http.clone(),
+        base: base.clone(),
+        key: key_a,
+    };
+    // A valid daily series of A's, for the far listing.
+    let daily = json!({
+        "title": "Daily", "starts_at": common::pipeline::due_in(3600).to_rfc3339(),
+        "participants": [], "reminders": [],
+        "recurrence": {"rrule": "FREQ=DAILY"}
+    });
+    let r = http
+        .put(probes.url("schedules/daily"))
+        .bearer_auth(&probes.key)
+        .json(&daily);
+    assert_eq!(r.send().await.unwrap().status(), 200);
+    let _slow = slow_clients(&base, 200);
+    let due = common::pipeline::due_in(12);
+    let until = std::time::Instant::now() + Duration::from_secs(16);
+    let (answers, ()) = tokio::join!(
+        probe_until(&probes, until),
+        register_b(&http, &base, &key_b, due)
+    );
+    check_answers(&answers);
+    print_times(&answers);
+    let peak = peak_rss_mb(server.pid());
+    eprintln!("toki serve peak RSS: {peak:.0} MB");
+    assert!(
+        peak < 500.0,
+        "the server's memory stays bounded: {peak:.0} MB"
+    );
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(30)).await.is_some());
+    let report = std::process::Command::new(TOKI)
+        .args(["report", "--json", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    check_b_on_time(&report);
+}
+
+/// Every one of B's chat reminders delivered, the latest within 1 s of its
+/// due instant (the bound for a neighbour's reminders).
+fn check_b_on_time(report: &Value) {
+    let delivered: u64 = report["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["tenant"] == "tenant-b" && r["status"] == "delivered")
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(delivered, B_USERS as u64, "{report}");
+    let chat = report["lateness"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["channel"] == "chat")
+        .expect("chat lateness");
+    let max_ms = chat["max_ms"].as_i64().unwrap();
+    eprintln!("B's chat reminders: {delivered} delivered, latest {max_ms} ms after due");
+    assert!(max_ms <= 1_000, "B on time beside A's probes: {chat}");
+}
