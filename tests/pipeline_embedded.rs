@@ -314,7 +314,7 @@ async fn a_failed_mirror_is_repaired() {
     // Write the tenant database only, as if the process died before mirroring.
     let store = h.toki.stores.open(&t).await.unwrap();
     let schedule = meeting(due_in(4))
-        .validate(&common::pipeline::sid("review"))
+        .validate(&common::pipeline::sid("review"), Utc::now())
         .unwrap();
     store.put_schedule(&schedule, Utc::now()).await.unwrap();
     assert_eq!(store.unmirrored(Utc::now()).await.unwrap().len(), 1);

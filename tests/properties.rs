@@ -107,7 +107,7 @@ proptest! {
     fn schedule_validation_never_panics(body in schedule_json(), id in "[A-Za-z0-9_.:@-]{1,20}") {
         let id: ScheduleId = id.parse().unwrap();
         if let Ok(input) = serde_json::from_value::<ScheduleInput>(body) {
-            match input.validate(&id) {
+            match input.validate(&id, "2026-06-01T00:00:00Z".parse().unwrap()) {
                 Ok(s) => {
                     // What is accepted keeps every limit the API documents.
                     use toki_model::input::{MAX_MINUTES_BEFORE, MAX_PARTICIPANTS, MAX_RULES, MAX_TITLE_CHARS};

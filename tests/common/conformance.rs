@@ -1033,13 +1033,13 @@ pub mod store {
             locale: "en".into(),
             channels: Default::default(),
         }
-        .validate(&id.parse().unwrap())
+        .validate(&id.parse().unwrap(), Utc::now())
         .unwrap()
     }
 
     pub fn schedule(id: &str, participants: &[&str]) -> Schedule {
         schedule_input(id, participants)
-            .validate(&id.parse().unwrap())
+            .validate(&id.parse().unwrap(), Utc::now())
             .unwrap()
     }
 
@@ -1447,7 +1447,7 @@ pub mod store {
             rrule: "FREQ=WEEKLY;BYDAY=MO;COUNT=10".into(),
             exdates: vec!["2026-11-30T09:00:00".into()],
         });
-        let mut series = input.validate(&"weekly".parse().unwrap()).unwrap();
+        let mut series = input.validate(&"weekly".parse().unwrap(), Utc::now()).unwrap();
         let moved = toki_model::OccurrenceException {
             original: "2026-12-07T08:00:00Z".parse().unwrap(),
             cancelled: false,

@@ -54,8 +54,9 @@ pub fn preview(
     from: Instant,
     count: usize,
 ) -> Result<Preview, ValidationError> {
-    // Same checks as registration, so what previews is what registers.
-    let series: Series = input.series()?;
+    // Same checks as registration, so what previews is what registers
+    // (`from`, by default now, standing for the registrar's clock).
+    let series: Series = input.series(from)?;
     let tz = series.time_zone;
     let zoned = |at: Instant| {
         at.with_timezone(&tz)
@@ -213,7 +214,10 @@ mod tests {
                 "participants":["u1"],"reminders":[]}"#,
         )
         .unwrap();
-        let stored = input.validate(&"s".parse().unwrap()).unwrap().starts_at;
+        let stored = input
+            .validate(&"s".parse().unwrap(), from)
+            .unwrap()
+            .starts_at;
         let p = preview(&input, from, 5).unwrap();
         assert_eq!(p.occurrences.len(), 1);
         assert_eq!(p.occurrences[0].utc, utc(stored));

@@ -708,7 +708,9 @@ async fn input_schemas_have_exactly_the_fields_of_the_input_types() {
     }
     let example: ScheduleInput =
         serde_json::from_value(doc.schema("ScheduleInput")["example"].clone()).unwrap();
-    example.validate(&"standup-1".parse().unwrap()).unwrap();
+    example
+        .validate(&"standup-1".parse().unwrap(), kit.now())
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -783,6 +785,8 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     // This and following, with something left before: both series shown.
     let mut following = series.clone();
     following.starts_at = "2030-02-04T14:00:00".into();
+    // An EXDATE before the new start is outside the new series (a 422).
+    following.recurrence.as_mut().unwrap().exdates.clear();
     let a = call(
         &kit,
         &doc,

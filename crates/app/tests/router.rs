@@ -291,3 +291,38 @@ async fn a_series_its_occurrences_and_their_exceptions_over_http() {
     );
     assert_eq!(body["following"]["id"], "standup-pm");
 }
+
+/// Issue 33: a series from 1900 is refused naming `starts_at`, nothing
+/// written; one from the earliest allowed start lists a week at year 9998
+/// (the work bounded by the window is asserted in toki-model).
+#[tokio::test(start_paused = true)]
+async fn calendar_bounds_over_http() {
+    let kit = kit_with_tenant().await;
+    let k = Some(KEY);
+    let base = "/v1/tenants/acme/schedules/old";
+    let mut old = schedule("1900-01-01T09:00:00");
+    old["recurrence"] = json!({"rrule": "FREQ=DAILY"});
+    let (status, body) = call(&kit, "PUT", base, k, Some(old.clone())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "starts_at");
+    let (status, _) = call(&kit, "GET", base, k, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing written");
+    old["starts_at"] = json!("2000-01-01T09:00:00");
+    let (status, body) = call(&kit, "PUT", base, k, Some(old)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let list = |window: &'static str| {
+        let kit = &kit;
+        async move {
+            let path = format!("{base}/occurrences?{window}");
+            call(kit, "GET", &path, k, None).await
+        }
+    };
+    let (status, body) = list("from=9998-06-01T00:00:00Z&to=9998-06-08T00:00:00Z").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let listed = body["occurrences"].as_array().unwrap();
+    assert_eq!(listed.len(), 7, "{body}");
+    // The window is bounded: 401 days is a 422 naming `to`.
+    let (status, body) = list("from=9998-01-01T00:00:00Z&to=9999-02-06T00:00:00Z").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "to");
+}

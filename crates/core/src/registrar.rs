@@ -18,7 +18,9 @@ use toki_model::domain::{
 };
 use toki_model::error::{chain, ValidationError};
 use toki_model::index::{reminders_for, Window};
-use toki_model::input::{instant_in, OccurrenceInput, ScheduleInput, UserInput};
+use toki_model::input::{
+    instant_in, OccurrenceInput, ScheduleInput, UserInput, MAX_LISTED, MAX_LIST_DAYS,
+};
 use toki_model::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
 use toki_model::TenantRecord;
 use toki_ports::error::StoreError;
@@ -268,7 +270,7 @@ impl Registrar {
         id: &ScheduleId,
         input: &ScheduleInput,
     ) -> Result<Schedule, RegistrarError> {
-        let mut schedule = input.validate(id)?;
+        let mut schedule = input.validate(id, self.clock.now())?;
         if let Some(rec) = schedule.recurrence.as_mut() {
             let old = match self.get_schedule(tenant, id).await {
                 Ok(old) => old.recurrence,
@@ -485,7 +487,7 @@ impl Registrar {
         }
         let (mut old, at) = self.series_occurrence(tenant, id, original).await?;
         // Validated before anything is written: nothing half-done on a 422.
-        let new = input.validate(new_id)?;
+        let new = input.validate(new_id, self.clock.now())?;
         let store = self.stores.open(tenant).await?;
         if store.get_schedule(new_id).await?.is_some() {
             return Err(ValidationError::new(
@@ -528,7 +530,8 @@ impl Registrar {
 
     /// A schedule's occurrences starting in `[from, to)`, exceptions applied.
     /// `from` and `to` are RFC 3339 instants or local times in the schedule's
-    /// zone; by default from now for 90 days, and at most 400 days.
+    /// zone; by default from now for 90 days, and at most [`MAX_LIST_DAYS`]
+    /// days holding at most [`MAX_LISTED`] occurrences.
     pub async fn occurrences(
         &self,
         tenant: &TenantId,
@@ -563,16 +566,28 @@ impl Registrar {
             return Err(ValidationError::new("from", "must be before 9999-12-31T00:00:00Z").into());
         }
         let to = to.min(last);
-        if to <= from || to - from > chrono::Duration::days(400) {
+        if to <= from || to - from > chrono::Duration::days(MAX_LIST_DAYS) {
             return Err(ValidationError::new(
                 "to",
-                "must be after from, and at most 400 days after it",
+                format!("must be after from, and at most {MAX_LIST_DAYS} days after it"),
             )
             .into());
         }
         let list = schedule
             .occurrences_between(from, to)
             .map_err(stored_series)?;
+        // A bound on the answer, not only on the window: occurrences moved
+        // in from elsewhere could crowd it.
+        if list.len() > MAX_LISTED {
+            return Err(ValidationError::new(
+                "to",
+                format!(
+                    "the window holds {} occurrences, more than {MAX_LISTED}: narrow it",
+                    list.len()
+                ),
+            )
+            .into());
+        }
         Ok((schedule, list))
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use chrono::{DateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, Duration, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +12,8 @@ use crate::domain::{
 };
 use crate::error::ValidationError;
 use crate::recurrence::{
-    apply_policy, parse_local, DstPolicy, OccurrenceAt, RecurrenceRule, Series,
+    apply_policy, parse_local, resolve_local, DstPolicy, LocalTime, OccurrenceAt, RecurrenceRule,
+    Series,
 };
 
 // Input limits: every one is answered with a 422 naming the field and the
@@ -30,6 +31,24 @@ pub const MAX_NAME_CHARS: usize = 200;
 
 /// The longest offset a reminder may have: 4 weeks.
 pub const MAX_MINUTES_BEFORE: i64 = 4 * 7 * 24 * 60;
+
+// Calendar bounds: each keeps what one request can make the expander do
+// proportional to what it asks for (issue 33).
+
+/// The earliest `starts_at`, on the schedule's wall clock.
+pub const EARLIEST_START: &str = "2000-01-01T00:00:00";
+/// How far ahead of now `starts_at` may be: 10 years.
+pub const MAX_START_AHEAD_DAYS: i64 = 3_653;
+/// How long a series may last: UNTIL and every EXDATE within 100 years of
+/// `starts_at`.
+pub const MAX_SERIES_DAYS: i64 = 36_525;
+/// The largest COUNT (a rule with COUNT is expanded from its start).
+pub const MAX_COUNT: u32 = 1_000;
+/// EXDATEs per series.
+pub const MAX_EXDATES: usize = 500;
+/// The longest window listed at once, and the most occurrences it may hold.
+pub const MAX_LIST_DAYS: i64 = 400;
+pub const MAX_LISTED: usize = 1_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -215,7 +234,8 @@ impl ScheduleInput {
     /// policy. `starts_at` is a local date-time (`2026-11-23T09:00:00`) read in
     /// `time_zone`, or an RFC 3339 instant; a recurring schedule's offset must
     /// be the zone's at that time, since the rule repeats the local time.
-    pub fn series(&self) -> Result<Series, ValidationError> {
+    /// `now` bounds how far ahead the start may be.
+    pub fn series(&self, now: Instant) -> Result<Series, ValidationError> {
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
         let dst = self.dst.clone().unwrap_or_default().validate()?;
         let start = match DateTime::parse_from_rfc3339(&self.starts_at) {
@@ -247,6 +267,15 @@ impl ScheduleInput {
                 )
             })?,
         };
+        check_start_bounds(start, time_zone, now)?;
+        if let Some(r) = &self.recurrence {
+            if r.exdates.len() > MAX_EXDATES {
+                return Err(ValidationError::new(
+                    "recurrence.exdates",
+                    format!("{} dates; at most {MAX_EXDATES}", r.exdates.len()),
+                ));
+            }
+        }
         let rule = self
             .recurrence
             .as_ref()
@@ -258,6 +287,8 @@ impl ScheduleInput {
             rule,
             dst,
         };
+        let exdates = self.recurrence.as_ref().map_or(&[][..], |r| &r.exdates[..]);
+        check_rule_bounds(&series, exdates)?;
         series.check_start("starts_at")?;
         Ok(series)
     }
@@ -270,7 +301,8 @@ impl ScheduleInput {
     }
 
     /// Validates into a schedule at version 0 (the store assigns the real version).
-    pub fn validate(&self, id: &ScheduleId) -> Result<Schedule, ValidationError> {
+    /// `now` (the caller's clock) bounds how far ahead `starts_at` may be.
+    pub fn validate(&self, id: &ScheduleId, now: Instant) -> Result<Schedule, ValidationError> {
         let id = id.clone();
         let title = non_empty("title", &self.title, MAX_TITLE_CHARS)?;
         if self.body.chars().count() > MAX_BODY_CHARS {
@@ -288,7 +320,7 @@ impl ScheduleInput {
                 ),
             ));
         }
-        let series = self.series()?;
+        let series = self.series(now)?;
         let (starts_at, recurrence) = match &self.recurrence {
             None => (self.one_off_at(&series)?.at, None),
             Some(r) => {
@@ -385,6 +417,73 @@ impl RuleInput {
             channels: ChannelSet::new(&format!("reminders[{i}].channels"), &channels)?,
         })
     }
+}
+
+/// `starts_at` on the wall clock: not before [`EARLIEST_START`], at most
+/// [`MAX_START_AHEAD_DAYS`] after now.
+fn check_start_bounds(start: NaiveDateTime, zone: Tz, now: Instant) -> Result<(), ValidationError> {
+    let earliest = parse_local("starts_at", EARLIEST_START)?;
+    let latest = now.with_timezone(&zone).naive_local() + Duration::days(MAX_START_AHEAD_DAYS);
+    if start < earliest || start > latest {
+        return Err(ValidationError::new(
+            "starts_at",
+            format!(
+                "{} is out of range: from {EARLIEST_START} to {} days after now ({})",
+                start.format("%Y-%m-%dT%H:%M:%S"),
+                MAX_START_AHEAD_DAYS,
+                latest.format("%Y-%m-%dT%H:%M:%S")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// COUNT, UNTIL and the EXDATEs within the series' range: UNTIL not before
+/// the start's instant nor more than [`MAX_SERIES_DAYS`] after it; each
+/// EXDATE from the start to UNTIL (or that many days).
+fn check_rule_bounds(series: &Series, exdates: &[String]) -> Result<(), ValidationError> {
+    let Some(rule) = &series.rule else {
+        return Ok(());
+    };
+    if let Some(count) = rule.count().filter(|c| *c > MAX_COUNT) {
+        return Err(ValidationError::new(
+            "recurrence.rrule.COUNT",
+            format!("{count} is more than {MAX_COUNT}"),
+        ));
+    }
+    let earliest = |local| match resolve_local(series.time_zone, local) {
+        LocalTime::Single(t) | LocalTime::Gap { shifted: t } => t,
+        LocalTime::Twice { first, .. } => first,
+    };
+    let start = earliest(series.start);
+    let longest = start + Duration::days(MAX_SERIES_DAYS);
+    if let Some(until) = rule.until() {
+        if until < start || until > longest {
+            return Err(ValidationError::new(
+                "recurrence.rrule.UNTIL",
+                format!(
+                    "{} must be from starts_at ({start}) to {MAX_SERIES_DAYS} days after it",
+                    until.format("%Y%m%dT%H%M%SZ")
+                ),
+            ));
+        }
+    }
+    let last = rule.until().unwrap_or(longest);
+    for (i, exdate) in exdates.iter().enumerate() {
+        let field = format!("recurrence.exdates[{i}]");
+        let exdate = parse_local(&field, exdate)?;
+        if exdate < series.start || earliest(exdate) > last {
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "{} is outside the series (from starts_at to {})",
+                    exdate.format("%Y-%m-%dT%H:%M:%S"),
+                    last.format("%Y-%m-%dT%H:%M:%SZ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A series' first occurrence (its start may be an EXDATE or skipped) and
@@ -657,17 +756,22 @@ mod tests {
         }
     }
 
+    /// The clock's now in these tests.
+    fn now() -> Instant {
+        "2026-06-01T00:00:00Z".parse().unwrap()
+    }
+
     fn id(s: &str) -> ScheduleId {
         s.parse().unwrap()
     }
 
     fn field_of(input: ScheduleInput) -> String {
-        input.validate(&id("s1")).unwrap_err().field
+        input.validate(&id("s1"), now()).unwrap_err().field
     }
 
     #[test]
     fn a_valid_schedule_is_kept_to_the_millisecond() {
-        let s = good().validate(&id("s1")).unwrap();
+        let s = good().validate(&id("s1"), now()).unwrap();
         assert_eq!(s.starts_at.timestamp_subsec_nanos(), 123_000_000);
         assert_eq!(s.rules[0].channels.encode(), "mail,slack");
     }
@@ -681,7 +785,7 @@ mod tests {
                 channels: vec!["mail".into()],
             })
             .collect();
-        let e = many.validate(&id("s1")).unwrap_err();
+        let e = many.validate(&id("s1"), now()).unwrap_err();
         assert_eq!(e.field, "reminders");
         assert!(e.problem.contains("at most 20"), "{e}");
         let long = ScheduleInput {
@@ -757,12 +861,14 @@ mod tests {
             "starts_at"
         );
         assert!(weekly("2026-11-23T09:00:00+09:00", "Asia/Tokyo")
-            .series()
+            .series(now())
             .is_ok());
-        assert!(weekly("2026-11-23T09:00:00", "Asia/Tokyo").series().is_ok());
+        assert!(weekly("2026-11-23T09:00:00", "Asia/Tokyo")
+            .series(now())
+            .is_ok());
         // Registered as a series: the rule kept as text, the first occurrence as starts_at.
         let s = weekly("2026-11-23T09:00:00", "Asia/Tokyo")
-            .validate(&id("s1"))
+            .validate(&id("s1"), now())
             .unwrap();
         assert_eq!(s.recurrence.as_ref().unwrap().rrule, "FREQ=WEEKLY;BYDAY=MO");
         assert_eq!(s.starts_at.to_rfc3339(), "2026-11-23T00:00:00+00:00");
@@ -783,7 +889,7 @@ mod tests {
         let mut gap = good();
         gap.starts_at = "2026-03-08T02:30:00".into();
         gap.time_zone = "America/New_York".into();
-        assert!(gap.validate(&"s".parse().unwrap()).is_ok());
+        assert!(gap.validate(&"s".parse().unwrap(), now()).is_ok());
         gap.dst = Some(DstInput {
             nonexistent: Some("skip".into()),
             ambiguous: None,
@@ -872,6 +978,84 @@ mod tests {
             .unwrap_err()
             .field,
             "time_zone"
+        );
+    }
+
+    fn series(starts_at: &str, rrule: &str, exdates: &[&str]) -> ScheduleInput {
+        ScheduleInput {
+            starts_at: starts_at.into(),
+            time_zone: "Europe/Paris".into(),
+            recurrence: Some(RecurrenceInput {
+                rrule: rrule.into(),
+                exdates: exdates.iter().map(|e| e.to_string()).collect(),
+            }),
+            ..good()
+        }
+    }
+
+    /// Each calendar bound: just inside is accepted, just outside is a 422
+    /// naming the field.
+    #[test]
+    fn calendar_bounds_are_named() {
+        let ok = |input: ScheduleInput| input.validate(&id("s1"), now()).map(|_| ());
+        // starts_at: from 2000-01-01 to 3653 days after now (2036-06-01).
+        for start in [
+            "1999-12-31T23:59:00",
+            "1900-01-01T09:00:00",
+            "2036-06-02T00:00:00",
+        ] {
+            assert_eq!(
+                field_of(series(start, "FREQ=DAILY", &[])),
+                "starts_at",
+                "{start}"
+            );
+            let one_off = ScheduleInput {
+                starts_at: start.into(),
+                ..good()
+            };
+            assert_eq!(field_of(one_off), "starts_at", "{start}");
+        }
+        ok(series("2000-01-01T00:00:00", "FREQ=DAILY", &[])).unwrap();
+        ok(series("2036-05-31T09:00:00", "FREQ=DAILY", &[])).unwrap();
+        // COUNT at most 1000.
+        ok(series("2026-06-01T09:00:00", "FREQ=DAILY;COUNT=1000", &[])).unwrap();
+        let e = ok(series("2026-06-01T09:00:00", "FREQ=DAILY;COUNT=1001", &[])).unwrap_err();
+        assert_eq!(e.field, "recurrence.rrule.COUNT");
+        assert!(e.problem.contains("1000"), "{e}");
+        // UNTIL: not before the start's instant (07:00Z), within 100 years.
+        let until = |u: &str| series("2026-06-01T09:00:00", &format!("FREQ=DAILY;UNTIL={u}"), &[]);
+        ok(until("20260601T070000Z")).unwrap();
+        ok(until("21260501T000000Z")).unwrap();
+        for u in ["20260601T065959Z", "21260701T000000Z"] {
+            assert_eq!(field_of(until(u)), "recurrence.rrule.UNTIL", "{u}");
+        }
+        // EXDATEs: at most 500, each from the start to UNTIL, named by index.
+        let start = "2026-06-01T09:00:00";
+        let many: Vec<String> = (0..=MAX_EXDATES)
+            .map(|d| format!("2026-06-01T{:02}:{:02}:00", 10 + d / 60 % 10, d % 60))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            field_of(series(start, "FREQ=DAILY", &many)),
+            "recurrence.exdates"
+        );
+        ok(series(start, "FREQ=DAILY", &many[..MAX_EXDATES])).unwrap();
+        let rule = "FREQ=DAILY;UNTIL=20260610T000000Z";
+        ok(series(start, rule, &["2026-06-09T09:00:00"])).unwrap();
+        let early = ["2026-06-02T09:00:00", "2026-05-31T09:00:00"];
+        assert_eq!(
+            field_of(series(start, rule, &early)),
+            "recurrence.exdates[1]"
+        );
+        let late = ["2026-06-10T09:00:00"];
+        assert_eq!(
+            field_of(series(start, rule, &late)),
+            "recurrence.exdates[0]"
+        );
+        let far = ["2126-06-02T09:00:00"];
+        assert_eq!(
+            field_of(series(start, "FREQ=DAILY", &far)),
+            "recurrence.exdates[0]"
         );
     }
 }

@@ -12,10 +12,13 @@
 //! replaced). `scripts/rrule_oracle.py` states the same semantics and
 //! `tests/data/rrule_oracle.json` holds its answers, which the tests compare.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use chrono::{Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{
+    Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc, Weekday,
+};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -98,6 +101,27 @@ const SUPPORTED_PARTS: [&str; 8] = [
 ];
 const SUPPORTED_FREQS: [&str; 4] = ["DAILY", "WEEKLY", "MONTHLY", "YEARLY"];
 
+/// The period the rule steps by, `INTERVAL` of them at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Freq {
+    Daily,
+    Weekly,
+    Monthly,
+    Yearly,
+}
+
+/// What skipping ahead needs to know of a rule (the `rrule` crate keeps its
+/// parsed form private).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stepping {
+    freq: Freq,
+    interval: u32,
+    wkst: Weekday,
+    /// Neither BYDAY nor BYMONTHDAY: the day comes from the start (RFC 5545).
+    day_from_start: bool,
+    has_bymonth: bool,
+}
+
 /// A validated recurrence rule: the RRULE without UNTIL (kept apart as an
 /// instant), and the excluded local start times.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +131,9 @@ pub struct RecurrenceRule {
     /// The rule handed to the expander: `text` without UNTIL.
     expand: String,
     until: Option<Instant>,
+    count: Option<u32>,
+    stepping: Stepping,
+    /// Sorted, for a binary search per candidate.
     exdates: Vec<NaiveDateTime>,
 }
 
@@ -121,8 +148,9 @@ impl RecurrenceRule {
             return Err(ValidationError::new(&rule_field, "must not be empty"));
         }
         let mut until = None;
+        let mut count = None;
         let mut kept = Vec::new();
-        let (mut has_freq, mut has_count) = (false, false);
+        let mut has_freq = false;
         for part in text.split(';') {
             let (name, value) = part.split_once('=').ok_or_else(|| {
                 ValidationError::new(&rule_field, format!("{part:?} is not NAME=VALUE"))
@@ -149,7 +177,7 @@ impl RecurrenceRule {
                         ));
                     }
                 }
-                "COUNT" => has_count = true,
+                "COUNT" => count = Some(parse_number(&format!("{rule_field}.COUNT"), value)?),
                 "UNTIL" => {
                     until = Some(parse_until(&format!("{rule_field}.UNTIL"), value)?);
                     continue;
@@ -164,7 +192,7 @@ impl RecurrenceRule {
                 "is required",
             ));
         }
-        if has_count && until.is_some() {
+        if count.is_some() && until.is_some() {
             return Err(ValidationError::new(
                 &rule_field,
                 "COUNT and UNTIL must not both be given (RFC 5545)",
@@ -176,15 +204,19 @@ impl RecurrenceRule {
         expand
             .parse::<rrule::RRule<rrule::Unvalidated>>()
             .map_err(|e| ValidationError::new(&rule_field, e.to_string()))?;
-        let exdates = exdates
+        let stepping = Stepping::of(&rule_field, &kept)?;
+        let mut exdates = exdates
             .iter()
             .enumerate()
             .map(|(i, s)| parse_local(&format!("{field}.exdates[{i}]"), s))
             .collect::<Result<Vec<_>, _>>()?;
+        exdates.sort();
         Ok(Self {
             text,
             expand,
             until,
+            count,
+            stepping,
             exdates,
         })
     }
@@ -192,6 +224,139 @@ impl RecurrenceRule {
     pub fn text(&self) -> &str {
         &self.text
     }
+
+    pub fn until(&self) -> Option<Instant> {
+        self.until
+    }
+
+    pub fn count(&self) -> Option<u32> {
+        self.count
+    }
+
+    /// The EXDATEs, sorted.
+    pub fn exdates(&self) -> &[NaiveDateTime] {
+        &self.exdates
+    }
+
+    /// The rule to expand from a start other than the series' own: the
+    /// parts RFC 5545 takes from DTSTART made explicit, so that moving
+    /// DTSTART does not move them.
+    fn expand_from_elsewhere(&self, start: NaiveDateTime) -> Cow<'_, str> {
+        let st = self.stepping;
+        if !st.day_from_start {
+            return Cow::Borrowed(&self.expand);
+        }
+        let day = start.day();
+        let extra = match st.freq {
+            Freq::Daily => return Cow::Borrowed(&self.expand),
+            Freq::Weekly => format!("BYDAY={}", weekday_code(start.weekday())),
+            Freq::Monthly => format!("BYMONTHDAY={day}"),
+            Freq::Yearly if st.has_bymonth => format!("BYMONTHDAY={day}"),
+            Freq::Yearly => format!("BYMONTH={};BYMONTHDAY={day}", start.month()),
+        };
+        Cow::Owned(format!("{};{extra}", self.expand))
+    }
+}
+
+impl Stepping {
+    /// From the rule's parts (grammar not yet checked: a value this does
+    /// not read is left for the `rrule` crate to refuse).
+    fn of(rule_field: &str, parts: &[&str]) -> Result<Self, ValidationError> {
+        let mut st = Stepping {
+            freq: Freq::Daily,
+            interval: 1,
+            wkst: Weekday::Mon,
+            day_from_start: true,
+            has_bymonth: false,
+        };
+        for (name, value) in parts.iter().filter_map(|p| p.split_once('=')) {
+            match name {
+                "FREQ" => {
+                    st.freq = match value {
+                        "DAILY" => Freq::Daily,
+                        "WEEKLY" => Freq::Weekly,
+                        "MONTHLY" => Freq::Monthly,
+                        _ => Freq::Yearly,
+                    }
+                }
+                "INTERVAL" => st.interval = parse_number(&format!("{rule_field}.INTERVAL"), value)?,
+                "WKST" => st.wkst = weekday_of(value).unwrap_or(Weekday::Mon),
+                "BYDAY" | "BYMONTHDAY" => st.day_from_start = false,
+                "BYMONTH" => st.has_bymonth = true,
+                _ => {}
+            }
+        }
+        Ok(st)
+    }
+
+    /// The first day of the period `skip` periods after the one holding
+    /// `start` (weeks begin on WKST).
+    fn period_start(self, start: NaiveDate, skip: u32) -> Option<NaiveDate> {
+        match self.freq {
+            Freq::Daily => start.checked_add_days(chrono::Days::new(skip.into())),
+            Freq::Weekly => week_start(start, self.wkst)
+                .checked_add_days(chrono::Days::new(u64::from(skip) * 7)),
+            Freq::Monthly => start
+                .with_day(1)?
+                .checked_add_months(chrono::Months::new(skip)),
+            Freq::Yearly => NaiveDate::from_ymd_opt(start.year().checked_add(skip as i32)?, 1, 1),
+        }
+    }
+
+    /// Whole periods from the one holding `start` to the one holding `day`.
+    fn periods_between(self, start: NaiveDate, day: NaiveDate) -> i64 {
+        match self.freq {
+            Freq::Daily => (day - start).num_days(),
+            Freq::Weekly => {
+                (week_start(day, self.wkst) - week_start(start, self.wkst)).num_days() / 7
+            }
+            Freq::Monthly => {
+                i64::from(day.year() - start.year()) * 12 + i64::from(day.month())
+                    - i64::from(start.month())
+            }
+            Freq::Yearly => i64::from(day.year() - start.year()),
+        }
+    }
+}
+
+fn week_start(day: NaiveDate, wkst: Weekday) -> NaiveDate {
+    let back = (7 + day.weekday().num_days_from_monday() - wkst.num_days_from_monday()) % 7;
+    day - Duration::days(back.into())
+}
+
+const WEEKDAY_CODES: [(&str, Weekday); 7] = [
+    ("MO", Weekday::Mon),
+    ("TU", Weekday::Tue),
+    ("WE", Weekday::Wed),
+    ("TH", Weekday::Thu),
+    ("FR", Weekday::Fri),
+    ("SA", Weekday::Sat),
+    ("SU", Weekday::Sun),
+];
+
+fn weekday_of(code: &str) -> Option<Weekday> {
+    WEEKDAY_CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, d)| *d)
+}
+
+fn weekday_code(day: Weekday) -> &'static str {
+    WEEKDAY_CODES
+        .iter()
+        .find(|(_, d)| *d == day)
+        .map_or("MO", |(c, _)| c)
+}
+
+/// A positive whole number (COUNT, INTERVAL).
+fn parse_number(field: &str, value: &str) -> Result<u32, ValidationError> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| {
+            ValidationError::new(field, format!("{value:?} is not a whole number from 1"))
+        })
 }
 
 /// `20261231T235959Z`; a date-only or floating UNTIL is refused because,
@@ -344,19 +509,64 @@ pub struct Series {
 #[error("{0}")]
 pub struct ExpandError(pub String);
 
+/// Local times more than this before a window's start (read as UTC) cannot
+/// map into it: offsets are within ±14 h.
+fn reach() -> Duration {
+    Duration::days(2)
+}
+
 impl Series {
+    /// Where expansion for local times from `from_local` on may begin, and
+    /// the rule to expand from there: the first day of the period (every
+    /// INTERVAL-th from the start's) holding `from_local`, at the start's
+    /// time. Without skipping, a listing at year 9998 of a series from 2000
+    /// would step through three million days. A rule with COUNT is expanded
+    /// from its start (its occurrences are capped at registration).
+    fn origin<'r>(
+        &self,
+        rule: &'r RecurrenceRule,
+        from_local: NaiveDateTime,
+    ) -> (NaiveDateTime, Cow<'r, str>) {
+        let own = (self.start, Cow::Borrowed(rule.expand.as_str()));
+        let st = rule.stepping;
+        if rule.count.is_some() || from_local <= self.start {
+            return own;
+        }
+        let periods = st.periods_between(self.start.date(), from_local.date());
+        let skip = periods - periods % i64::from(st.interval);
+        let Some(day) = u32::try_from(skip)
+            .ok()
+            .filter(|s| *s > 0)
+            .and_then(|s| st.period_start(self.start.date(), s))
+        else {
+            return own;
+        };
+        let origin = day.and_time(self.start.time());
+        (origin, rule.expand_from_elsewhere(self.start))
+    }
+
     /// The local start times the rule itself produces (COUNT applied, not
-    /// EXDATE), in order, up to and including `until_local`. A rule that
-    /// matches nothing (BYMONTH=2;BYMONTHDAY=30) ends at the `rrule` crate's
-    /// own search limit.
-    fn rule_times(&self, until_local: NaiveDateTime) -> Result<Vec<NaiveDateTime>, ExpandError> {
+    /// EXDATE), in order, from where [`Self::origin`] puts the start for
+    /// `from_local` (or the series' start when `skip` is false) up to and
+    /// including `until_local`; some may be before `from_local`. A rule
+    /// that matches nothing (BYMONTH=2;BYMONTHDAY=30) ends at the `rrule`
+    /// crate's own search limit.
+    fn rule_times(
+        &self,
+        from_local: NaiveDateTime,
+        until_local: NaiveDateTime,
+        skip: bool,
+    ) -> Result<Vec<NaiveDateTime>, ExpandError> {
         let Some(rule) = &self.rule else {
             return Ok(vec![self.start]);
         };
+        let (origin, expand) = match skip {
+            true => self.origin(rule, from_local),
+            false => (self.start, Cow::Borrowed(rule.expand.as_str())),
+        };
         // The wall clock, expanded as if it were UTC (no DST there).
-        let start = rrule::Tz::UTC.from_utc_datetime(&self.start);
-        let set = rule
-            .expand
+        let start = rrule::Tz::UTC.from_utc_datetime(&origin);
+        let set = expand
             .parse::<rrule::RRule<rrule::Unvalidated>>()
             .and_then(|r| r.build(start))
             .map_err(|e| ExpandError(e.to_string()))?;
@@ -367,23 +577,41 @@ impl Series {
             .collect())
     }
 
-    /// [`Self::rule_times`] without the EXDATEs.
-    fn local_times(&self, until_local: NaiveDateTime) -> Result<Vec<NaiveDateTime>, ExpandError> {
-        let mut times = self.rule_times(until_local)?;
+    /// [`Self::rule_times`] from `from_local` on, without the EXDATEs.
+    fn local_times(
+        &self,
+        from_local: NaiveDateTime,
+        until_local: NaiveDateTime,
+        skip: bool,
+    ) -> Result<Vec<NaiveDateTime>, ExpandError> {
+        let mut times = self.rule_times(from_local, until_local, skip)?;
+        times.retain(|t| *t >= from_local);
         if let Some(rule) = &self.rule {
-            times.retain(|t| !rule.exdates.contains(t));
+            times.retain(|t| rule.exdates.binary_search(t).is_err());
         }
         Ok(times)
     }
 
     /// Occurrences whose instant is in `[from, to)`, in order.
     pub fn between(&self, from: Instant, to: Instant) -> Result<Vec<OccurrenceAt>, ExpandError> {
-        // Offsets are within ±14 h, so a local time two days past `to` as if
-        // it were UTC is past every local time that can map before `to`.
-        let until_local = to.naive_utc() + Duration::days(2);
+        self.between_with(from, to, true)
+    }
+
+    /// [`Self::between`], skipping ahead to the window or not (the tests
+    /// compare the two).
+    fn between_with(
+        &self,
+        from: Instant,
+        to: Instant,
+        skip: bool,
+    ) -> Result<Vec<OccurrenceAt>, ExpandError> {
         let until = self.rule.as_ref().and_then(|r| r.until);
+        if until.is_some_and(|u| u < from) {
+            return Ok(Vec::new());
+        }
+        let (from_local, until_local) = (from.naive_utc() - reach(), to.naive_utc() + reach());
         let mut out: Vec<OccurrenceAt> = self
-            .local_times(until_local)?
+            .local_times(from_local, until_local, skip)?
             .into_iter()
             .flat_map(|local| apply_policy(self.time_zone, local, self.dst).0)
             .filter(|o| o.at >= from && o.at < to && until.is_none_or(|u| o.at <= u))
@@ -412,9 +640,9 @@ impl Series {
         from: Instant,
         to: Instant,
     ) -> Result<Vec<(NaiveDateTime, DstDrop)>, ExpandError> {
-        let until_local = to.naive_utc() + Duration::days(2);
+        let (from_local, until_local) = (from.naive_utc() - reach(), to.naive_utc() + reach());
         Ok(self
-            .local_times(until_local)?
+            .local_times(from_local, until_local, true)?
             .into_iter()
             .filter_map(|local| {
                 let (_, dropped) = apply_policy(self.time_zone, local, self.dst);
@@ -437,7 +665,7 @@ impl Series {
     pub fn check_start(&self, field: &str) -> Result<(), ValidationError> {
         // The rule alone: an EXDATE on the start does not make it wrong.
         let first = self
-            .rule_times(self.start)
+            .rule_times(self.start, self.start, false)
             .map_err(|e| ValidationError::new(field, e.0))?;
         if first.first() != Some(&self.start) {
             return Err(ValidationError::new(
@@ -606,5 +834,160 @@ mod oracle_tests {
             dst: DstPolicy::default(),
         };
         assert_eq!(s.check_start("starts_at").unwrap_err().field, "starts_at");
+    }
+
+    /// A random rule of every kind Toki supports (without UNTIL, COUNT).
+    fn random_rule(rng: &mut impl rand::Rng) -> String {
+        let codes = ["MO", "TU", "WE", "TH", "FR", "SA", "SU"];
+        let freq = ["DAILY", "WEEKLY", "MONTHLY", "YEARLY"][rng.gen_range(0..4)];
+        let mut parts = vec![format!("FREQ={freq}")];
+        if rng.gen_bool(0.6) {
+            parts.push(format!("INTERVAL={}", rng.gen_range(1..=5)));
+        }
+        if rng.gen_bool(0.4) {
+            let n = rng.gen_range(1..=3);
+            let days: Vec<String> = (0..n)
+                .map(|_| {
+                    let day = codes[rng.gen_range(0..7)];
+                    match (freq, rng.gen_range(0..3)) {
+                        ("MONTHLY" | "YEARLY", 0) => format!("{}{day}", rng.gen_range(1..=3)),
+                        ("MONTHLY" | "YEARLY", 1) => format!("-1{day}"),
+                        _ => day.to_owned(),
+                    }
+                })
+                .collect();
+            parts.push(format!("BYDAY={}", days.join(",")));
+        } else if freq != "WEEKLY" && rng.gen_bool(0.4) {
+            let day = [1, 15, 29, 31, -1][rng.gen_range(0..5)];
+            parts.push(format!("BYMONTHDAY={day}"));
+        }
+        if rng.gen_bool(0.3) {
+            // Months of 31 days: a rule that never matches would only
+            // measure the `rrule` crate's search limit.
+            let (a, b) = ([1, 3, 5], [7, 8, 10, 12]);
+            let months = (a[rng.gen_range(0..3)], b[rng.gen_range(0..4)]);
+            parts.push(format!("BYMONTH={},{}", months.0, months.1));
+        }
+        if rng.gen_bool(0.3) {
+            parts.push(format!("WKST={}", codes[rng.gen_range(0..7)]));
+        }
+        if rng.gen_bool(0.2) {
+            parts.push(format!("COUNT={}", rng.gen_range(1..=60)));
+        } else if rng.gen_bool(0.2) {
+            let until = Utc.with_ymd_and_hms(2003, 1, 1, 0, 0, 0).unwrap()
+                + Duration::days(rng.gen_range(0..3000));
+            parts.push(format!("UNTIL={}", until.format("%Y%m%dT%H%M%SZ")));
+        }
+        parts.join(";")
+    }
+
+    /// A random series whose start is an occurrence of its rule, with
+    /// EXDATEs among its first occurrences and a random policy and zone.
+    fn random_series(rng: &mut impl rand::Rng) -> Option<Series> {
+        let zones = [
+            chrono_tz::UTC,
+            chrono_tz::America::New_York,
+            chrono_tz::Australia::Sydney,
+            chrono_tz::Europe::London,
+        ];
+        let date =
+            NaiveDate::from_ymd_opt(2000, 1, 1).unwrap() + Duration::days(rng.gen_range(0..3000));
+        // 01:30 and 02:30 fall in the DST changes of these zones.
+        let time = ["01:30:00", "02:30:00", "09:00:00"][rng.gen_range(0..3)];
+        let candidate = parse_local("s", &format!("{date}T{time}")).unwrap();
+        let dst = DstPolicy {
+            nonexistent: [NonexistentTime::ShiftForward, NonexistentTime::Skip]
+                [rng.gen_range(0..2)],
+            ambiguous: [
+                AmbiguousTime::First,
+                AmbiguousTime::Last,
+                AmbiguousTime::Both,
+            ][rng.gen_range(0..3)],
+        };
+        let mut series = Series {
+            start: candidate,
+            time_zone: zones[rng.gen_range(0..zones.len())],
+            rule: Some(RecurrenceRule::parse("r", &random_rule(rng), &[]).unwrap()),
+            dst,
+        };
+        // The start: the rule's first occurrence from the candidate on.
+        let later = candidate + Duration::days(800);
+        series.start = *series.rule_times(candidate, later, false).ok()?.first()?;
+        series.check_start("s").ok()?;
+        let firsts = series.rule_times(series.start, later, false).ok()?;
+        let exdates: Vec<String> = (0..rng.gen_range(0..4))
+            .map(|_| {
+                firsts[rng.gen_range(0..firsts.len())]
+                    .format("%Y-%m-%dT%H:%M:%S")
+                    .to_string()
+            })
+            .collect();
+        let text = series.rule.as_ref().unwrap().text().to_owned();
+        series.rule = Some(RecurrenceRule::parse("r", &text, &exdates).unwrap());
+        Some(series)
+    }
+
+    #[test]
+    fn skipping_ahead_lists_what_expanding_from_the_start_lists() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+        let (mut compared, mut nonempty) = (0, 0);
+        while compared < 200 {
+            let Some(series) = random_series(&mut rng) else {
+                continue;
+            };
+            let start = Utc.from_utc_datetime(&series.start);
+            let from = start + Duration::hours(rng.gen_range(-48..24 * 2000));
+            let to = from + Duration::hours(rng.gen_range(1..24 * 90));
+            let naive = series.between_with(from, to, false).unwrap();
+            let skipped = series.between_with(from, to, true).unwrap();
+            let rule = series.rule.as_ref().unwrap().text();
+            assert_eq!(
+                skipped, naive,
+                "{rule} from {} in {} [{from}, {to})",
+                series.start, series.time_zone
+            );
+            compared += 1;
+            nonempty += usize::from(!naive.is_empty());
+        }
+        // The windows are not all empty: the comparison tested something.
+        assert!(
+            nonempty > 50,
+            "{nonempty} of {compared} windows held occurrences"
+        );
+    }
+
+    #[test]
+    fn a_listing_at_year_9998_costs_its_window() {
+        let daily = |rule: &str| Series {
+            start: parse_local("s", "2000-01-01T09:00:00").unwrap(),
+            time_zone: chrono_tz::Asia::Tokyo,
+            rule: Some(RecurrenceRule::parse("r", rule, &[]).unwrap()),
+            dst: DstPolicy::default(),
+        };
+        let from = instant("9998-06-01T00:00:00Z");
+        let to = from + Duration::days(7);
+        let window = (from.naive_utc() - reach(), to.naive_utc() + reach());
+        for (rule, most) in [
+            ("FREQ=DAILY", 12),
+            ("FREQ=DAILY;INTERVAL=3", 5),
+            ("FREQ=WEEKLY;BYDAY=MO,WE,FR", 12),
+            ("FREQ=MONTHLY;BYMONTHDAY=1,-1", 3),
+            ("FREQ=YEARLY;INTERVAL=7", 1),
+        ] {
+            let s = daily(rule);
+            // Candidates the expander produced: about the window's, not
+            // the 2.9 million days since 2000.
+            let stepped = s.rule_times(window.0, window.1, true).unwrap().len();
+            assert!(stepped <= most, "{rule}: {stepped} candidates");
+        }
+        let listed = daily("FREQ=DAILY").between(from, to).unwrap();
+        assert_eq!(listed.len(), 7);
+        assert_eq!(listed[0].at, instant("9998-06-01T00:00:00Z"));
+        // With COUNT, expansion starts at the series' start but ends with the count.
+        let counted = daily("FREQ=DAILY;COUNT=1000");
+        let stepped = counted.rule_times(window.0, window.1, true).unwrap().len();
+        assert_eq!(stepped, 1000);
+        assert!(counted.between(from, to).unwrap().is_empty());
     }
 }

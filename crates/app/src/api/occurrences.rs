@@ -151,7 +151,8 @@ pub(crate) struct Between {
     /// From (inclusive): an RFC 3339 instant or a local date-time in the
     /// schedule's zone; by default now.
     from: Option<String>,
-    /// To (exclusive): after `from` and at most 400 days after it; by default `from` + 90 days.
+    /// To (exclusive): after `from` and at most 400 days after it, the
+    /// window holding at most 1000 occurrences; by default `from` + 90 days.
     to: Option<String>,
 }
 
@@ -175,7 +176,7 @@ pub(crate) struct OccurrencesResponse {
         (status = 200, description = "The occurrences in the window, exceptions applied (a one-off schedule has one)", body = OccurrencesResponse),
         (status = 400, description = "The query string is not `from` and `to` once each", body = ErrorBody),
         (status = 404, description = "No such schedule", body = ErrorBody),
-        (status = 422, description = "`id`, `from` or `to` is not valid (`field` names it)", body = ErrorBody),
+        (status = 422, description = "`id`, `from` or `to` is not valid (`field` names it), or the window holds more than 1000 occurrences (`to`)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))

@@ -175,10 +175,13 @@ pub struct RuleInputDoc {
 #[schema(as = Recurrence)]
 #[serde(deny_unknown_fields)]
 pub struct RecurrenceInputDoc {
-    /// `FREQ=WEEKLY;BYDAY=MO,WE;UNTIL=20270101T000000Z`
+    /// `FREQ=WEEKLY;BYDAY=MO,WE;UNTIL=20270101T000000Z`; `COUNT` at most
+    /// 1000, `UNTIL` from `starts_at` to 36525 days (100 years) after it.
     rrule: String,
-    /// Local start times left out: `2026-12-28T09:00:00`.
+    /// Local start times left out: `2026-12-28T09:00:00`. At most 500, each
+    /// from `starts_at` to `UNTIL` (or 36525 days after `starts_at`).
     #[serde(default)]
+    #[schema(max_items = 500)]
     exdates: Vec<String>,
 }
 
@@ -232,7 +235,8 @@ pub struct ScheduleInputDoc {
     body: String,
     /// An RFC 3339 instant (`2026-11-23T09:00:00+09:00`) or a local
     /// date-time in `time_zone` (`2026-11-23T09:00:00`); a recurring
-    /// schedule's offset must be its zone's.
+    /// schedule's offset must be its zone's. On the zone's wall clock, from
+    /// 2000-01-01T00:00:00 to 3653 days (10 years) after now.
     starts_at: String,
     /// An IANA time zone.
     #[serde(default)]
