@@ -55,6 +55,9 @@ def probes(base, key):
         ("series from 1900", lambda: call("PUT", f"{a}/schedules/ancient", key, {
             "title": "Daily since 1900", "starts_at": "1900-01-01T09:00:00Z",
             "participants": [], "reminders": [], "recurrence": {"rrule": "FREQ=DAILY"}})),
+        ("rule never matching", lambda: call("PUT", f"{a}/schedules/never", key, {
+            "title": "February 31st", "starts_at": "2027-01-04T09:00:00Z", "participants": [],
+            "reminders": [], "recurrence": {"rrule": "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=31"}})),
         ("listing in 9998", lambda: call(
             "GET", f"{a}/schedules/daily/occurrences?from=9998-01-01T00:00:00Z&to=9998-12-31T00:00:00Z", key)),
         ("8 MB body", lambda: call("PUT", f"{a}/schedules/huge", key, {"title": "x" * (8 << 20)})),

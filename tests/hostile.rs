@@ -75,6 +75,19 @@ impl Probes {
         self.send("series from 1900", put.json(&body)).await
     }
 
+    async fn never_matching_rule(&self) -> Answer {
+        let put = self
+            .http
+            .put(self.url("schedules/never"))
+            .bearer_auth(&self.key);
+        let body = json!({
+            "title": "February 31st", "starts_at": "2027-01-04T09:00:00Z",
+            "participants": ["a0"], "reminders": [{"minutes_before": 5, "channels": ["chat"]}],
+            "recurrence": {"rrule": "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=31"}
+        });
+        self.send("rule never matching", put.json(&body)).await
+    }
+
     async fn far_listing(&self) -> Answer {
         let get = self
             .http
@@ -184,6 +197,7 @@ async fn probe_until(probes: &Probes, until: std::time::Instant) -> Vec<Answer> 
     while std::time::Instant::now() < until {
         answers.push(probes.template_bomb().await);
         answers.push(probes.ancient_series().await);
+        answers.push(probes.never_matching_rule().await);
         answers.push(probes.far_listing().await);
         answers.push(probes.huge_body().await);
         answers.push(probes.deep_json().await);
@@ -207,6 +221,7 @@ fn check_answers(answers: &[Answer]) {
         match a.probe {
             "template bomb" => named(a, 422, "text"),
             "series from 1900" => named(a, 422, "starts_at"),
+            "rule never matching" => named(a, 422, "recurrence"),
             "listing in 9998" => assert!(
                 a.status == 200 || a.status == 422,
                 "listed at the window's cost or refused: {} {}",

@@ -1033,7 +1033,7 @@ pub mod store {
             locale: "en".into(),
             channels: Default::default(),
         }
-        .validate(&id.parse().unwrap(), Utc::now())
+        .validate(&id.parse().unwrap())
         .unwrap()
     }
 
@@ -1447,7 +1447,9 @@ pub mod store {
             rrule: "FREQ=WEEKLY;BYDAY=MO;COUNT=10".into(),
             exdates: vec!["2026-11-30T09:00:00".into()],
         });
-        let mut series = input.validate(&"weekly".parse().unwrap(), Utc::now()).unwrap();
+        let mut series = input
+            .validate(&"weekly".parse().unwrap(), Utc::now())
+            .unwrap();
         let moved = toki_model::OccurrenceException {
             original: "2026-12-07T08:00:00Z".parse().unwrap(),
             cancelled: false,

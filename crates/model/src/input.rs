@@ -48,6 +48,10 @@ pub const MAX_COUNT: u32 = 1_000;
 pub const MAX_EXDATES: usize = 500;
 /// The longest window listed at once, and the most occurrences it may hold.
 pub const MAX_LIST_DAYS: i64 = 400;
+/// How far one occurrence may be moved from where the rule puts it: a
+/// listing widens its window by the furthest move of the series, so an
+/// unbounded move would make every listing of it expand that far.
+pub const MAX_MOVE_DAYS: i64 = 366;
 pub const MAX_LISTED: usize = 1_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -598,6 +602,14 @@ impl OccurrenceInput {
             .as_deref()
             .map(|s| instant_in("starts_at", s, zone, dst))
             .transpose()?;
+        if let Some(moved) = starts_at {
+            if (moved - original).num_days().abs() > MAX_MOVE_DAYS {
+                return Err(ValidationError::new(
+                    "starts_at",
+                    format!("moves the occurrence more than {MAX_MOVE_DAYS} days from where the rule puts it"),
+                ));
+            }
+        }
         if starts_at.is_none() && title.is_none() && self.body.is_none() {
             return Err(ValidationError::new(
                 "starts_at",
@@ -1057,5 +1069,25 @@ mod tests {
             field_of(series(start, "FREQ=DAILY", &far)),
             "recurrence.exdates[0]"
         );
+    }
+
+    /// An occurrence moves at most a year from where the rule puts it.
+    #[test]
+    fn an_occurrence_moves_at_most_a_year() {
+        let original: Instant = "2026-06-01T09:00:00Z".parse().unwrap();
+        let moved = |to: &str| {
+            OccurrenceInput {
+                starts_at: Some(to.into()),
+                ..Default::default()
+            }
+            .validate(original, chrono_tz::UTC, DstPolicy::default())
+        };
+        moved("2027-06-02T09:00:00Z").unwrap();
+        moved("2025-05-31T09:00:00Z").unwrap();
+        for far in ["2027-06-03T09:00:00Z", "2025-05-30T09:00:00Z"] {
+            let e = moved(far).unwrap_err();
+            assert_eq!(e.field, "starts_at", "{far}");
+            assert!(e.problem.contains("366 days"), "{e}");
+        }
     }
 }
