@@ -142,7 +142,8 @@ pub(crate) async fn put_template(
         .registrar
         .put_template(&tenant, channel, &locale, &input)
         .await?;
-    let example = t.example().into();
+    // Checked when validated: renders.
+    let example = t.example()?.into();
     Ok(Json(WrittenTemplate {
         template: TemplateView::new(t, Source::Tenant),
         example,
