@@ -12,8 +12,9 @@ use super::Part;
 use crate::domain::Channel;
 
 /// Instructions one render may run (minijinja's fuel). The defaults take
-/// about 100; a loop over every character of the longest body (10,000)
-/// needs about 40,000. Well under a millisecond of work.
+/// about 25, so conditions and filters have room; a loop writing each
+/// character of the longest body (10,000) does not fit. About a
+/// millisecond of work at most.
 pub const FUEL: u64 = 50_000;
 
 /// How deep loops, conditions and macro calls may nest (minijinja counts a
