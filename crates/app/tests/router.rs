@@ -326,3 +326,31 @@ async fn calendar_bounds_over_http() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"]["field"], "to");
 }
+
+/// Issue 33's template (ten billion steps, 100 GB of output): a 422 naming
+/// `text` and the limit it crossed, nothing written; a template that only
+/// crosses a limit with the longest inputs likewise.
+#[tokio::test(start_paused = true)]
+async fn a_template_over_the_render_limits_is_422_and_writes_nothing() {
+    let kit = kit_with_tenant().await;
+    let path = "/v1/tenants/acme/templates/chat/en";
+    let bomb = "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}";
+    let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(json!({"text": bomb}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "text");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("(output limit)"), "{body}");
+    let spin = "{% for c in body %}{{ c|length }}{% endfor %}{{ title }}";
+    let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(json!({"text": spin}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "text");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("50000 steps of work a template may take (fuel) with the largest inputs"),
+        "{body}"
+    );
+    let (status, _) = call(&kit, "GET", path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was written");
+    let store = kit.stores.get(&"acme".parse().unwrap()).unwrap();
+    assert!(store.templates().await.unwrap().is_empty());
+}

@@ -148,8 +148,10 @@ impl Registrar {
             .ok_or_else(|| RegistrarError::NotFound(format!("user {id}")))
     }
 
-    /// Checks `input` (it must render: 422 naming the part if not) and
-    /// stores it as the tenant's template of `channel` in `locale`.
+    /// Checks `input` (it must render, within the limits: 422 naming the
+    /// part if not) and stores it as the tenant's template of `channel` in
+    /// `locale`. The check renders each part a few times, bounded but CPU
+    /// work, so on a blocking thread rather than the runtime's workers.
     pub async fn put_template(
         &self,
         tenant: &TenantId,
@@ -157,7 +159,12 @@ impl Registrar {
         locale: &str,
         input: &TemplateInput,
     ) -> Result<ReminderTemplate, RegistrarError> {
-        let template = ReminderTemplate::validate(channel, locale, input)?;
+        let (locale, input) = (locale.to_owned(), input.clone());
+        let template = tokio::task::spawn_blocking(move || {
+            ReminderTemplate::validate(channel, &locale, &input)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         store.put_template(&template, self.clock.now()).await?;

@@ -126,6 +126,9 @@ pub fn text_to_html(s: &str) -> String {
 
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
+    // A tenant's template runs for every recipient: bounded (limits.rs).
+    env.set_fuel(Some(limits::FUEL));
+    env.set_recursion_limit(limits::RECURSION_LIMIT);
     // A misspelt variable is an error (caught at registration), not an empty string.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_auto_escape_callback(|name| {
@@ -154,10 +157,14 @@ fn environment() -> Environment<'static> {
 
 mod check;
 mod defaults;
+mod limits;
 mod render;
 
 pub use check::parse_locale;
 pub use defaults::{default_template, DEFAULT_LOCALES};
+pub use limits::{
+    RenderError, FUEL, MAX_CHAT_OUTPUT, MAX_MAIL_OUTPUT, MAX_SUBJECT_OUTPUT, RECURSION_LIMIT,
+};
 pub use render::Templates;
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ fn path_channel(channel: &str) -> Result<Channel, ApiError> {
     request_body = TemplateInputDoc,
     responses(
         (status = 200, description = "Written: the channel's reminders to recipients of this locale use it from the next batch", body = WrittenTemplate),
-        (status = 422, description = "Not valid (`field` names it): `channel`, `locale`, or a part (`subject`, `text`, `html`) that does not compile, uses an unknown variable, renders empty or is too long; `subject` and `html` are for mail only. Nothing written", body = ErrorBody),
+        (status = 422, description = "Not valid (`field` names it): `channel`, `locale`, or a part (`subject`, `text`, `html`) that does not compile, uses an unknown variable, renders empty, is too long, or crosses a render limit (fuel, nesting, output size) with the largest inputs; `subject` and `html` are for mail only. Nothing written", body = ErrorBody),
         BodyErrors,
         TenantErrors,
     ),
@@ -142,7 +142,8 @@ pub(crate) async fn put_template(
         .registrar
         .put_template(&tenant, channel, &locale, &input)
         .await?;
-    let example = t.example().into();
+    // Checked when validated: renders.
+    let example = t.example()?.into();
     Ok(Json(WrittenTemplate {
         template: TemplateView::new(t, Source::Tenant),
         example,

@@ -266,13 +266,20 @@ impl Planner<'_> {
         ) {
             (None, Some(schedule), Some(user)) => {
                 let reminder = at.reminder;
-                let texts = self.templates.reminder(
+                let rendered = self.templates.reminder(
                     key.channel,
                     schedule,
                     reminder.key.occurrence,
                     reminder.due_at,
                     user,
                 );
+                // Over a limit it would be again on every attempt: not retried.
+                let texts = match rendered {
+                    Ok(texts) => texts,
+                    Err(e) => {
+                        return Verdict::Undeliverable(format!("its {} template {e}", key.channel))
+                    }
+                };
                 self.to_send.push(ToSend {
                     message: at.index,
                     delivery: d,

@@ -44,6 +44,26 @@ pub(super) struct Prepared {
     pub(super) spans: Vec<tracing::Span>,
 }
 
+/// [`plan_batch`] on a blocking thread: it renders the tenant's templates,
+/// bounded (`toki_model::template::FUEL`) but CPU work all the same, which
+/// must not hold up the runtime's workers (other tenants' sends, renewals).
+/// One hop per tenant and batch, not per delivery.
+async fn plan_blocking(
+    tenant: TenantId,
+    work: Vec<Work>,
+    ctx: DeliveryContext,
+    claims: Claims,
+    channels: ChannelState,
+    templates: Arc<Templates>,
+) -> BatchPlan {
+    tokio::task::spawn_blocking(move || {
+        plan_batch(tenant, work, &ctx, &claims, &channels, &templates)
+    })
+    .await
+    // A panic in the plan is one as before, on this task.
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
 impl Daemon {
     /// What the daemon can send on now: configured, and not behind an open circuit.
     pub(super) fn channel_state(&self) -> ChannelState {
@@ -87,7 +107,8 @@ impl Daemon {
                 drop(permit);
                 match read {
                     Ok((store, ctx, claims, templates)) => {
-                        let plan = plan_batch(tenant, work, &ctx, &claims, channels, &templates);
+                        let token = claims.token.clone();
+                        let plan = plan_blocking(tenant, work, ctx, claims, channels.clone(), templates).await;
                         let spans = if spans.is_empty() {
                             Vec::new()
                         } else {
@@ -98,7 +119,7 @@ impl Daemon {
                         };
                         Some(Prepared {
                             store,
-                            token: claims.token.clone(),
+                            token,
                             plan,
                             spans,
                         })

@@ -128,3 +128,85 @@ async fn each_recipient_gets_their_locales_template_for_the_channel() {
     assert!(current.text.contains("分後に開始します"), "{current:?}");
     assert_eq!(registrar.templates(&t).await.unwrap().len(), 1);
 }
+
+/// A tenant whose stored chat template spins past its fuel (it could only be
+/// stored by going around the registrar's check): its chat deliveries are
+/// undeliverable with the reason, at once, while another tenant's reminders
+/// at the same instant, and its own on other channels, are delivered.
+#[tokio::test(start_paused = true)]
+async fn a_template_over_its_fuel_is_undeliverable_and_holds_up_no_one() {
+    use toki_model::domain::DeliveryStatus;
+    use toki_model::template::ReminderTemplate;
+    use toki_ports::TenantStore;
+
+    let kit = TestKit::new();
+    let bad = kit.tenant("spinner").await;
+    let good = kit.tenant("acme").await;
+    let spin = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x";
+    let template = ReminderTemplate {
+        channel: Channel::Chat,
+        locale: "en".into(),
+        subject: None,
+        text: spin.into(),
+        html: None,
+    };
+    assert!(
+        ReminderTemplate::validate(
+            Channel::Chat,
+            "en",
+            &TemplateInput {
+                subject: None,
+                text: spin.into(),
+                html: None,
+            }
+        )
+        .is_err(),
+        "the registrar refuses it"
+    );
+    kit.stores
+        .get(&bad)
+        .unwrap()
+        .put_template(&template, kit.now())
+        .await
+        .unwrap();
+    let run = kit.run();
+    let due = kit.now() + ChronoDuration::minutes(15);
+    let both = meeting(
+        due + ChronoDuration::minutes(5),
+        5,
+        &["u0", "u1"],
+        &[Channel::Chat, Channel::Mail],
+    );
+    for t in [&bad, &good] {
+        kit.registrar()
+            .put_schedule(t, &"review".parse().unwrap(), &both)
+            .await
+            .unwrap();
+    }
+    run.daemon
+        .stats
+        .wait_for(WAIT, |s| s.delivered >= 6 && s.undeliverable >= 2)
+        .await;
+    // Everyone else's reminders went out at their instant.
+    let sent = kit.sent();
+    assert_eq!(sent.len(), 6, "{sent:?}");
+    assert!(sent.iter().all(|s| s.at == due), "{sent:?}");
+    assert!(sent
+        .iter()
+        .all(|s| s.tenant != bad || s.key.channel == Channel::Mail));
+    let rows = kit.stores.get(&bad).unwrap().deliveries().await.unwrap();
+    let chat: Vec<_> = rows
+        .iter()
+        .filter(|r| r.key.channel == Channel::Chat)
+        .collect();
+    assert_eq!(chat.len(), 2, "{rows:?}");
+    for r in chat {
+        assert_eq!(r.status, DeliveryStatus::Undeliverable, "{r:?}");
+        assert_eq!(
+            r.detail.as_deref(),
+            Some("its chat template uses more than the 50000 steps of work a template may take (fuel)")
+        );
+        assert_eq!(r.at, due);
+    }
+    run.stop().await;
+}

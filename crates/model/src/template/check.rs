@@ -5,10 +5,14 @@ use std::fmt::Write as _;
 
 use chrono::Duration;
 
+use minijinja::{Environment, Value};
+
+use super::limits::{classify, render_bounded, RenderError};
 use super::render::{Templates, Variables};
 use super::{environment, name, Part, ReminderTemplate, TemplateInput, Texts};
 use crate::domain::{Channel, DueAt, Instant, User};
 use crate::error::ValidationError;
+use crate::input::{MAX_BODY_CHARS, MAX_MINUTES_BEFORE, MAX_NAME_CHARS, MAX_TITLE_CHARS};
 
 /// Longest accepted sources, in bytes.
 const MAX_SUBJECT: usize = 1_000;
@@ -70,10 +74,40 @@ fn samples() -> Vec<(User, &'static str, &'static str, i64)> {
     ]
 }
 
+/// The largest inputs a reminder can have (the longest name, title and
+/// body, the most minutes ahead), of the character `part` makes longest on
+/// `channel`: `'` in HTML (`&#x27;`), `&` for Slack (`&amp;`), else a
+/// four-byte one.
+fn largest(channel: Channel, part: Part) -> Value {
+    let c = match (part, channel) {
+        (Part::Html, _) => "'",
+        (Part::Text, Channel::Slack) => "&",
+        _ => "\u{1F5D3}",
+    };
+    let (user, _, _, _) = samples().swap_remove(0);
+    let user = User {
+        name: c.repeat(MAX_NAME_CHARS),
+        ..user
+    };
+    let starts_at = sample_start();
+    let due_at = DueAt(starts_at - Duration::minutes(MAX_MINUTES_BEFORE));
+    Variables::value(
+        &c.repeat(MAX_TITLE_CHARS),
+        &c.repeat(MAX_BODY_CHARS),
+        starts_at,
+        due_at,
+        &user,
+    )
+}
+
+/// A template's parts: (field, part, source, longest source).
+type Parts<'a> = [(&'static str, Part, Option<&'a str>, usize); 3];
+
 impl ReminderTemplate {
     /// `input` as `channel`'s template in `locale`, checked: each part
     /// compiles and renders for sample recipients (an unknown variable is
-    /// an error), the text is not empty, only mail has a subject and HTML.
+    /// an error) and, within the limits, for the largest inputs; the text
+    /// is not empty, only mail has a subject and HTML.
     pub fn validate(
         channel: Channel,
         locale: &str,
@@ -102,18 +136,34 @@ impl ReminderTemplate {
             ("text", Part::Text, Some(t.text.as_str()), MAX_TEXT),
             ("html", Part::Html, t.html.as_deref(), MAX_HTML),
         ];
+        let env = t.compile_checked(&parts)?;
+        t.try_samples(&env, &parts)?;
+        t.try_largest(&env, &parts)?;
+        // What the API shows is rendered the same way: it cannot fail later.
+        t.example()?;
+        Ok(t)
+    }
+
+    /// The parts compiled, each no longer than its longest source.
+    fn compile_checked(&self, parts: &Parts) -> Result<Environment<'static>, ValidationError> {
         let mut env = environment();
         for (field, part, source, max) in parts {
             let Some(source) = source else { continue };
-            if source.len() > max {
+            if source.len() > *max {
                 return Err(ValidationError::new(
-                    field,
+                    *field,
                     format!("is {} bytes; at most {max}", source.len()),
                 ));
             }
-            env.add_template_owned(name(channel, &t.locale, part), source.to_owned())
-                .map_err(|e| ValidationError::new(field, template_problem(&e)))?;
+            env.add_template_owned(name(self.channel, &self.locale, *part), source.to_string())
+                .map_err(|e| ValidationError::new(*field, template_problem(&e)))?;
         }
+        Ok(env)
+    }
+
+    /// Each part rendered for each sample recipient: it renders, and the
+    /// text is not empty.
+    fn try_samples(&self, env: &Environment, parts: &Parts) -> Result<(), ValidationError> {
         for (user, title, body, minutes) in samples() {
             let starts_at = sample_start();
             let due_at = DueAt(starts_at - Duration::minutes(minutes));
@@ -122,23 +172,56 @@ impl ReminderTemplate {
                 if source.is_none() {
                     continue;
                 }
-                let out = env
-                    .get_template(&name(channel, &t.locale, part))
-                    .and_then(|tpl| tpl.render(&vars))
-                    .map_err(|e| ValidationError::new(field, template_problem(&e)))?;
-                if part == Part::Text && out.trim().is_empty() {
+                let out = self
+                    .render_in(env, *part, &vars)
+                    .map_err(|e| ValidationError::new(*field, e))?;
+                if *part == Part::Text && out.trim().is_empty() {
                     return Err(ValidationError::new(
-                        field,
+                        *field,
                         format!("renders empty (for {} with {title:?})", user.name),
                     ));
                 }
             }
         }
-        Ok(t)
+        Ok(())
     }
 
-    /// What this template makes of a sample reminder: shown when it is registered.
-    pub fn example(&self) -> Texts {
+    /// Each part rendered for the largest inputs stays within the limits.
+    /// (One that fails on their data gets the default at send time.)
+    fn try_largest(&self, env: &Environment, parts: &Parts) -> Result<(), ValidationError> {
+        for (field, part, source, _) in parts {
+            if source.is_none() {
+                continue;
+            }
+            let vars = largest(self.channel, *part);
+            match self.render_in(env, *part, &vars) {
+                Err(e) if e.is_limit() => {
+                    return Err(ValidationError::new(
+                        *field,
+                        format!("{e} with the largest inputs"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn render_in(
+        &self,
+        env: &Environment,
+        part: Part,
+        vars: &Value,
+    ) -> Result<String, RenderError> {
+        let t = env
+            .get_template(&name(self.channel, &self.locale, part))
+            .map_err(|e| classify(&e))?;
+        render_bounded(&t, vars, self.channel, part)
+    }
+
+    /// What this template makes of a sample reminder: shown when it is
+    /// registered. (A template [`validate`](Self::validate) accepted renders it.)
+    pub fn example(&self) -> Result<Texts, ValidationError> {
         let templates = Templates::compile(std::slice::from_ref(self));
         let (user, title, body, minutes) = samples().swap_remove(0);
         let user = User {
@@ -153,12 +236,14 @@ impl ReminderTemplate {
             DueAt(starts_at - Duration::minutes(minutes)),
             &user,
         );
-        templates.render(self.channel, &self.locale, &vars)
+        templates
+            .render(self.channel, &self.locale, &vars)
+            .map_err(|e| ValidationError::new("text", e))
     }
 }
 
 /// A minijinja error as one line for the API: what, and where.
-fn template_problem(e: &minijinja::Error) -> String {
+pub(super) fn template_problem(e: &minijinja::Error) -> String {
     let mut s = match e.detail() {
         Some(d) => format!("{}: {d}", e.kind()),
         None => e.kind().to_string(),

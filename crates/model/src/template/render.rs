@@ -10,6 +10,7 @@ use minijinja::value::{Enumerator, Object, Value};
 use minijinja::Environment;
 
 use super::defaults::{defaults, DEFAULT_LOCALES};
+use super::limits::{classify, render_bounded, RenderError};
 use super::{environment, name, text_to_html, Part, ReminderTemplate, Texts, VARIABLES};
 use crate::domain::{Channel, DueAt, Instant, Occurrence, User};
 use crate::ScheduleSnapshot;
@@ -166,19 +167,24 @@ impl Templates {
         (defaults(), "en", false)
     }
 
+    /// `part` for the recipient: the tenant's template, or the default when
+    /// the tenant's fails on this recipient's data. A template that crosses
+    /// a limit is an error: it would on every render.
     fn render_part(
         &self,
         channel: Channel,
         locales: &[String],
         part: Part,
         vars: &Value,
-    ) -> String {
+    ) -> Result<String, RenderError> {
         let (env, locale, tenant) = self.pick(channel, locales, part);
         let rendered = env
             .get_template(&name(channel, locale, part))
-            .and_then(|t| t.render(vars));
+            .map_err(|e| classify(&e))
+            .and_then(|t| render_bounded(&t, vars, channel, part));
         match rendered {
-            Ok(s) => s,
+            Ok(s) => Ok(s),
+            Err(e) if e.is_limit() => Err(e),
             Err(e) => {
                 tracing::warn!(%channel, %locale, tenant, error = %e, "a template did not render: the default is used");
                 let locale = if DEFAULT_LOCALES.contains(&locale) {
@@ -186,16 +192,18 @@ impl Templates {
                 } else {
                     "en"
                 };
-                defaults()
+                Ok(defaults()
                     .get_template(&name(channel, locale, part))
-                    .and_then(|t| t.render(vars))
-                    .unwrap_or_default()
+                    .map_err(|e| classify(&e))
+                    .and_then(|t| render_bounded(&t, vars, channel, part))
+                    .unwrap_or_default())
             }
         }
     }
 
     /// The reminder of the occurrence of `schedule` starting at `occurrence`,
     /// due at `due_at`, for `user` on `channel`: in their language and zone.
+    /// An error names the limit the tenant's template crossed.
     pub fn reminder(
         &self,
         channel: Channel,
@@ -203,38 +211,45 @@ impl Templates {
         occurrence: Occurrence,
         due_at: DueAt,
         user: &User,
-    ) -> Texts {
+    ) -> Result<Texts, RenderError> {
         let (title, body) = schedule.texts_at(occurrence.0);
         let vars = Variables::value(title, body, occurrence.0, due_at, user);
         self.render(channel, &user.locale, &vars)
     }
 
-    pub(super) fn render(&self, channel: Channel, locale: &str, vars: &Value) -> Texts {
+    pub(super) fn render(
+        &self,
+        channel: Channel,
+        locale: &str,
+        vars: &Value,
+    ) -> Result<Texts, RenderError> {
         let locales = candidates(locale);
         // Only mail has a subject.
         let subject = if channel == Channel::Mail {
-            one_line(&self.render_part(channel, &locales, Part::Subject, vars))
+            one_line(&self.render_part(channel, &locales, Part::Subject, vars)?)
         } else {
             String::new()
         };
-        let text = self.render_part(channel, &locales, Part::Text, vars);
-        let html = (channel == Channel::Mail).then(|| {
+        let text = self.render_part(channel, &locales, Part::Text, vars)?;
+        let html = if channel == Channel::Mail {
             let (_, text_locale, tenant_text) = self.pick(channel, &locales, Part::Text);
             let tenant_html =
                 self.has
                     .contains(&(channel, text_locale.to_owned(), Part::Html as u8));
-            if tenant_text && !tenant_html {
+            Some(if tenant_text && !tenant_html {
                 // The tenant wrote the words: the HTML part says the same.
                 text_to_html(&text)
             } else {
-                self.render_part(channel, &locales, Part::Html, vars)
-            }
-        });
-        Texts {
+                self.render_part(channel, &locales, Part::Html, vars)?
+            })
+        } else {
+            None
+        };
+        Ok(Texts {
             subject,
             text,
             html,
-        }
+        })
     }
 }
 

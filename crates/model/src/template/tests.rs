@@ -42,6 +42,7 @@ fn render(t: &Templates, channel: Channel, s: &ScheduleSnapshot, u: &User, minut
         DueAt(start - Duration::minutes(minutes)),
         u,
     )
+    .unwrap()
 }
 
 fn tenant(channel: Channel, locale: &str, text: &str) -> ReminderTemplate {
@@ -284,7 +285,7 @@ fn registration_refuses_a_template_that_does_not_render_naming_the_part() {
     )
     .unwrap();
     assert_eq!(t.locale, "en-gb");
-    let ex = t.example();
+    let ex = t.example().unwrap();
     assert_eq!(ex.subject, "[10] Weekly review");
     assert_eq!(ex.text, "Ana: Weekly review at 10:00");
     assert_eq!(
@@ -299,4 +300,126 @@ fn mrkdwn_and_html_helpers() {
     assert_eq!(text_to_html("a\n<b>\n"), "<p>a<br>\n&lt;b&gt;</p>\n");
     assert_eq!(candidates("EN-gb"), vec!["en-gb", "en"]);
     assert_eq!(candidates("ja"), vec!["ja", "en"]);
+}
+
+/// The template of issue 33: ten billion steps, 100 GB of output.
+const BOMB: &str =
+    "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}";
+
+/// Ten billion steps, no output.
+const SPIN: &str =
+    "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x";
+
+fn refused(channel: Channel, text: &str) -> crate::ValidationError {
+    let input = TemplateInput {
+        subject: None,
+        text: text.into(),
+        html: None,
+    };
+    ReminderTemplate::validate(channel, "en", &input).unwrap_err()
+}
+
+#[test]
+fn registration_refuses_a_template_that_runs_out_of_fuel() {
+    // The bomb writes 10 bytes in 3 steps: the output limit stops it first.
+    let e = refused(Channel::Chat, BOMB);
+    assert_eq!(e.field, "text");
+    assert!(e.problem.contains("(output limit)"), "{e}");
+    let e = refused(Channel::Chat, SPIN);
+    assert_eq!(e.field, "text");
+    assert_eq!(
+        e.problem,
+        format!("uses more than the {FUEL} steps of work a template may take (fuel)")
+    );
+    // Cheap for the samples, too much work for the longest body.
+    let e = refused(
+        Channel::Chat,
+        "{% for c in body %}{% if c == 'x' %}{{ c }}{% endif %}{% endfor %}{{ title }}",
+    );
+    assert_eq!(
+        (e.field.as_str(), e.problem.as_str()),
+        (
+            "text",
+            format!("uses more than the {FUEL} steps of work a template may take (fuel) with the largest inputs").as_str()
+        )
+    );
+}
+
+#[test]
+fn registration_refuses_a_template_whose_output_is_too_long() {
+    // 2,000 copies of the body: little work, 80 MB for the longest body.
+    let e = refused(
+        Channel::Slack,
+        "{% for i in range(2000) %}{{ body }}{% endfor %}{{ title }}",
+    );
+    assert_eq!(e.field, "text");
+    assert_eq!(
+        e.problem,
+        format!("renders more than the {MAX_CHAT_OUTPUT} bytes a Slack text may have (output limit) with the largest inputs")
+    );
+    let input = TemplateInput {
+        subject: Some("{{ title }}{{ title }}{{ title }}".into()),
+        text: "{{ title }}".into(),
+        html: None,
+    };
+    let e = ReminderTemplate::validate(Channel::Mail, "en", &input).unwrap_err();
+    assert_eq!(e.field, "subject");
+    assert!(
+        e.problem
+            .contains(&format!("the {MAX_SUBJECT_OUTPUT} bytes a mail subject")),
+        "{e}"
+    );
+}
+
+#[test]
+fn registration_refuses_a_template_that_nests_too_deep() {
+    let e = refused(
+        Channel::Chat,
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ title }}{{ f(0) }}",
+    );
+    assert_eq!(e.field, "text");
+    assert_eq!(
+        e.problem,
+        format!("nests deeper than the {RECURSION_LIMIT} levels a template may (recursion limit)")
+    );
+}
+
+#[test]
+fn the_defaults_fit_the_limits_with_the_largest_inputs() {
+    for channel in Channel::ALL {
+        for locale in DEFAULT_LOCALES {
+            let d = default_template(channel, locale).unwrap();
+            let input = TemplateInput {
+                subject: d.subject,
+                text: d.text,
+                html: d.html,
+            };
+            ReminderTemplate::validate(channel, locale, &input)
+                .unwrap_or_else(|e| panic!("{channel} {locale}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn a_stored_template_over_a_limit_fails_at_send_time_naming_it() {
+    // Stored without the check (a hand edit): no default text in its place.
+    let own = Templates::compile(&[tenant(Channel::Chat, "en", SPIN)]);
+    let start = at("2030-01-21T00:00:00Z");
+    let out = own.reminder(
+        Channel::Chat,
+        &schedule("Review", ""),
+        Occurrence(start),
+        DueAt(start),
+        &user("en", chrono_tz::UTC),
+    );
+    assert_eq!(out, Err(RenderError::OutOfFuel));
+    // Other channels still get the default.
+    let slack = own.reminder(
+        Channel::Slack,
+        &schedule("Review", ""),
+        Occurrence(start),
+        DueAt(start),
+        &user("en", chrono_tz::UTC),
+    );
+    assert!(slack.is_ok());
 }

@@ -1,0 +1,124 @@
+//! How much rendering one part of a reminder may take: a tenant's template
+//! runs in the daemon for every recipient, so work, nesting and output are
+//! bounded, and a template that crosses a bound fails instead of taking the
+//! machine (`range(100000)` twice nested once took 17 GB).
+
+use std::io;
+
+use minijinja::{ErrorKind, Value};
+use thiserror::Error;
+
+use super::Part;
+use crate::domain::Channel;
+
+/// Instructions one render may run (minijinja's fuel). The defaults take
+/// about 25, so conditions and filters have room; a loop writing each
+/// character of the longest body (10,000) does not fit. A few milliseconds
+/// of work at most (3 ms measured in release for a loop spinning it out).
+pub const FUEL: u64 = 50_000;
+
+/// How deep loops, conditions and macro calls may nest (minijinja counts a
+/// macro call as several levels). Low enough for a blocking thread's stack.
+pub const RECURSION_LIMIT: usize = 100;
+
+/// The longest subject a template may render, in bytes: a 500-character
+/// title four bytes a character is 2,000; a subject longer than a screen is
+/// a mistake.
+pub const MAX_SUBJECT_OUTPUT: usize = 4_000;
+
+/// The longest chat or Slack text, in bytes: the longest name, title and
+/// body (10,700 characters) escaped for Slack fit with room to spare; Slack
+/// cuts a message at 40,000 characters anyway.
+pub const MAX_CHAT_OUTPUT: usize = 100_000;
+
+/// The longest mail text or HTML part, in bytes: the longest inputs escaped
+/// for HTML (six bytes a character at worst) fit twice.
+pub const MAX_MAIL_OUTPUT: usize = 200_000;
+
+/// The most bytes `part` may render to on `channel`, and what to call it.
+fn max_output(channel: Channel, part: Part) -> (usize, &'static str) {
+    match (part, channel) {
+        (Part::Subject, _) => (MAX_SUBJECT_OUTPUT, "mail subject"),
+        (Part::Html, _) => (MAX_MAIL_OUTPUT, "mail's HTML part"),
+        (Part::Text, Channel::Mail) => (MAX_MAIL_OUTPUT, "mail text"),
+        (Part::Text, Channel::Slack) => (MAX_CHAT_OUTPUT, "Slack text"),
+        (Part::Text, Channel::Chat) => (MAX_CHAT_OUTPUT, "chat text"),
+    }
+}
+
+/// Why a part did not render.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RenderError {
+    #[error("uses more than the {FUEL} steps of work a template may take (fuel)")]
+    OutOfFuel,
+    #[error("renders more than the {max} bytes a {what} may have (output limit)")]
+    TooLong { max: usize, what: &'static str },
+    #[error("nests deeper than the {RECURSION_LIMIT} levels a template may (recursion limit)")]
+    TooDeep,
+    /// Any other failure (an unknown variable, a division by zero): what, and where.
+    #[error("{0}")]
+    Template(String),
+}
+
+impl RenderError {
+    /// Whether the template crossed one of the limits (rather than failing
+    /// on its data): such a template would do so again on every render.
+    pub fn is_limit(&self) -> bool {
+        !matches!(self, RenderError::Template(_))
+    }
+}
+
+/// The output, kept until it would pass `max` bytes.
+struct Capped {
+    out: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if self.out.len() + b.len() > self.max {
+            self.over = true;
+            return Err(io::Error::other("output limit"));
+        }
+        self.out.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `template`, `channel`'s `part`, rendered with `vars` within its output
+/// limit and the environment's fuel and recursion limit.
+pub(super) fn render_bounded(
+    template: &minijinja::Template<'_, '_>,
+    vars: &Value,
+    channel: Channel,
+    part: Part,
+) -> Result<String, RenderError> {
+    let (max, what) = max_output(channel, part);
+    let mut out = Capped {
+        out: Vec::with_capacity(256),
+        max,
+        over: false,
+    };
+    match template.render_captured_to(vars, &mut out) {
+        // minijinja writes only whole `str`s, so the bytes are UTF-8.
+        Ok(_) => String::from_utf8(out.out).map_err(|e| RenderError::Template(e.to_string())),
+        Err(_) if out.over => Err(RenderError::TooLong { max, what }),
+        Err(e) => Err(classify(&e)),
+    }
+}
+
+/// A minijinja error as a [`RenderError`].
+pub(super) fn classify(e: &minijinja::Error) -> RenderError {
+    match e.kind() {
+        ErrorKind::OutOfFuel => RenderError::OutOfFuel,
+        ErrorKind::InvalidOperation if e.detail() == Some("recursion limit exceeded") => {
+            RenderError::TooDeep
+        }
+        _ => RenderError::Template(super::check::template_problem(e)),
+    }
+}
