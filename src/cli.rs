@@ -10,6 +10,7 @@ mod dev;
 mod processes;
 mod reports;
 mod tenant;
+mod tenant_key;
 
 use std::path::PathBuf;
 

@@ -473,3 +473,76 @@ async fn two_processes_editing_one_schedule_notify_once_per_edge() {
     };
     common::debounce::two_processes_one_burst(config, Vec::new()).await;
 }
+
+/// On the embedded backend: a tenant whose id predates the rule
+/// (`acme_corp`) still loads; `acme-corp` (same database name) is refused
+/// naming it; a key created, then revoked, then one expired (the injected
+/// clock moved, no sleep) no longer authenticates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colliding_ids_are_refused_and_keys_are_revoked_and_expire() {
+    use std::sync::{Arc, Mutex};
+    use toki_model::api_key::authenticate;
+    use toki_ports::Clock;
+    /// A clock the test moves.
+    struct Manual(Mutex<toki_model::Instant>);
+    impl Clock for Manual {
+        fn now(&self) -> toki_model::Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = toki_app::Config {
+        data_dir: dir.path().to_owned(),
+        ..toki_app::Config::default()
+    };
+    config.validate().unwrap();
+    let start = "2026-11-23T08:00:00Z".parse().unwrap();
+    let clock = Arc::new(Manual(Mutex::new(start)));
+    let toki = toki_app::Toki::open_with_clock(config, clock.clone())
+        .await
+        .unwrap();
+    let (mut old, _) = toki
+        .create_tenant(&"acme".parse().unwrap(), true)
+        .await
+        .unwrap();
+    old.id = "acme_corp".parse().unwrap(); // as written before the rule
+    toki.directory.put(&old).await.unwrap();
+    assert!(
+        toki.tenant_record(&old.id).await.is_ok(),
+        "old ids still load"
+    );
+    let err = toki
+        .create_tenant(&"acme-corp".parse().unwrap(), true)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("existing tenant acme_corp"),
+        "{err:#}"
+    );
+    let err = toki
+        .create_tenant(&"acme_corp".parse().unwrap(), true)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains('_'),
+        "the rule for new ids: {err:#}"
+    );
+    let id = "globex".parse().unwrap();
+    let (_, first) = toki.create_tenant(&id, true).await.unwrap();
+    let expiry = clock.now() + ChronoDuration::hours(1);
+    let ci = toki
+        .create_key(&id, "ci".parse().unwrap(), Some(expiry))
+        .await
+        .unwrap();
+    toki.revoke_key(&id, &"default".parse().unwrap())
+        .await
+        .unwrap();
+    let keys = toki.tenant_record(&id).await.unwrap().api_keys;
+    assert!(
+        authenticate(&keys, &first, clock.now()).is_none(),
+        "revoked"
+    );
+    assert!(authenticate(&keys, &ci, clock.now()).is_some());
+    *clock.0.lock().unwrap() = expiry;
+    assert!(authenticate(&keys, &ci, clock.now()).is_none(), "expired");
+}

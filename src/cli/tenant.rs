@@ -1,4 +1,4 @@
-//! `toki tenant create | set | list`.
+//! `toki tenant create | set | list`, and `key` ([`super::tenant_key`]).
 
 use std::path::Path;
 
@@ -18,6 +18,11 @@ pub enum TenantCommand {
     Set(SetArgs),
     /// List tenants and their contracts.
     List(ListArgs),
+    /// A tenant's API keys: create, list, revoke.
+    Key {
+        #[command(subcommand)]
+        command: super::tenant_key::KeyCommand,
+    },
 }
 
 impl TenantCommand {
@@ -26,6 +31,7 @@ impl TenantCommand {
             TenantCommand::Create(args) => args.run(file).await,
             TenantCommand::Set(args) => args.run(file).await,
             TenantCommand::List(args) => args.run(file).await,
+            TenantCommand::Key { command } => command.run(file).await,
         }
     }
 }
@@ -33,7 +39,8 @@ impl TenantCommand {
 // `toki tenant create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
-    #[arg(value_parser = clap::value_parser!(TenantId))]
+    /// Lowercase letters and digits, words joined by single hyphens, from a letter (`acme-corp`).
+    #[arg(value_parser = new_tenant_id)]
     id: TenantId,
     #[command(flatten)]
     common: Common,
@@ -46,18 +53,21 @@ impl CreateArgs {
     async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let id = &self.id;
         let toki = Toki::open(config_with(file, &self.common)?).await?;
-        if toki.directory.get(id).await?.is_some() {
-            anyhow::bail!("tenant {id} exists already");
-        }
+        // Refuses an existing id and one colliding with it (acme-corp, acme_corp).
         let (record, key) = toki.create_tenant(id, !self.disabled).await?;
         eprintln!(
             "created tenant {} (database {})",
             record.id, record.database
         );
-        eprintln!("its API key (shown once):");
+        eprintln!("its API key, named default (shown once):");
         println!("{key}");
         Ok(0)
     }
+}
+
+/// A new tenant's id: the stricter rule than what loads.
+fn new_tenant_id(s: &str) -> Result<TenantId, String> {
+    TenantId::parse_new(s).map_err(|e| e.problem)
 }
 
 // `toki tenant set`.

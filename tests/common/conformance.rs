@@ -978,7 +978,12 @@ pub mod directory {
             reminders_enabled: true,
             active: true,
             database: "/tmp/x.sqlite".into(),
-            api_key_sha256: "ab".repeat(32),
+            api_keys: vec![toki_model::api_key::ApiKey::new(
+                "default".parse().unwrap(),
+                "toki_k",
+                "2026-11-23T08:00:00Z".parse().unwrap(),
+                None,
+            )],
             change_notices: Default::default(),
             limits: Default::default(),
         };
@@ -992,11 +997,18 @@ pub mod directory {
             hard_cap_ms: 60_000,
         };
         rec.limits.edit("slack=2.5/4,tenantdb=permits:3").unwrap();
+        // A second key with an expiry, the first revoked: all kept.
+        let expiry = "2027-01-01T00:00:00Z".parse().unwrap();
+        let second =
+            toki_model::api_key::ApiKey::new("ci".parse().unwrap(), "toki_c", expiry, Some(expiry));
+        rec.add_key(second).unwrap();
+        rec.revoke_key(&"default".parse().unwrap(), expiry).unwrap();
         d.put(&rec).await.unwrap();
         let back = d.get(&id).await.unwrap().unwrap();
         assert!(!back.reminders_enabled);
         assert_eq!(back.change_notices, rec.change_notices);
         assert_eq!(back.limits, rec.limits);
+        assert_eq!(back.api_keys, rec.api_keys);
         assert!(d.list().await.unwrap().contains(&rec));
         // Limits taken off the contract are gone from the stored record.
         rec.limits = Default::default();

@@ -38,4 +38,4 @@ mod toki;
 pub use config::{BackendKind, Config};
 pub use logging::{init_lambda_tracing, init_tracing, shutdown_signal};
 pub use otel::{flush_traces, shutdown_traces};
-pub use toki::{api_key_hash, Toki};
+pub use toki::{new_api_key, Toki};

@@ -36,7 +36,8 @@ pub fn json() -> Bytes {
     info(
         title = "Toki registrar API",
         description = "Registers the schedules, users and reminder rules whose reminders Toki delivers at the second they are due. \
-            JSON in and out; every `/v1/tenants/{tenant}/...` call carries the tenant's API key as `Authorization: Bearer <key>` or as `x-toki-api-key: <key>`. \
+            JSON in and out; every `/v1/tenants/{tenant}/...` call carries the tenant's API key as `Authorization: Bearer <key>` or as `x-toki-api-key: <key>`; \
+            a wrong, expired or revoked key answers 401, a valid key of a suspended tenant 403 (`tenant_suspended`). \
             Errors answer `{\"error\": {\"code\", \"message\", \"field\"?}}` and write nothing."
     ),
     paths(
@@ -81,7 +82,7 @@ impl Modify for ApiKeys {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "The tenant's API key, as printed by `toki tenant create`",
+                        "One of the tenant's API keys, as printed once by `toki tenant create` or `toki tenant key create`",
                     ))
                     .build(),
             ),

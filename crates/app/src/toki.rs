@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use toki_core::debounce::{Debouncer, QueueTimer};
 use toki_core::notice::NoticeAction;
 use toki_core::registrar::ChangeNotices;
 use toki_core::registrar::Registrar;
 use toki_core::scanner::Scanner;
-use toki_model::{TenantId, TenantRecord};
+use toki_model::api_key::ApiKey;
+use toki_model::{Instant, KeyName, TenantId, TenantRecord};
 use toki_ports::DebounceStore;
 use toki_ports::LeaseStore;
 use toki_ports::{Clock, DelayQueue, ReminderIndex, TenantDirectory};
@@ -39,10 +39,13 @@ pub struct Toki {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// The SHA-256 of an API key, as the directory stores it.
-pub fn api_key_hash(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+/// A new API key: `toki_` and 192 random bits in hex. Shown once; the
+/// directory keeps only its SHA-256 (`toki_model::api_key`).
+pub fn new_api_key() -> String {
+    let mut raw = [0u8; 24];
+    rand::thread_rng().fill_bytes(&mut raw);
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    format!("toki_{hex}")
 }
 
 impl Toki {
@@ -161,33 +164,87 @@ impl Toki {
     }
 
     /// Creates a tenant: its database (created and migrated) and its directory
-    /// entry. Returns the record and the API key (shown once; only its hash is kept).
+    /// entry with one key, `default`. Returns the record and that key (shown
+    /// once; only its hash is kept). Refuses an id that breaks the rule for
+    /// new ids, or whose canonical form is an existing tenant's.
     pub async fn create_tenant(
         &self,
         id: &TenantId,
         reminders_enabled: bool,
     ) -> anyhow::Result<(TenantRecord, String)> {
+        id.check_new()?;
+        self.check_id_free(id).await?;
         self.provision(id)
             .await
             .with_context(|| format!("creating the database of tenant {id}"))?;
-        let database = self.databases.name(id);
-        let mut raw = [0u8; 24];
-        rand::thread_rng().fill_bytes(&mut raw);
-        let key = format!(
-            "toki_{}",
-            raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
+        let key = new_api_key();
+        let default: KeyName = "default".parse().expect("a valid key name");
         let record = TenantRecord {
             id: id.clone(),
             reminders_enabled,
             active: true,
-            database,
-            api_key_sha256: api_key_hash(&key),
+            database: self.databases.name(id),
+            api_keys: vec![ApiKey::new(default, &key, self.clock.now(), None)],
             change_notices: Default::default(),
             limits: Default::default(),
         };
         self.directory.put(&record).await?;
         Ok((record, key))
+    }
+
+    /// No tenant has `id`, nor its canonical form (the two would share a
+    /// database). Checked before creating, not atomically with it: two
+    /// creates of colliding ids at once are the operator's to avoid.
+    async fn check_id_free(&self, id: &TenantId) -> anyhow::Result<()> {
+        let tenants = self.directory.list().await?;
+        if tenants.iter().any(|t| &t.id == id) {
+            anyhow::bail!("tenant {id} exists already");
+        }
+        if let Some(existing) = id.collides_with(tenants.iter().map(|t| &t.id)) {
+            anyhow::bail!(
+                "tenant id {id} collides with the existing tenant {existing}: both are {} \
+                 (the database name's form); choose another id",
+                id.canonical()
+            );
+        }
+        Ok(())
+    }
+
+    /// Adds a key named `name` to a tenant; returns it (shown once).
+    pub async fn create_key(
+        &self,
+        tenant: &TenantId,
+        name: KeyName,
+        expires_at: Option<Instant>,
+    ) -> anyhow::Result<String> {
+        let now = self.clock.now();
+        if expires_at.is_some_and(|e| e <= now) {
+            anyhow::bail!(
+                "the expiry {} is not in the future",
+                expires_at.unwrap_or(now)
+            );
+        }
+        let mut record = self.tenant_record(tenant).await?;
+        let key = new_api_key();
+        record.add_key(ApiKey::new(name, &key, now, expires_at))?;
+        self.directory.put(&record).await?;
+        Ok(key)
+    }
+
+    /// Revokes a tenant's key: from now on it gets 401.
+    pub async fn revoke_key(&self, tenant: &TenantId, name: &KeyName) -> anyhow::Result<()> {
+        let mut record = self.tenant_record(tenant).await?;
+        record.revoke_key(name, self.clock.now())?;
+        self.directory.put(&record).await?;
+        Ok(())
+    }
+
+    /// A tenant's directory entry, or an error naming it.
+    pub async fn tenant_record(&self, tenant: &TenantId) -> anyhow::Result<TenantRecord> {
+        self.directory
+            .get(tenant)
+            .await?
+            .with_context(|| format!("no tenant {tenant}"))
     }
 }
 

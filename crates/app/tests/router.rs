@@ -354,3 +354,59 @@ async fn a_template_over_the_render_limits_is_422_and_writes_nothing() {
     let store = kit.stores.get(&"acme".parse().unwrap()).unwrap();
     assert!(store.templates().await.unwrap().is_empty());
 }
+
+/// A second key with an expiry, then revoked; the tenant then suspended:
+/// expired and revoked keys get the wrong key's 401 (ids cannot be probed),
+/// a suspended tenant's valid key 403 `tenant_suspended`. The expiry is
+/// crossed by advancing the kit's paused clock, not by sleeping.
+#[tokio::test(start_paused = true)]
+async fn expired_and_revoked_keys_get_401_a_suspended_tenant_403() {
+    use toki_model::api_key::ApiKey;
+    use toki_ports::TenantDirectory;
+    let kit = kit_with_tenant().await;
+    let acme: toki_model::TenantId = "acme".parse().unwrap();
+    let mut record = kit.directory.get(&acme).await.unwrap().unwrap();
+    let expiry = kit.now() + chrono::Duration::minutes(10);
+    let ci = ApiKey::new("ci".parse().unwrap(), "toki_ci", kit.now(), Some(expiry));
+    record.add_key(ci).unwrap();
+    kit.directory.put(&record).await.unwrap();
+    let path = "/v1/tenants/acme/users/ana";
+    let user = Some(json!({"name": "Ana"}));
+    let status = |key| {
+        let (kit, user) = (&kit, user.clone());
+        async move { call(kit, "PUT", path, Some(key), user).await }
+    };
+    assert_eq!(status("toki_ci").await.0, StatusCode::OK);
+    tokio::time::advance(std::time::Duration::from_secs(600)).await;
+    let (code, body) = status("toki_ci").await;
+    assert_eq!(
+        (code, &body["error"]["code"]),
+        (StatusCode::UNAUTHORIZED, &json!("unauthorized"))
+    );
+    assert_eq!(body["error"]["message"], "unknown tenant or wrong API key");
+    assert_eq!(
+        status(KEY).await.0,
+        StatusCode::OK,
+        "the other key still opens"
+    );
+    record
+        .revoke_key(&"default".parse().unwrap(), kit.now())
+        .unwrap();
+    kit.directory.put(&record).await.unwrap();
+    let (code, revoked) = status(KEY).await;
+    assert_eq!((code, revoked), (StatusCode::UNAUTHORIZED, body));
+    let fresh = ApiKey::new("fresh".parse().unwrap(), "toki_fresh", kit.now(), None);
+    record.add_key(fresh).unwrap();
+    record.active = false;
+    kit.directory.put(&record).await.unwrap();
+    let (code, body) = status("toki_fresh").await;
+    assert_eq!(
+        (code, &body["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("tenant_suspended"))
+    );
+    assert_eq!(
+        status("toki_wrong").await.0,
+        StatusCode::UNAUTHORIZED,
+        "403 only with a valid key"
+    );
+}

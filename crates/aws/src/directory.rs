@@ -1,12 +1,16 @@
 //! The tenant directory on DynamoDB: one item per tenant, partition key
 //! `tenant` (S); attributes reminders_enabled (BOOL), active (BOOL), database
-//! (S), api_key_sha256 (S).
+//! (S), api_keys (S, JSON: `toki_model::api_key::ApiKey`s). Items written
+//! before several keys have api_key_sha256 (S) instead, read as the key
+//! `default`; items written since carry it empty, so an older binary
+//! rejects their keys rather than ignore a revocation.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use toki_model::api_key::{keys_from_stored, keys_to_stored};
 use toki_model::{TenantId, TenantRecord};
 use toki_ports::StoreResult;
 use toki_ports::TenantDirectory;
@@ -43,6 +47,18 @@ fn get_bool(
     }
 }
 
+/// A string attribute that may be absent.
+fn opt_s<'a>(
+    item: &'a HashMap<String, AttributeValue>,
+    name: &'static str,
+) -> Result<Option<&'a str>, FieldError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::S(v)) => Ok(Some(v)),
+        Some(other) => Err((name, format!("expected a string, got {other:?}"))),
+    }
+}
+
 fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsError> {
     let parse = || -> Result<TenantRecord, FieldError> {
         Ok(TenantRecord {
@@ -51,7 +67,8 @@ fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsErr
             reminders_enabled: get_bool(item, "reminders_enabled")?,
             active: get_bool(item, "active")?,
             database: get_s(item, "database")?.to_owned(),
-            api_key_sha256: get_s(item, "api_key_sha256")?.to_owned(),
+            api_keys: keys_from_stored(opt_s(item, "api_keys")?, opt_s(item, "api_key_sha256")?)
+                .map_err(|e| ("api_keys", e))?,
             // JSON; absent on items written before change notices existed.
             change_notices: match item.get("change_notices") {
                 None => Default::default(),
@@ -107,7 +124,8 @@ impl TenantDirectory for DynamoTenantDirectory {
             ),
             ("active".to_owned(), AttributeValue::Bool(r.active)),
             ("database".to_owned(), s(r.database.as_str())),
-            ("api_key_sha256".to_owned(), s(r.api_key_sha256.as_str())),
+            ("api_key_sha256".to_owned(), s("")),
+            ("api_keys".to_owned(), s(keys_to_stored(&r.api_keys))),
             (
                 "change_notices".to_owned(),
                 s(serde_json::to_string(&r.change_notices).expect("settings serialise")),

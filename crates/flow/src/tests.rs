@@ -533,7 +533,7 @@ async fn directory_with(tenant: &str, spec: &str) -> Arc<toki_ports::testing::Me
             reminders_enabled: true,
             active: true,
             database: String::new(),
-            api_key_sha256: String::new(),
+            api_keys: Vec::new(),
             change_notices: Default::default(),
             limits,
         })

@@ -77,6 +77,28 @@ fn check_tenant_id(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The rule for new tenant ids (`toki tenant create`), stricter than what
+/// loads: lowercase letters and digits in words joined by single hyphens,
+/// starting with a letter. No `_`, so that `-` → `_` (database names) is
+/// one to one among new ids.
+fn check_new_tenant_id(s: &str) -> Result<(), String> {
+    check_tenant_id(s)?;
+    if s.contains('_') {
+        return Err(format!("new tenant ids use '-', not '_', got {s:?}"));
+    }
+    if s.ends_with('-') || s.contains("--") {
+        return Err(format!(
+            "hyphens must join letters or digits (none doubled or at the end), got {s:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Ids that have the same canonical form would share a database.
+fn canonical_tenant_id(s: &str) -> String {
+    s.replace('-', "_")
+}
+
 /// Entity ids travel inside `#`- and `,`-separated keys and message attributes.
 fn check_entity_id(s: &str) -> Result<(), String> {
     if s.is_empty() {
@@ -99,6 +121,73 @@ fn check_entity_id(s: &str) -> Result<(), String> {
 id_type!(
     /// A customer of the SaaS; owns one database (bridge model).
     TenantId, "tenant", check_tenant_id
+);
+/// A tenant id's canonical form: what names its database
+/// (`toki_{tenant}`) and what two tenants must not share. `acme-corp` and
+/// `acme_corp` are both `acme_corp`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CanonicalTenantId(String);
+
+impl CanonicalTenantId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CanonicalTenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TenantId {
+    /// Parses an id for a new tenant: [`check_new_tenant_id`]'s rule. Ids
+    /// that loaded before it (with `_`, `--`) still parse with `parse`.
+    pub fn parse_new(s: &str) -> Result<Self, ValidationError> {
+        check_new_tenant_id(s).map_err(|problem| ValidationError::new("tenant", problem))?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// Whether this id would be accepted for a new tenant.
+    pub fn check_new(&self) -> Result<(), ValidationError> {
+        Self::parse_new(&self.0).map(drop)
+    }
+
+    pub fn canonical(&self) -> CanonicalTenantId {
+        CanonicalTenantId(canonical_tenant_id(&self.0))
+    }
+
+    /// The first of `existing` that is not `self` but has its canonical form.
+    pub fn collides_with<'a>(
+        &self,
+        existing: impl IntoIterator<Item = &'a TenantId>,
+    ) -> Option<&'a TenantId> {
+        let mine = self.canonical();
+        existing
+            .into_iter()
+            .find(|t| *t != self && t.canonical() == mine)
+    }
+}
+
+/// Key names are shown in `toki tenant key list` and typed in `revoke`.
+fn check_key_name(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 40 {
+        return Err(format!("must be 1 to 40 characters, got {}", s.len()));
+    }
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        return Err(format!(
+            "may contain only letters, digits and _ - ., found {bad:?}"
+        ));
+    }
+    Ok(())
+}
+
+id_type!(
+    /// The name of one of a tenant's API keys (`default`, `ci-2026`).
+    KeyName, "key name", check_key_name
 );
 id_type!(
     /// A user within a tenant.
@@ -654,5 +743,57 @@ impl ScheduleSnapshot {
             ),
             None => (&self.title, &self.body),
         }
+    }
+}
+
+#[cfg(test)]
+mod tenant_id_tests {
+    use super::TenantId;
+
+    fn id(s: &str) -> TenantId {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn new_ids_are_words_joined_by_single_hyphens() {
+        for ok in ["acme", "acme-corp", "a1-b2-c3", "x"] {
+            assert!(TenantId::parse_new(ok).is_ok(), "{ok}");
+        }
+        let too_long = "a".repeat(41);
+        for bad in [
+            "acme_corp",
+            "acme--corp",
+            "acme-",
+            "-acme",
+            "1acme",
+            "Acme",
+            "",
+            &too_long,
+        ] {
+            assert!(TenantId::parse_new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_from_before_the_rule_still_load() {
+        for old in ["acme_corp", "acme--corp", "acme-"] {
+            assert!(old.parse::<TenantId>().is_ok(), "{old}");
+            assert!(id(old).check_new().is_err(), "{old}");
+        }
+    }
+
+    #[test]
+    fn the_canonical_form_is_the_database_names() {
+        assert_eq!(id("acme-corp").canonical(), id("acme_corp").canonical());
+        assert_eq!(id("acme-corp").canonical().as_str(), "acme_corp");
+        assert_ne!(id("acme-corp").canonical(), id("acmecorp").canonical());
+    }
+
+    #[test]
+    fn a_collision_names_the_existing_id_but_not_the_same_id() {
+        let existing = [id("acme_corp"), id("globex")];
+        assert_eq!(id("acme-corp").collides_with(&existing), Some(&existing[0]));
+        assert_eq!(id("acme_corp").collides_with(&existing), None);
+        assert_eq!(id("initech").collides_with(&existing), None);
     }
 }

@@ -4,6 +4,7 @@
 //! notices and the debounce, templates, lateness statistics. No tokio and no
 //! I/O: everything here is a value or a function of its arguments.
 
+pub mod api_key;
 pub mod change;
 pub mod debounce;
 pub mod domain;

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::Row;
+use toki_model::api_key::{keys_from_stored, keys_to_stored};
 use toki_model::{TenantId, TenantRecord, ValidationError};
 use toki_ports::StoreResult;
 use toki_ports::TenantDirectory;
@@ -28,7 +29,11 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
         reminders_enabled: row.get("reminders_enabled"),
         active: row.get("active"),
         database: row.get("database"),
-        api_key_sha256: row.get("api_key_sha256"),
+        api_keys: keys_from_stored(
+            row.get::<Option<String>, _>("api_keys").as_deref(),
+            row.get::<Option<String>, _>("api_key_sha256").as_deref(),
+        )
+        .map_err(|e| toki_ports::StoreError::corrupt("tenant directory column api_keys", e))?,
         change_notices: match row.get::<Option<String>, _>("change_notices") {
             None => Default::default(),
             Some(json) => serde_json::from_str(&json).map_err(|e| {
@@ -60,18 +65,19 @@ impl TenantDirectory for SqliteTenantDirectory {
 
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, change_notices, limits)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            // api_key_sha256 '': the keys are in api_keys (migration 0008).
+            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, api_keys, change_notices, limits)
+             VALUES ($1, $2, $3, $4, '', $5, $6, $7)
              ON CONFLICT (id) DO UPDATE SET reminders_enabled = excluded.reminders_enabled,
                active = excluded.active, database = excluded.database,
-               api_key_sha256 = excluded.api_key_sha256, change_notices = excluded.change_notices,
-               limits = excluded.limits",
+               api_key_sha256 = excluded.api_key_sha256, api_keys = excluded.api_keys,
+               change_notices = excluded.change_notices, limits = excluded.limits",
         )
         .bind(r.id.as_str())
         .bind(r.reminders_enabled)
         .bind(r.active)
         .bind(&r.database)
-        .bind(&r.api_key_sha256)
+        .bind(keys_to_stored(&r.api_keys))
         .bind(serde_json::to_string(&r.change_notices).expect("settings serialise"))
         .bind((!r.limits.is_empty()).then(|| serde_json::to_string(&r.limits).expect("limits serialise")))
         .execute(&self.pool)
@@ -86,5 +92,44 @@ impl TenantDirectory for SqliteTenantDirectory {
             .await
             .map_err(db_err)?;
         rows.iter().map(record).collect()
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use toki_model::api_key::{authenticate, KeyDigest};
+    use toki_ports::TenantDirectory;
+
+    use super::SqliteTenantDirectory;
+    use crate::control::ControlDb;
+
+    /// A row from before several keys (migration 0008 leaves api_keys NULL)
+    /// still authenticates with its one key, now named `default`; written
+    /// back, it keeps that key in the new column.
+    #[tokio::test]
+    async fn a_single_key_row_still_authenticates() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ControlDb::open(&dir.path().join("control.sqlite"))
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256) VALUES ('acme', 1, 1, 'x', $1)")
+            .bind(KeyDigest::of("toki_old").to_hex())
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let directory = SqliteTenantDirectory::new(db.pool.clone());
+        let id = "acme".parse().unwrap();
+        let record = directory.get(&id).await.unwrap().unwrap();
+        let now: toki_model::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
+        let key = authenticate(&record.api_keys, "toki_old", now).unwrap();
+        assert_eq!(key.name.as_str(), "default");
+        directory.put(&record).await.unwrap();
+        let again = directory.get(&id).await.unwrap().unwrap();
+        assert_eq!(again, record);
+        let legacy: String = sqlx::query_scalar("SELECT api_key_sha256 FROM tenants")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(legacy, "", "the old column no longer holds a key");
     }
 }

@@ -141,7 +141,7 @@ impl TenantStores for SqlTenantStores {
 /// A tenant's database from a template with `{tenant}` (`-` becomes `_`, as
 /// database names allow).
 pub fn database_for(template: &str, tenant: &TenantId) -> String {
-    template.replace("{tenant}", &tenant.as_str().replace('-', "_"))
+    template.replace("{tenant}", tenant.canonical().as_str())
 }
 
 /// Drops a tenant database (Postgres) or deletes its file (SQLite), if it exists.

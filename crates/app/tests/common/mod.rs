@@ -1,10 +1,10 @@
 //! What the app's in-process API tests share: a test kit with tenant `acme`
 //! whose API key is [`KEY`].
 
-use toki_app::api_key_hash;
 use toki_core::testing::TestKit;
+use toki_model::api_key::ApiKey;
 use toki_model::TenantRecord;
-use toki_ports::TenantDirectory;
+use toki_ports::{Clock, TenantDirectory};
 
 pub const KEY: &str = "toki_test_key";
 
@@ -17,7 +17,12 @@ pub async fn kit_with_tenant() -> TestKit {
             reminders_enabled: true,
             active: true,
             database: "memory:acme".into(),
-            api_key_sha256: api_key_hash(KEY),
+            api_keys: vec![ApiKey::new(
+                "default".parse().unwrap(),
+                KEY,
+                kit.clock.now(),
+                None,
+            )],
             change_notices: Default::default(),
             limits: Default::default(),
         })

@@ -109,7 +109,7 @@ impl TestKit {
                 reminders_enabled,
                 active: true,
                 database: format!("memory:{tenant}"),
-                api_key_sha256: String::new(),
+                api_keys: Vec::new(),
                 change_notices: Default::default(),
                 limits: Default::default(),
             })

@@ -9,13 +9,14 @@ use axum::response::{IntoResponse, Response};
 use toki_core::registrar::RegistrarError;
 use toki_model::TenantId;
 
-use super::error::{unauthorized, ApiError, ErrorCode};
+use super::error::{suspended, unauthorized, ApiError, ErrorCode};
 use super::state::{ApiState, API_KEY_HEADER};
-use crate::toki::api_key_hash;
+use toki_model::api_key::authenticate;
 
 /// The `{tenant}` of the path, its API key checked: a malformed or unknown
-/// tenant and a missing or wrong key answer 401 (the same, so that tenant
-/// ids cannot be probed), an unreachable tenant directory 503.
+/// tenant and a missing, wrong, expired or revoked key answer 401 (the
+/// same, so that tenant ids cannot be probed), a suspended tenant's valid
+/// key 403, an unreachable tenant directory 503.
 #[derive(Debug, Clone)]
 pub(crate) struct AuthedTenant(pub(crate) TenantId);
 
@@ -67,8 +68,9 @@ fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
         })
 }
 
-/// Checks the tenant id and its key against the tenant's record.
-async fn authorize(
+/// Checks the tenant id and its key against the tenant's record, then that
+/// the tenant is active (only a key holder learns it is suspended).
+pub(crate) async fn authorize(
     state: &ApiState,
     tenant: &str,
     headers: &HeaderMap,
@@ -81,8 +83,12 @@ async fn authorize(
         // The directory is down: say so, so clients retry (not "wrong key").
         Err(e) => return Err(e.into()),
     };
-    if record.api_key_sha256 != api_key_hash(key.trim()) {
+    let now = state.registrar.clock.now();
+    if authenticate(&record.api_keys, key.trim(), now).is_none() {
         return Err(unauthorized());
+    }
+    if !record.active {
+        return Err(suspended());
     }
     Ok(tenant)
 }

@@ -48,8 +48,10 @@ pub(crate) enum ErrorCode {
     TooLarge,
     /// 415: the body is not declared JSON.
     UnsupportedMediaType,
-    /// 401: missing or wrong key, unknown or malformed tenant.
+    /// 401: missing, wrong, expired or revoked key, unknown or malformed tenant.
     Unauthorized,
+    /// 403: the key is valid but the tenant is suspended.
+    TenantSuspended,
     /// 404.
     NotFound,
     /// 422: a value is not valid; `field` names it.
@@ -144,5 +146,14 @@ pub(crate) fn unauthorized() -> ApiError {
         StatusCode::UNAUTHORIZED,
         ErrorCode::Unauthorized,
         "unknown tenant or wrong API key",
+    )
+}
+
+/// A valid key of a suspended tenant (`toki tenant set --active off`).
+pub(crate) fn suspended() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        ErrorCode::TenantSuspended,
+        "the tenant is suspended",
     )
 }

@@ -368,10 +368,13 @@ pub struct UserViewDoc {
 /// What any `/v1/tenants/{tenant}/...` route may answer besides its own.
 #[derive(IntoResponses)]
 pub enum TenantErrors {
-    /// A missing or wrong API key, an unknown tenant or a malformed tenant
-    /// id: they look the same, so tenant ids cannot be probed.
+    /// A missing, wrong, expired or revoked API key, an unknown tenant or a
+    /// malformed tenant id: they look the same, so tenant ids cannot be probed.
     #[response(status = 401)]
     Unauthorized(ErrorBody),
+    /// A valid key of a suspended tenant (`tenant_suspended`).
+    #[response(status = 403)]
+    Suspended(ErrorBody),
     /// A backend cannot be reached; nothing was written: retry.
     #[response(status = 503)]
     Unavailable(ErrorBody),
