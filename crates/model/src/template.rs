@@ -126,6 +126,8 @@ pub fn text_to_html(s: &str) -> String {
 
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
+    // Only what cannot build large values (language.rs).
+    language::restrict(&mut env);
     // A tenant's template runs for every recipient: bounded (limits.rs).
     env.set_fuel(Some(limits::FUEL));
     env.set_recursion_limit(limits::RECURSION_LIMIT);
@@ -157,11 +159,13 @@ fn environment() -> Environment<'static> {
 
 mod check;
 mod defaults;
+mod language;
 mod limits;
 mod render;
 
 pub use check::parse_locale;
 pub use defaults::{default_template, DEFAULT_LOCALES};
+pub use language::{FILTERS, MAX_VALUE_BYTES};
 pub use limits::{
     RenderError, FUEL, MAX_CHAT_OUTPUT, MAX_MAIL_OUTPUT, MAX_SUBJECT_OUTPUT, RECURSION_LIMIT,
 };

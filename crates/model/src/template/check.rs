@@ -155,6 +155,8 @@ impl ReminderTemplate {
                     format!("is {} bytes; at most {max}", source.len()),
                 ));
             }
+            super::language::check_source(source)
+                .map_err(|problem| ValidationError::new(*field, problem))?;
             env.add_template_owned(name(self.channel, &self.locale, *part), source.to_string())
                 .map_err(|e| ValidationError::new(*field, template_problem(&e)))?;
         }

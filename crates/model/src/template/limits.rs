@@ -55,6 +55,11 @@ pub enum RenderError {
     TooLong { max: usize, what: &'static str },
     #[error("nests deeper than the {RECURSION_LIMIT} levels a template may (recursion limit)")]
     TooDeep,
+    #[error(
+        "builds a value longer than the {} bytes a template may (value limit)",
+        super::language::MAX_VALUE_BYTES
+    )]
+    TooBig,
     /// Any other failure (an unknown variable, a division by zero): what, and where.
     #[error("{0}")]
     Template(String),
@@ -118,6 +123,9 @@ pub(super) fn classify(e: &minijinja::Error) -> RenderError {
         ErrorKind::OutOfFuel => RenderError::OutOfFuel,
         ErrorKind::InvalidOperation if e.detail() == Some("recursion limit exceeded") => {
             RenderError::TooDeep
+        }
+        ErrorKind::InvalidOperation if e.detail() == Some(super::language::VALUE_LIMIT) => {
+            RenderError::TooBig
         }
         _ => RenderError::Template(super::check::template_problem(e)),
     }

@@ -128,6 +128,14 @@ impl Templates {
             ];
             for (part, source) in parts {
                 let Some(source) = source else { continue };
+                // Stored before the language was restricted: as if it did not compile.
+                if let Err(problem) = super::language::check_source(source) {
+                    tracing::warn!(
+                        channel = %t.channel, locale = %t.locale, %problem,
+                        "a tenant template uses what templates may not: the default is used"
+                    );
+                    continue;
+                }
                 match env.add_template_owned(name(t.channel, &t.locale, part), source.to_owned()) {
                     Ok(()) => {
                         has.insert((t.channel, t.locale.clone(), part as u8));

@@ -375,7 +375,7 @@ fn registration_refuses_a_template_whose_output_is_too_long() {
 fn registration_refuses_a_template_that_nests_too_deep() {
     let e = refused(
         Channel::Chat,
-        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ title }}{{ f(0) }}",
+        "{% macro f(n) %}{{ f(n - 1) }}{% endmacro %}{{ title }}{{ f(0) }}",
     );
     assert_eq!(e.field, "text");
     assert_eq!(
@@ -422,4 +422,53 @@ fn a_stored_template_over_a_limit_fails_at_send_time_naming_it() {
         &user("en", chrono_tz::UTC),
     );
     assert!(slack.is_ok());
+}
+
+/// What would build values larger than given is refused by name: the
+/// operators that join or repeat, the functions and filters left out; the
+/// filters kept stay within the value limit.
+#[test]
+fn the_language_builds_no_large_values() {
+    for (text, names) in [
+        ("{% set a = title ~ title %}{{ a }}", "`~`"),
+        ("{{ title * 3 }}", "`*`"),
+        ("{{ [title] + [title] }}", "`+`"),
+        ("{{ 2 ** 3 }}{{ title }}", "`**`"),
+    ] {
+        let e = refused(Channel::Chat, text);
+        assert_eq!(e.field, "text", "{text}");
+        assert!(e.problem.contains(names), "{text}: {e}");
+    }
+    for filter in [
+        "join",
+        "replace('a', 'aaaa')",
+        "format(title)",
+        "indent(100000)",
+        "list",
+        "tojson",
+    ] {
+        let text = format!("{{{{ title|{filter} }}}}");
+        let e = refused(Channel::Chat, &text);
+        assert!(e.problem.contains("unknown filter"), "{text}: {e}");
+    }
+    for function in ["lipsum(100000)", "namespace()", "dict(a=1)"] {
+        let text = format!("{{{{ {function} }}}}{{{{ title }}}}");
+        let e = refused(Channel::Chat, &text);
+        assert!(e.problem.contains("unknown function"), "{text}: {e}");
+    }
+    for filter in super::FILTERS {
+        let numeric = ["abs", "round", "int", "float"].contains(filter);
+        let value = if numeric { "minutes" } else { "title" };
+        let text = format!("{{{{ {value}|{filter} }}}}");
+        ReminderTemplate::validate(
+            Channel::Chat,
+            "en",
+            &TemplateInput {
+                subject: None,
+                text,
+                html: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{filter}: {e}"));
+    }
 }
