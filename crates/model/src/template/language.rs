@@ -56,7 +56,7 @@ pub(super) fn check_source(source: &str) -> Result<(), String> {
     let tokens = tokenize(
         source,
         false,
-        SyntaxConfig::default(),
+        SyntaxConfig,
         WhitespaceConfig::default(),
     );
     for (token, span) in tokens.map_while(Result::ok) {
