@@ -223,3 +223,29 @@ async fn a_cap_refuses_new_ones_naming_it_but_not_updates_and_a_batch_whole() {
     .await;
     assert!(a.status.is_success(), "{}", a.body);
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_tenant_route_documents_429_with_retry_after() {
+    let kit = kit_with_tenant().await;
+    let router = api::router(Arc::new(kit.registrar()));
+    let req = Request::get("/openapi.json").body(Body::empty()).unwrap();
+    let resp = router.oneshot(req).await.unwrap();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let r429 = &op["responses"]["429"];
+            if path.starts_with("/v1/tenants/") {
+                assert!(
+                    r429["headers"]["Retry-After"].is_object(),
+                    "{method} {path}"
+                );
+                checked += 1;
+            } else {
+                assert!(r429.is_null(), "{method} {path} has no quota");
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked}");
+}
