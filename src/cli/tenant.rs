@@ -100,6 +100,8 @@ pub struct SetArgs {
     /// permits in flight; `R/B+permits:N`; `RESOURCE=none` drops one).
     #[arg(long)]
     limits: Option<String>,
+    #[command(flatten)]
+    quota: QuotaArgs,
 }
 
 impl SetArgs {
@@ -124,6 +126,7 @@ impl SetArgs {
                 .edit(spec)
                 .map_err(|e| anyhow::anyhow!("--limits: {}: {}", e.field, e.problem))?;
         }
+        self.quota.apply(&mut record.limits.quota)?;
         if turned_on == NoticesTurnedOn::Yes {
             // What was edited while notices were off is not news now.
             let store = toki_ports::TenantStores::open(toki.stores.as_ref(), id).await?;
@@ -242,4 +245,70 @@ fn notices_summary(n: &ChangeNoticeSettings) -> String {
         s(n.max_delay_ms),
         s(n.hard_cap_ms)
     )
+}
+
+/// `toki tenant set`'s caps and API quota: each over the configured
+/// default, or `none` to drop the contract's and use the default again.
+#[derive(Debug, Args)]
+pub struct QuotaArgs {
+    /// Schedules the tenant may store (N or none).
+    #[arg(long, value_name = "N")]
+    max_schedules: Option<Override<u64>>,
+    /// Users the tenant may store (N or none).
+    #[arg(long, value_name = "N")]
+    max_users: Option<Override<u64>>,
+    /// Templates the tenant may store (N or none).
+    #[arg(long, value_name = "N")]
+    max_templates: Option<Override<u64>>,
+    /// API requests a second, per process (R or none).
+    #[arg(long, value_name = "R")]
+    api_rate: Option<Override<f64>>,
+    /// API requests at once after a quiet spell (B or none).
+    #[arg(long, value_name = "B")]
+    api_burst: Option<Override<u32>>,
+    /// API requests in flight at once, per process (C or none).
+    #[arg(long, value_name = "C")]
+    api_concurrency: Option<Override<u32>>,
+}
+
+/// A flag's value: a number, or `none` (the configured default applies).
+#[derive(Debug, Clone, Copy)]
+enum Override<T> {
+    Set(T),
+    Default,
+}
+
+impl<T: std::str::FromStr> std::str::FromStr for Override<T> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "none" {
+            return Ok(Override::Default);
+        }
+        s.parse()
+            .map(Override::Set)
+            .map_err(|_| format!("{s:?} is not a number or none"))
+    }
+}
+
+fn apply<T, U>(flag: Option<Override<T>>, field: &mut Option<U>, wrap: impl Fn(T) -> U) {
+    match flag {
+        Some(Override::Set(v)) => *field = Some(wrap(v)),
+        Some(Override::Default) => *field = None,
+        None => {}
+    }
+}
+
+impl QuotaArgs {
+    /// Sets what was given; the error names the field at fault.
+    fn apply(&self, q: &mut toki_model::quota::QuotaOverrides) -> anyhow::Result<()> {
+        use toki_model::quota::{Cap, PerSecond};
+        apply(self.max_schedules, &mut q.max_schedules, Cap);
+        apply(self.max_users, &mut q.max_users, Cap);
+        apply(self.max_templates, &mut q.max_templates, Cap);
+        apply(self.api_rate, &mut q.api_rate, PerSecond);
+        apply(self.api_burst, &mut q.api_burst, |b| b);
+        apply(self.api_concurrency, &mut q.api_concurrency, |c| c);
+        q.validate()
+            .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))
+    }
 }

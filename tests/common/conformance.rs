@@ -1236,6 +1236,8 @@ pub mod store {
         let found = s.get_users(&[u.id.clone(), nobody]).await.unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found.get(&u.id), Some(&u2));
+        let counted = s.count(toki_model::quota::Counted::Users).await.unwrap();
+        assert_eq!(counted, 1, "an update is not a new user");
         // Channels turned off are kept, and read with the participants.
         let mut u3 = u2.clone();
         u3.channels_off = [Channel::Slack, Channel::Mail].into();
@@ -1279,7 +1281,10 @@ pub mod store {
             s.templates().await.unwrap(),
             vec![mail2.clone(), slack.clone()]
         );
+        let templates = toki_model::quota::Counted::Templates;
+        assert_eq!(s.count(templates).await.unwrap(), 2);
         assert!(s.delete_template(Channel::Mail, "en-gb").await.unwrap());
+        assert_eq!(s.count(templates).await.unwrap(), 1);
         assert!(!s.delete_template(Channel::Mail, "en-gb").await.unwrap());
         assert!(!s.delete_template(Channel::Chat, "ja").await.unwrap());
         assert_eq!(s.templates().await.unwrap(), vec![slack]);
@@ -1313,8 +1318,15 @@ pub mod store {
                 .len(),
             1
         );
+        let schedules = toki_model::quota::Counted::Schedules;
+        assert_eq!(
+            s.count(schedules).await.unwrap(),
+            1,
+            "one schedule, two versions"
+        );
         let deleted = s.delete_schedule(&sch.id, Utc::now()).await.unwrap();
         assert_eq!(deleted, Some(3));
+        assert_eq!(s.count(schedules).await.unwrap(), 0);
         assert_eq!(s.get_schedule(&sch.id).await.unwrap(), None);
         assert_eq!(s.delete_schedule(&sch.id, Utc::now()).await.unwrap(), None);
         let v4 = s.put_schedule(&sch, Utc::now()).await.unwrap();

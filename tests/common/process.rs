@@ -128,7 +128,12 @@ pub fn create_tenant(data: &std::path::Path, tenant: &str) -> String {
 pub fn serve(data: &std::path::Path, configure: impl FnOnce(&mut Command)) -> (Process, String) {
     let mut cmd = Command::new(TOKI);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data);
+        .arg(data)
+        // These tests drive the API as fast as it answers; the per-tenant
+        // quota has its own (crates/app/tests/quota.rs). `configure` may
+        // set it back.
+        .env("TOKI_API_RATE", "1000000")
+        .env("TOKI_API_BURST", "1000000");
     configure(&mut cmd);
     let (process, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
     let base = line

@@ -24,5 +24,7 @@ pub(crate) mod shared;
 pub(crate) mod templates;
 pub(crate) mod users;
 
-pub use router::router;
-pub use shared::{ApiError, ApiState, API_KEY_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+pub use router::{router, router_with_quotas};
+pub use shared::{
+    ApiError, ApiQuotas, ApiState, API_KEY_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+};

@@ -46,7 +46,8 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
         }),
     ];
     let mut api_shutdown = shutdown.clone();
-    let router = crate::ops::track_requests(crate::api::router(registrar), toki.metrics.clone())
+    let api = crate::api::router_with_quotas(registrar, toki.api_quotas());
+    let router = crate::ops::track_requests(api, toki.metrics.clone())
         .merge(crate::ops::routes(toki.clone()))
         .merge(crate::report_page::routes(toki.clone()));
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {

@@ -115,6 +115,16 @@ impl Toki {
         Ok(done)
     }
 
+    /// Each tenant's share of the API, as configured; contracts read again
+    /// as often as the flow limits' (`flow.contract_refresh_ms`).
+    #[cfg(feature = "api")]
+    pub fn api_quotas(&self) -> Arc<crate::api::ApiQuotas> {
+        Arc::new(crate::api::ApiQuotas::new(
+            self.config.api_quota,
+            self.config.flow.contract_refresh(),
+        ))
+    }
+
     pub fn registrar(&self) -> Registrar {
         Registrar {
             directory: self.directory.clone(),

@@ -21,11 +21,13 @@ use toki_model::index::{reminders_for, Window};
 use toki_model::input::{
     instant_in, OccurrenceInput, ScheduleInput, UserInput, MAX_LISTED, MAX_LIST_DAYS,
 };
+use toki_model::quota::{Cap, Counted};
 use toki_model::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
 use toki_model::TenantRecord;
 use toki_ports::error::StoreError;
 use toki_ports::{
-    Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStores,
+    Clock, DelayQueue, IndexWrite, MirrorWork, ReminderIndex, TenantDirectory, TenantStore,
+    TenantStores,
 };
 
 /// Why a registrar call failed: the caller's input, or ours (with its source).
@@ -37,6 +39,14 @@ pub enum RegistrarError {
     UnknownTenant(TenantId),
     #[error("{0} not found")]
     NotFound(String),
+    /// The write would take the tenant past a cap; nothing was written.
+    #[error("the tenant stores {have} {} and may store {} ({}): {adding} more would cross it; delete some or have the cap raised", .what.plural(), .cap.0, .what.cap_name())]
+    CapReached {
+        what: Counted,
+        cap: Cap,
+        have: u64,
+        adding: u64,
+    },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -133,8 +143,12 @@ impl Registrar {
         input: &UserInput,
     ) -> Result<User, RegistrarError> {
         let user = input.validate(id)?;
-        self.tenant(tenant).await?;
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        self.check_cap(&record, store.as_ref(), Counted::Users, 1, || async {
+            Ok(u64::from(store.get_user(id).await?.is_none()))
+        })
+        .await?;
         store.put_user(&user, self.clock.now()).await?;
         Ok(user)
     }
@@ -165,8 +179,16 @@ impl Registrar {
         })
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-        self.tenant(tenant).await?;
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        self.check_cap(&record, store.as_ref(), Counted::Templates, 1, || async {
+            let own = store.templates().await?;
+            let exists = own
+                .iter()
+                .any(|t| t.channel == channel && t.locale == template.locale);
+            Ok(u64::from(!exists))
+        })
+        .await?;
         store.put_template(&template, self.clock.now()).await?;
         Ok(template)
     }
@@ -320,6 +342,10 @@ impl Registrar {
         }
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        // Before anything is written (the baselines too): a batch that
+        // would cross the cap is refused whole.
+        self.check_schedule_cap(&record, store.as_ref(), &schedules)
+            .await?;
         let notices = self.notices_for(&record);
         let edits = match notices {
             Some(_) => {
@@ -361,6 +387,61 @@ impl Registrar {
                 })
             })
             .collect())
+    }
+
+    /// Refuses schedules of which more are new than the cap leaves room for.
+    async fn check_schedule_cap(
+        &self,
+        record: &TenantRecord,
+        store: &dyn TenantStore,
+        schedules: &[Schedule],
+    ) -> Result<(), RegistrarError> {
+        let ids: Vec<ScheduleId> = schedules
+            .iter()
+            .map(|s| s.id.clone())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let at_most = ids.len() as u64;
+        self.check_cap(record, store, Counted::Schedules, at_most, || async {
+            let existing = store.schedule_versions(&ids).await?.len() as u64;
+            Ok(at_most - existing)
+        })
+        .await
+    }
+
+    /// Refuses a write that adds new `what`s beyond the tenant's cap (its
+    /// contract's, else the configured one). One COUNT per write; only
+    /// when `at_most` new ones would cross the cap is `new_ones` asked how
+    /// many really are new, so that updating what exists is always allowed.
+    /// Writes of one tenant racing each other may pass the cap by a few:
+    /// the count is not in the write's transaction.
+    async fn check_cap<F>(
+        &self,
+        record: &TenantRecord,
+        store: &dyn TenantStore,
+        what: Counted,
+        at_most: u64,
+        new_ones: impl FnOnce() -> F,
+    ) -> Result<(), RegistrarError>
+    where
+        F: std::future::Future<Output = Result<u64, StoreError>>,
+    {
+        let cap = self.settings.caps.with(&record.limits.quota).get(what);
+        let have = store.count(what).await?;
+        if have.saturating_add(at_most) <= cap.0 {
+            return Ok(());
+        }
+        let adding = new_ones().await?;
+        if adding == 0 || have.saturating_add(adding) <= cap.0 {
+            return Ok(());
+        }
+        Err(RegistrarError::CapReached {
+            what,
+            cap,
+            have,
+            adding,
+        })
     }
 
     pub async fn get_schedule(

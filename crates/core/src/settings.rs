@@ -20,6 +20,9 @@ pub struct PipelineSettings {
     /// How far ahead a recurring schedule's reminders are put in the index;
     /// a repair pass extends a series once less than half of it is left.
     pub horizon: Duration,
+    /// How many schedules, users and templates a tenant may store, unless
+    /// its contract says otherwise.
+    pub caps: toki_model::quota::TenantCaps,
 }
 
 impl Default for PipelineSettings {
@@ -33,6 +36,7 @@ impl Default for PipelineSettings {
             claim_lease: Duration::from_secs(180),
             retention: Duration::from_secs(24 * 3600),
             horizon: Duration::from_secs(7 * 24 * 3600),
+            caps: toki_model::quota::TenantCaps::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod index;
 pub mod input;
 pub mod lateness;
 pub mod limits;
+pub mod quota;
 pub mod recurrence;
 pub mod template;
 pub mod tenant;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ValidationError;
 use crate::flow_key::FlowKey;
+use crate::quota::QuotaOverrides;
 
 /// How much of a resource there is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,10 +250,16 @@ fn matches(pattern: &str, parts: &[&str]) -> bool {
 /// What a tenant's contract says about its limits: resource → limit, where
 /// the resource is `tenantdb` (its database: usually permits), `slack` or
 /// `mail` (its own cap on that channel, fleet-wide unless `shared: false`).
-/// Each overrides the configured limit of that tenant's key.
+/// Each overrides the configured limit of that tenant's key. Under `quota`,
+/// its share of the API and caps on what it stores ([`QuotaOverrides`]);
+/// rows written before there was one load with none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ContractLimits(pub BTreeMap<String, Limit>);
+pub struct ContractLimits {
+    #[serde(flatten)]
+    pub flows: BTreeMap<String, Limit>,
+    #[serde(default, skip_serializing_if = "QuotaOverrides::is_empty")]
+    pub quota: QuotaOverrides,
+}
 
 // Rates are validated finite, so equality is an equivalence.
 impl Eq for ContractLimits {}
@@ -262,7 +269,7 @@ pub const CONTRACT_RESOURCES: [&str; 3] = ["tenantdb", "slack", "mail"];
 
 impl ContractLimits {
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.flows.is_empty() && self.quota.is_empty()
     }
 
     /// The contract's limit of `key`, if the key is one of `tenant`'s own.
@@ -272,17 +279,17 @@ impl ContractLimits {
             FlowKey::TenantCap { tenant: t, channel } if t == tenant => channel.as_str(),
             _ => return None,
         };
-        self.0.get(resource)
+        self.flows.get(resource)
     }
 
     /// Whether the contract caps `channel` (`slack`, `mail`).
     pub fn caps(&self, channel: &str) -> bool {
-        self.0.contains_key(channel)
+        self.flows.contains_key(channel)
     }
 
     /// Checks every limit; the error names the field (`limits.slack.rate`).
     pub fn validate(&self) -> Result<(), ValidationError> {
-        for (resource, limit) in &self.0 {
+        for (resource, limit) in &self.flows {
             let field = format!("limits.{resource}");
             if !CONTRACT_RESOURCES.contains(&resource.as_str()) {
                 return Err(ValidationError::new(
@@ -292,7 +299,7 @@ impl ContractLimits {
             }
             limit.validate(&field)?;
         }
-        Ok(())
+        self.quota.validate()
     }
 
     /// `slack=10/5,tenantdb=permits:4,mail=2` (a rate per second with an
@@ -305,7 +312,7 @@ impl ContractLimits {
             })?;
             let field = format!("limits.{resource}");
             if value == "none" {
-                self.0.remove(resource);
+                self.flows.remove(resource);
                 continue;
             }
             let mut limit = Limit {
@@ -338,20 +345,21 @@ impl ContractLimits {
                     })?;
                 }
             }
-            self.0.insert(resource.to_owned(), limit);
+            self.flows.insert(resource.to_owned(), limit);
         }
         self.validate()
     }
 }
 
 impl std::fmt::Display for ContractLimits {
-    /// As `edit` reads it, or `-` when the contract sets none.
+    /// The flow limits as `edit` reads them, then the quota's overrides
+    /// (`max_users=5`), or `-` when the contract sets none.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.is_empty() {
+        if self.is_empty() {
             return f.write_str("-");
         }
-        let parts: Vec<String> = self
-            .0
+        let mut parts: Vec<String> = self
+            .flows
             .iter()
             .map(|(resource, l)| {
                 let mut v = Vec::new();
@@ -368,6 +376,7 @@ impl std::fmt::Display for ContractLimits {
                 format!("{resource}={}", v.join("+"))
             })
             .collect();
+        parts.extend(self.quota.parts());
         f.write_str(&parts.join(","))
     }
 }

@@ -31,6 +31,7 @@ use toki_model::domain::{
 };
 use toki_model::error::ValidationError;
 use toki_model::index::Partition;
+use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
 use toki_model::TenantRecord;
@@ -572,6 +573,11 @@ pub trait TenantStore: Send + Sync {
 
     /// The tenant's templates, by channel then locale.
     async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>>;
+
+    /// How many schedules, users or templates the tenant stores: one COUNT
+    /// on the table (its primary key's index), for the caps of
+    /// [`toki_model::quota::TenantCaps`].
+    async fn count(&self, what: Counted) -> StoreResult<u64>;
 
     /// Change notices ([`toki_model::change`]), before an edit: keeps the current
     /// state of each of `schedules` that exists as its baseline (what its

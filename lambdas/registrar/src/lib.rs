@@ -35,7 +35,8 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
 
 /// The service every invocation goes through: the registrar API router.
 pub fn app(toki: &Toki) -> Router {
-    toki_app::api::router(Arc::new(toki.registrar()))
+    // One per cold start: an instance's quotas last as long as it does.
+    toki_app::api::router_with_quotas(Arc::new(toki.registrar()), toki.api_quotas())
         .layer(axum::middleware::from_fn(flush_traces_after))
 }
 

@@ -1,5 +1,5 @@
 //! The API's routes: each handler module's on its path, the body limits,
-//! and a span per request.
+//! each tenant's quota on its routes, and a span per request.
 
 use std::sync::Arc;
 
@@ -12,44 +12,23 @@ use super::batch::put_schedules;
 use super::health::healthz;
 use super::occurrences::{cancel_occurrence, list_occurrences, put_occurrence, split_series};
 use super::schedules::{delete_schedule, get_schedule, put_schedule};
-use super::shared::{ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+use super::shared::{tenant_quota, ApiQuotas, ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 use super::templates::{
     delete_template, get_default_template, get_template, list_templates, put_template,
 };
 use super::users::{get_user, put_user};
 use crate::openapi::openapi_json;
 
+/// The API with the default quotas ([`ApiQuotas::default`]).
 pub fn router(registrar: Arc<Registrar>) -> Router {
+    router_with_quotas(registrar, Arc::new(ApiQuotas::default()))
+}
+
+/// The API, each tenant's requests within `quotas`.
+pub fn router_with_quotas(registrar: Arc<Registrar>, quotas: Arc<ApiQuotas>) -> Router {
+    let state = ApiState { registrar, quotas };
     Router::new()
-        .route(
-            "/v1/tenants/{tenant}/schedules/{id}",
-            put(put_schedule).get(get_schedule).delete(delete_schedule),
-        )
-        .route(
-            "/v1/tenants/{tenant}/schedules:batch",
-            post(put_schedules).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)),
-        )
-        .route(
-            "/v1/tenants/{tenant}/schedules/{id}/occurrences",
-            get(list_occurrences),
-        )
-        .route(
-            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}",
-            put(put_occurrence).delete(cancel_occurrence),
-        )
-        .route(
-            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}/following",
-            put(split_series),
-        )
-        .route(
-            "/v1/tenants/{tenant}/users/{id}",
-            put(put_user).get(get_user),
-        )
-        .route("/v1/tenants/{tenant}/templates", get(list_templates))
-        .route(
-            "/v1/tenants/{tenant}/templates/{channel}/{locale}",
-            put(put_template).get(get_template).delete(delete_template),
-        )
+        .merge(tenant_routes(state.clone()))
         .route(
             "/v1/templates/{channel}/{locale}",
             get(get_default_template),
@@ -58,7 +37,58 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
         .route("/openapi.json", get(openapi_json))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(trace_request))
-        .with_state(ApiState { registrar })
+        .with_state(state)
+}
+
+/// The `/v1/tenants/{tenant}/...` routes: authenticated, then within the
+/// tenant's quota, before the handler runs. Layered on each route's methods
+/// (not `Router::route_layer`, which also wraps the 405 of a method a path
+/// lacks, and would answer it 401).
+fn tenant_routes(state: ApiState) -> Router<ApiState> {
+    let quota = axum::middleware::from_fn_with_state(state, tenant_quota);
+    Router::new()
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}",
+            put(put_schedule)
+                .get(get_schedule)
+                .delete(delete_schedule)
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules:batch",
+            post(put_schedules)
+                .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences",
+            get(list_occurrences).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}",
+            put(put_occurrence)
+                .delete(cancel_occurrence)
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}/following",
+            put(split_series).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/users/{id}",
+            put(put_user).get(get_user).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/templates",
+            get(list_templates).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/templates/{channel}/{locale}",
+            put(put_template)
+                .get(get_template)
+                .delete(delete_template)
+                .route_layer(quota),
+        )
 }
 
 /// Each request in a span of its own when traces are on (a child of the

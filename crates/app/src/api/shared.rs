@@ -1,13 +1,14 @@
 //! The API's leaf: what every handler module shares, and nothing else of
 //! the API. The error an API call answers ([`error`]), tenant
 //! authentication as an extractor ([`auth`]), the state and the key header
-//! ([`state`]), reading bodies, queries and path ids ([`input`], after
+//! ([`state`]), each tenant's share of the API ([`quota`]), reading bodies, queries and path ids ([`input`], after
 //! [`strict`]), the schedule-write answer ([`written`]) and what the
 //! handlers' OpenAPI annotations name ([`schema`]).
 
 mod auth;
 mod error;
 mod input;
+mod quota;
 mod schema;
 mod state;
 mod strict;
@@ -21,6 +22,8 @@ pub(crate) use input::{
     OccurrenceParams, TemplateParams,
 };
 pub use input::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+pub(crate) use quota::tenant_quota;
+pub use quota::ApiQuotas;
 pub(crate) use schema::{
     BatchItemDoc, BodyErrors, OccurrenceInputDoc, OccurrencePath, OccurrenceViewDoc,
     ScheduleInputDoc, SchedulePath, ScheduleViewDoc, TemplateInputDoc, TemplateKeyPath,

@@ -5,6 +5,8 @@
 use std::fmt::Display;
 use std::str::FromStr;
 
+use toki_model::quota::{Cap, PerSecond};
+
 use super::types::Config;
 
 /// An environment variable's value, unless unset or empty.
@@ -159,6 +161,24 @@ const VARS: &[(&str, Apply)] = &[
     }),
     ("TOKI_FLOW_MAX_WAIT_MS", |c, v| {
         set(&mut c.flow.max_wait_ms, v.parse()?)
+    }),
+    ("TOKI_API_RATE", |c, v| {
+        set(&mut c.api_quota.rate, PerSecond(v.parse()?))
+    }),
+    ("TOKI_API_BURST", |c, v| {
+        set(&mut c.api_quota.burst, v.parse()?)
+    }),
+    ("TOKI_API_CONCURRENCY", |c, v| {
+        set(&mut c.api_quota.concurrency, v.parse()?)
+    }),
+    ("TOKI_MAX_SCHEDULES", |c, v| {
+        set(&mut c.caps.max_schedules, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_USERS", |c, v| {
+        set(&mut c.caps.max_users, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_TEMPLATES", |c, v| {
+        set(&mut c.caps.max_templates, Cap(v.parse()?))
     }),
     ("TOKI_SLACK_API_URL", |c, v| {
         set(&mut c.slack.api_url, v.text)

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
 use toki_core::settings::PipelineSettings;
 use toki_model::limits::FlowSettings;
+use toki_model::quota::{ApiQuota, TenantCaps};
 
 /// A setting that holds a credential (a token, a URL with a password): it
 /// never prints (`Debug` and `Display` say `<redacted>`), so no log line,
@@ -97,6 +98,12 @@ pub struct Config {
     pub aws: AwsConfig,
     /// Limits on Slack, mail and tenant databases, shared by the fleet.
     pub flow: FlowSettings,
+    /// Each tenant's share of the API (rate, burst, requests at once), per
+    /// process, unless its contract says otherwise.
+    pub api_quota: ApiQuota,
+    /// How many schedules, users and templates a tenant may store, unless
+    /// its contract says otherwise.
+    pub caps: TenantCaps,
 }
 
 /// Tenant databases on a Postgres server: each tenant's database is named by
@@ -266,6 +273,8 @@ impl Default for Config {
             slack: SlackConfig::default(),
             aws: AwsConfig::default(),
             flow: FlowSettings::default(),
+            api_quota: ApiQuota::default(),
+            caps: TenantCaps::default(),
         }
     }
 }
@@ -361,6 +370,7 @@ impl Config {
             lead: Duration::from_millis(self.pipeline.lead_ms),
             claim_lease: Duration::from_secs(self.pipeline.claim_lease_s),
             horizon: Duration::from_secs(self.pipeline.horizon_s),
+            caps: self.caps,
             ..PipelineSettings::default()
         }
     }

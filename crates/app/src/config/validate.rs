@@ -12,6 +12,10 @@ use super::types::{BackendKind, Config, MailTransport};
 /// Checks `config`, filling in what follows from the rest.
 pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
     flow(config)?;
+    config
+        .api_quota
+        .validate("api_quota")
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
     pipeline(config)?;
     daemon_capacity(config)?;
     mail(config)?;

@@ -1,5 +1,6 @@
 //! The services on the testing kit's in-memory ports, on tokio's paused clock.
 
+mod caps;
 mod change_notices;
 mod daemon;
 mod debounce;

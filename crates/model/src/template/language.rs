@@ -53,12 +53,7 @@ fn builds_values(token: &Token) -> bool {
 /// A source that uses an operator the language leaves out: what and where.
 /// Syntax errors are left to the compiler, which names them better.
 pub(super) fn check_source(source: &str) -> Result<(), String> {
-    let tokens = tokenize(
-        source,
-        false,
-        SyntaxConfig,
-        WhitespaceConfig::default(),
-    );
+    let tokens = tokenize(source, false, SyntaxConfig, WhitespaceConfig::default());
     for (token, span) in tokens.map_while(Result::ok) {
         if builds_values(&token) {
             return Err(format!(

@@ -19,6 +19,7 @@ use toki_model::domain::{
     Instant, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
 use toki_model::error::ValidationError;
+use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
 
@@ -445,6 +446,16 @@ impl TenantStore for MemoryTenantStore {
 
     async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>> {
         Ok(self.lock()?.templates.values().cloned().collect())
+    }
+
+    async fn count(&self, what: Counted) -> StoreResult<u64> {
+        let state = self.lock()?;
+        let n = match what {
+            Counted::Schedules => state.schedules.len(),
+            Counted::Users => state.users.len(),
+            Counted::Templates => state.templates.len(),
+        };
+        Ok(n as u64)
     }
 
     async fn keep_change_baselines(

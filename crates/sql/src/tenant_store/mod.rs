@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use toki_model::change::{ChangeNotice, NoticeEdge};
+use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::{
     encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus,
@@ -602,6 +603,21 @@ where
         .await
         .map_err(db_err)?;
         rows.into_iter().map(ReminderTemplate::try_from).collect()
+    }
+
+    async fn count(&self, what: Counted) -> StoreResult<u64> {
+        // Fixed names, never input: a table per kind.
+        let table = match what {
+            Counted::Schedules => "schedules",
+            Counted::Users => "users",
+            Counted::Templates => "reminder_templates",
+        };
+        let (n,): (i64,) = Statement::new(&format!("SELECT COUNT(*) FROM {table}"))
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        u64::try_from(n).map_err(|_| StoreError::corrupt("a row count", format!("{n} rows")))
     }
 
     async fn keep_change_baselines(

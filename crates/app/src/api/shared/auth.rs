@@ -30,6 +30,10 @@ impl FromRequestParts<ApiState> for AuthedTenant {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
+        // Authenticated already by the quota middleware (the tenant routes').
+        if let Some(tenant) = parts.extensions.get::<AuthedTenant>() {
+            return Ok(tenant.clone());
+        }
         let Path(TenantParam { tenant }) = Path::from_request_parts(parts, state)
             .await
             .map_err(IntoResponse::into_response)?;

@@ -56,6 +56,12 @@ pub(crate) enum ErrorCode {
     NotFound,
     /// 422: a value is not valid; `field` names it.
     Invalid,
+    /// 422: the write would add beyond one of the tenant's caps; `field`
+    /// names it (`max_schedules`, `max_users`, `max_templates`).
+    CapReached,
+    /// 429: over the tenant's API rate or requests at once; `field` names
+    /// the limit (`api_rate`, `api_concurrency`); retry after `Retry-After`.
+    TooManyRequests,
     /// 503: a backend cannot be reached; retry.
     Unavailable,
     /// 500.
@@ -109,6 +115,12 @@ impl From<RegistrarError> for ApiError {
             )
             .with_field(Some(v.field)),
             RegistrarError::UnknownTenant(_) => unauthorized(),
+            e @ RegistrarError::CapReached { what, .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::CapReached,
+                e.to_string(),
+            )
+            .with_field(Some(what.cap_name().to_owned())),
             RegistrarError::NotFound(what) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 ErrorCode::NotFound,

@@ -375,6 +375,13 @@ pub enum TenantErrors {
     /// A valid key of a suspended tenant (`tenant_suspended`).
     #[response(status = 403)]
     Suspended(ErrorBody),
+    /// Over the tenant's API rate or requests at once (`field` names the
+    /// limit); nothing was done: retry after `Retry-After` seconds.
+    #[response(
+        status = 429,
+        headers(("Retry-After" = u64, description = "Seconds to wait before retrying (rounded up)"))
+    )]
+    TooManyRequests(ErrorBody),
     /// A backend cannot be reached; nothing was written: retry.
     #[response(status = 503)]
     Unavailable(ErrorBody),
