@@ -491,6 +491,21 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           and not any(index_arn in s["resources"] for s in mig),
           "migrate task role: admin + runtime secrets, Scan/GetItem on the directory, nothing on the index",
           json.dumps({"secrets": sorted(resources_for(mig, get)), "actions": sorted(actions(mig))}))
+    # tenant create / key create --key-secret: the new API key goes to a
+    # secret under toki/<env>/tenant-keys/, written by the migrate task alone,
+    # which cannot read it back.
+    part, acct = table_arn.split(":")[1], table_arn.split(":")[4]
+    key_secrets = f"arn:{part}:secretsmanager:{REGION}:{acct}:secret:toki/{env}/tenant-keys/*"
+    writes = ("secretsmanager:CreateSecret", "secretsmanager:PutSecretValue")
+    others = {n: sorted(a for a in actions(sts) if a.startswith("secretsmanager:") and a != get)
+              for n, sts in role.items() if n != "migrate-task"}
+    check(all(resources_for(mig, a) == {key_secrets} for a in writes)
+          and {a for a in actions(mig) if a.startswith("secretsmanager:")} == {get, *writes}
+          and key_secrets not in resources_for(mig, get)
+          and not any(others.values()),
+          f"migrate task role: CreateSecret/PutSecretValue on toki/{env}/tenant-keys/* only (no read of them); "
+          "no other role writes a secret",
+          json.dumps({w: sorted(resources_for(mig, w)) for w in writes} | {"others": others}))
     if aurora:
         proxy = policy_statements(iam, f"toki-{env}-db-proxy")
         check(resources_for(proxy, get) == {runtime, admin}, "RDS Proxy role: the runtime and admin secrets",

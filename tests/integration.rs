@@ -22,6 +22,7 @@ mod demo;
 mod faults;
 mod flow;
 mod hostile;
+mod key_secret;
 mod lambdas;
 mod mail_ses;
 mod ops;

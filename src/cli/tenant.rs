@@ -4,15 +4,17 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use toki_app::key_secret::{SecretName, WrittenSecret};
 use toki_app::Toki;
 use toki_model::change::ChangeNoticeSettings;
-use toki_model::{TenantId, TenantRecord};
+use toki_model::{KeyName, TenantId, TenantRecord};
 
 use super::common::{config_with, Common};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCommand {
-    /// Create a tenant and its database; prints its API key once.
+    /// Create a tenant and its database; prints its API key once (or writes
+    /// it to a Secrets Manager secret: --key-secret).
     Create(CreateArgs),
     /// Change a tenant's contract.
     Set(SetArgs),
@@ -47,6 +49,11 @@ pub struct CreateArgs {
     /// Create with the reminder feature off.
     #[arg(long)]
     disabled: bool,
+    /// Write the API key to this AWS Secrets Manager secret (created, or
+    /// given a new value if it exists) and print the secret's ARN, not the
+    /// key: `toki/<env>/tenant-keys/<tenant>`.
+    #[arg(long, value_name = "SECRET_NAME", value_parser = clap::value_parser!(SecretName))]
+    key_secret: Option<SecretName>,
 }
 
 impl CreateArgs {
@@ -59,10 +66,36 @@ impl CreateArgs {
             "created tenant {} (database {})",
             record.id, record.database
         );
-        eprintln!("its API key, named default (shown once):");
-        println!("{key}");
+        let default: KeyName = "default".parse().expect("a valid key name");
+        match &self.key_secret {
+            Some(secret) => {
+                let written = toki.hand_over_key(id, &default, &key, secret).await?;
+                drop(key);
+                print_handover(&written, &default);
+            }
+            None => {
+                eprintln!("its API key, named default (shown once):");
+                println!("{key}");
+            }
+        }
         Ok(0)
     }
+}
+
+/// Where a key went, instead of the key: the secret's ARN on stdout, how
+/// to read it on stderr.
+pub(super) fn print_handover(written: &WrittenSecret, key: &KeyName) {
+    let how = if written.created {
+        "created"
+    } else {
+        "existed: new current value"
+    };
+    eprintln!(
+        "its API key, named {key}, is in secret {} ({how}); read it once with\n  \
+         aws secretsmanager get-secret-value --secret-id {} --query SecretString --output text",
+        written.name, written.name
+    );
+    println!("{}", written.arn);
 }
 
 /// A new tenant's id: the stricter rule than what loads.

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use clap::{Args, Subcommand};
+use toki_app::key_secret::SecretName;
 use toki_app::Toki;
 use toki_model::api_key::ApiKey;
 use toki_model::{Instant, KeyName, TenantId};
@@ -13,7 +14,8 @@ use super::common::{config_with, Common};
 
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
-    /// Add a key to a tenant; prints it once.
+    /// Add a key to a tenant; prints it once (or writes it to a Secrets
+    /// Manager secret: --key-secret).
     Create(KeyCreateArgs),
     /// A tenant's keys: name, created, expiry, state.
     List(KeyListArgs),
@@ -46,6 +48,10 @@ pub struct KeyCreateArgs {
     /// The key expires at this instant (RFC 3339).
     #[arg(long, value_parser = parse_expires_at)]
     expires_at: Option<Instant>,
+    /// Write the key to this AWS Secrets Manager secret (created, or given a
+    /// new value if it exists) and print the secret's ARN, not the key.
+    #[arg(long, value_name = "SECRET_NAME", value_parser = clap::value_parser!(SecretName))]
+    key_secret: Option<SecretName>,
 }
 
 impl KeyCreateArgs {
@@ -59,11 +65,26 @@ impl KeyCreateArgs {
             .create_key(&self.tenant, self.name.clone(), expires_at)
             .await?;
         let until = expires_at.map_or("never expires".into(), |e| format!("expires {e}"));
-        eprintln!(
-            "created key {} of tenant {} ({until}); shown once:",
-            self.name, self.tenant
-        );
-        println!("{key}");
+        match &self.key_secret {
+            Some(secret) => {
+                eprintln!(
+                    "created key {} of tenant {} ({until})",
+                    self.name, self.tenant
+                );
+                let written = toki
+                    .hand_over_key(&self.tenant, &self.name, &key, secret)
+                    .await?;
+                drop(key);
+                super::tenant::print_handover(&written, &self.name);
+            }
+            None => {
+                eprintln!(
+                    "created key {} of tenant {} ({until}); shown once:",
+                    self.name, self.tenant
+                );
+                println!("{key}");
+            }
+        }
         Ok(0)
     }
 }

@@ -4,7 +4,8 @@
 //! Lambdas) are thin shells over this crate; the dev tools live elsewhere.
 //!
 //! Features: `embedded` (the SQLite backend), `api` (the HTTP API, axum),
-//! `channels` (mail, chat, Slack, and the daemon). The Lambdas build with the
+//! `channels` (mail, chat, Slack, and the daemon), `secrets` (Secrets Manager:
+//! database credentials, API keys handed over by [`key_secret`]). The Lambdas build with the
 //! AWS family only (and the registrar with `api`).
 
 #[cfg(feature = "api")]
@@ -17,6 +18,8 @@ pub mod databases;
 #[cfg(feature = "embedded")]
 mod embedded;
 pub mod emf;
+#[cfg(feature = "secrets")]
+pub mod key_secret;
 pub mod logging;
 pub mod metrics;
 #[cfg(feature = "api")]
