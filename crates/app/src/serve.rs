@@ -11,6 +11,9 @@ use tracing::info;
 
 use crate::toki::Toki;
 
+/// How long requests in flight may take to finish once the server stops.
+const API_DRAIN: Duration = Duration::from_secs(10);
+
 pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     let (stop, shutdown) = watch::channel(false);
     let daemon = toki.daemon().await?;
@@ -57,7 +60,17 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     crate::shutdown_signal().await;
     eprintln!("toki serve: stopping; draining in-flight deliveries");
     stop.send_replace(true);
-    server_task.await??;
+    // Requests in flight get a while to finish; a client that never
+    // finishes its request (a slow or idle connection) does not hold the
+    // process, and the deliveries below still drain.
+    let mut server_task = server_task;
+    match tokio::time::timeout(API_DRAIN, &mut server_task).await {
+        Ok(served) => served??,
+        Err(_) => {
+            eprintln!("toki serve: connections still open after {API_DRAIN:?}; closing them");
+            server_task.abort();
+        }
+    }
     for t in tasks {
         t.await?;
     }
