@@ -47,6 +47,17 @@ def call(method, url, key, body=None, raw=None):
     return status, time.perf_counter() - started
 
 
+# Rules whose days never come (February 30th): the expander walks to its limit.
+NEVER = ("YEARLY", "MONTHLY", "WEEKLY", "DAILY")
+
+
+def never(a, key, freq):
+    rule = f"FREQ={freq};BYMONTH=2;BYMONTHDAY=30"
+    return lambda: call("PUT", f"{a}/schedules/never", key, {
+        "title": "February 30th", "starts_at": "2027-01-04T09:00:00Z", "participants": [],
+        "reminders": [], "recurrence": {"rrule": rule}})
+
+
 def probes(base, key):
     """Each probe as (name, thunk)."""
     a = f"{base}/v1/tenants/tenant-a"
@@ -55,9 +66,7 @@ def probes(base, key):
         ("series from 1900", lambda: call("PUT", f"{a}/schedules/ancient", key, {
             "title": "Daily since 1900", "starts_at": "1900-01-01T09:00:00Z",
             "participants": [], "reminders": [], "recurrence": {"rrule": "FREQ=DAILY"}})),
-        ("rule never matching", lambda: call("PUT", f"{a}/schedules/never", key, {
-            "title": "February 31st", "starts_at": "2027-01-04T09:00:00Z", "participants": [],
-            "reminders": [], "recurrence": {"rrule": "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=31"}})),
+        *[(f"never matching, {freq.lower()}", never(a, key, freq)) for freq in NEVER],
         ("listing in 9998", lambda: call(
             "GET", f"{a}/schedules/daily/occurrences?from=9998-01-01T00:00:00Z&to=9998-12-31T00:00:00Z", key)),
         ("8 MB body", lambda: call("PUT", f"{a}/schedules/huge", key, {"title": "x" * (8 << 20)})),

@@ -663,20 +663,83 @@ impl Series {
     /// the `rrule` crate do not when it does not match the rule. Refusing a
     /// start the rule does not produce keeps both readings the same.
     pub fn check_start(&self, field: &str) -> Result<(), ValidationError> {
+        // Refused without asking the expander when the start's month, day
+        // or weekday is not the rule's: for a rule that never matches
+        // (FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30) its search runs to its limit,
+        // 0.2 s of CPU a request.
+        if let Some(rule) = &self.rule {
+            if !rule.filters_admit(self.start.date()) {
+                return Err(not_an_occurrence(field, self.start));
+            }
+        }
         // The rule alone: an EXDATE on the start does not make it wrong.
         let first = self
             .rule_times(self.start, self.start, false)
             .map_err(|e| ValidationError::new(field, e.0))?;
         if first.first() != Some(&self.start) {
-            return Err(ValidationError::new(
-                field,
-                format!(
-                    "{} is not an occurrence of the rule (e.g. a Monday for BYDAY=MO)",
-                    self.start.format("%Y-%m-%dT%H:%M:%S")
-                ),
-            ));
+            return Err(not_an_occurrence(field, self.start));
         }
         Ok(())
+    }
+}
+
+fn not_an_occurrence(field: &str, start: NaiveDateTime) -> ValidationError {
+    ValidationError::new(
+        field,
+        format!(
+            "{} is not an occurrence of the rule (e.g. a Monday for BYDAY=MO)",
+            start.format("%Y-%m-%dT%H:%M:%S")
+        ),
+    )
+}
+
+impl RecurrenceRule {
+    /// Whether `day` passes the rule's BYMONTH, BYMONTHDAY and BYDAY (an
+    /// ordinal BYDAY counted in the month or in the year, either will do):
+    /// every occurrence does, so a day that does not is none. Errs toward
+    /// yes; the expander decides.
+    fn filters_admit(&self, day: NaiveDate) -> bool {
+        let Ok(rule) = self.expand.parse::<rrule::RRule<rrule::Unvalidated>>() else {
+            return true;
+        };
+        let months = rule.get_by_month();
+        let month_days = rule.get_by_month_day();
+        let weekdays = rule.get_by_weekday();
+        (months.is_empty() || months.contains(&(day.month() as u8)))
+            && (month_days.is_empty() || month_days.iter().any(|&d| is_month_day(day, d)))
+            && (weekdays.is_empty() || weekdays.iter().any(|w| is_weekday(day, w)))
+    }
+}
+
+/// `day` is the month's `d`th day (from the end when negative).
+fn is_month_day(day: NaiveDate, d: i8) -> bool {
+    let length = days_in_month(day) as i64;
+    let d = i64::from(d);
+    let wanted = if d < 0 { length + 1 + d } else { d };
+    wanted == i64::from(day.day())
+}
+
+fn days_in_month(day: NaiveDate) -> u32 {
+    let first = day.with_day(1).expect("day 1 exists");
+    let next = first + chrono::Months::new(1);
+    (next - first).num_days() as u32
+}
+
+/// `day` is the weekday of `w`, and its `n`th in the month or the year if
+/// `w` has an ordinal.
+fn is_weekday(day: NaiveDate, w: &rrule::NWeekday) -> bool {
+    let nth_of = |n: i16, ordinal: u32, length: u32| {
+        let from_start = (ordinal as i16 - 1) / 7 + 1;
+        let from_end = -(((length - ordinal) as i16) / 7 + 1);
+        n == from_start || n == from_end
+    };
+    match w {
+        rrule::NWeekday::Every(wd) => day.weekday() == *wd,
+        rrule::NWeekday::Nth(n, wd) => {
+            day.weekday() == *wd
+                && (nth_of(*n, day.day(), days_in_month(day))
+                    || nth_of(*n, day.ordinal(), if day.leap_year() { 366 } else { 365 }))
+        }
     }
 }
 
@@ -947,6 +1010,13 @@ mod oracle_tests {
                 "{rule} from {} in {} [{from}, {to})",
                 series.start, series.time_zone
             );
+            // Every local time the rule makes passes its filters: the
+            // shortcut check_start takes never refuses a real occurrence.
+            let rule_of = series.rule.as_ref().unwrap();
+            let (lo, hi) = (from.naive_utc() - reach(), to.naive_utc() + reach());
+            for local in series.rule_times(lo, hi, true).unwrap() {
+                assert!(rule_of.filters_admit(local.date()), "{rule} at {local}");
+            }
             compared += 1;
             nonempty += usize::from(!naive.is_empty());
         }
@@ -955,6 +1025,30 @@ mod oracle_tests {
             nonempty > 50,
             "{nonempty} of {compared} windows held occurrences"
         );
+    }
+
+    /// A start the rule's filters refuse is refused without expanding, so
+    /// a rule that never matches costs nothing (the expander would walk
+    /// 100,000 days for the daily one).
+    #[test]
+    fn a_rule_that_never_matches_is_refused_by_its_filters() {
+        for rule in [
+            "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30",
+            "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=31",
+            "FREQ=MONTHLY;BYMONTHDAY=31;BYMONTH=4",
+            "FREQ=MONTHLY;BYDAY=1MO;BYMONTHDAY=20",
+        ] {
+            let rule = RecurrenceRule::parse("r", rule, &[]).unwrap();
+            for day in 0..800 {
+                let d = NaiveDate::from_ymd_opt(2027, 1, 1).unwrap() + Duration::days(day);
+                assert!(!rule.filters_admit(d), "{} admits {d}", rule.text());
+            }
+        }
+        let leap =
+            RecurrenceRule::parse("r", "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=-1;BYDAY=-1TH", &[]);
+        let leap = leap.unwrap();
+        assert!(leap.filters_admit(NaiveDate::from_ymd_opt(2024, 2, 29).unwrap()));
+        assert!(!leap.filters_admit(NaiveDate::from_ymd_opt(2024, 2, 22).unwrap()));
     }
 
     #[test]
