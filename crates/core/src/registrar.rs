@@ -19,7 +19,8 @@ use toki_model::domain::{
 use toki_model::error::{chain, ValidationError};
 use toki_model::index::{reminders_for, Window};
 use toki_model::input::{
-    instant_in, OccurrenceInput, ScheduleInput, UserInput, MAX_LISTED, MAX_LIST_DAYS,
+    instant_in, OccurrenceInput, ScheduleInput, UserInput, MAX_EXCEPTIONS, MAX_LISTED,
+    MAX_LIST_DAYS,
 };
 use toki_model::quota::{Cap, Counted};
 use toki_model::template::{default_template, parse_locale, ReminderTemplate, TemplateInput};
@@ -514,6 +515,13 @@ impl Registrar {
             .as_mut()
             .expect("checked by series_occurrence");
         rec.exceptions.retain(|e| e.original != exception.original);
+        if rec.exceptions.len() >= MAX_EXCEPTIONS {
+            return Err(ValidationError::new(
+                "original",
+                format!("the series has {MAX_EXCEPTIONS} occurrences changed one by one already; at most {MAX_EXCEPTIONS}"),
+            )
+            .into());
+        }
         rec.exceptions.push(exception);
         rec.exceptions.sort_by_key(|e| e.original);
         self.write_schedule(tenant, schedule).await

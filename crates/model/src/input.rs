@@ -46,13 +46,17 @@ pub const MAX_SERIES_DAYS: i64 = 36_525;
 pub const MAX_COUNT: u32 = 1_000;
 /// EXDATEs per series.
 pub const MAX_EXDATES: usize = 500;
-/// The longest window listed at once, and the most occurrences it may hold.
+/// The longest window listed at once.
 pub const MAX_LIST_DAYS: i64 = 400;
+/// The most occurrences one listing returns.
+pub const MAX_LISTED: usize = 1_000;
 /// How far one occurrence may be moved from where the rule puts it: a
 /// listing widens its window by the furthest move of the series, so an
 /// unbounded move would make every listing of it expand that far.
 pub const MAX_MOVE_DAYS: i64 = 366;
-pub const MAX_LISTED: usize = 1_000;
+/// Occurrences moved, edited or cancelled one by one, per series: each
+/// expansion and write of the series carries them all.
+pub const MAX_EXCEPTIONS: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -603,7 +607,7 @@ impl OccurrenceInput {
             .map(|s| instant_in("starts_at", s, zone, dst))
             .transpose()?;
         if let Some(moved) = starts_at {
-            if (moved - original).num_days().abs() > MAX_MOVE_DAYS {
+            if (moved - original).abs() > chrono::Duration::days(MAX_MOVE_DAYS) {
                 return Err(ValidationError::new(
                     "starts_at",
                     format!("moves the occurrence more than {MAX_MOVE_DAYS} days from where the rule puts it"),

@@ -127,11 +127,15 @@ impl ApiQuota {
     }
 }
 
+/// The slowest rate a quota may set: one request in about 17 minutes. Below
+/// it the wait for a token overflows what a `Retry-After` can say.
+pub const MIN_RATE: f64 = 0.001;
+
 fn check_rate(field: &str, rate: PerSecond) -> Result<(), ValidationError> {
-    if !(rate.0.is_finite() && rate.0 > 0.0) {
+    if !(rate.0.is_finite() && rate.0 >= MIN_RATE) {
         return Err(ValidationError::new(
             field,
-            "must be a number of requests per second above 0",
+            format!("must be a number of requests per second, at least {MIN_RATE}"),
         ));
     }
     Ok(())

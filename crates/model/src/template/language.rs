@@ -2,7 +2,10 @@
 //! conditions, loops, macros) with nothing that builds a value larger than
 //! what it was given. Fuel bounds the steps and the output cap the text, but
 //! not the values in between: `{% set b = a ~ a %}` doubles a string in one
-//! step, so thirty steps make gigabytes. Hence no `~ + * **`, no function
+//! step, so thirty steps make gigabytes; a list of ten copies of a list of
+//! ten copies ... costs a few steps and, written out, any size; a `{% set %}`
+//! block collects output the cap never sees. Hence no `~ + * **`, no list,
+//! map or tuple literals, no block `set`, `filter`, macros, includes; no function
 //! but `range` (lazy, at most 100,000 numbers: loops are fuel's business;
 //! `lipsum`, `namespace`, `dict` are gone), and only filters whose result is
 //! no longer than a small multiple of their input, each result checked
@@ -50,18 +53,66 @@ fn builds_values(token: &Token) -> bool {
     matches!(token, Token::Tilde | Token::Plus | Token::Mul | Token::Pow)
 }
 
-/// A source that uses an operator the language leaves out: what and where.
-/// Syntax errors are left to the compiler, which names them better.
+/// Statements that collect output into a value outside the output cap
+/// (`{% set x %}...{% endset %}`, `filter`, macros and their `caller`) or
+/// pull in other templates.
+const REFUSED_STATEMENTS: [&str; 8] = [
+    "endset", "filter", "macro", "call", "include", "import", "from", "extends",
+];
+
+/// What a bracket opened: a call's or a subscript's arguments, where commas
+/// separate arguments, or a grouping, where a comma would make a tuple.
+#[derive(Clone, Copy, PartialEq)]
+enum Opened {
+    Arguments,
+    Grouping,
+}
+
+/// A source that uses what the language leaves out: what, and on which
+/// line. Syntax errors are left to the compiler, which names them better.
 pub(super) fn check_source(source: &str) -> Result<(), String> {
     let tokens = tokenize(source, false, SyntaxConfig, WhitespaceConfig::default());
+    let mut opened: Vec<Opened> = Vec::new();
+    let mut previous: Option<Token> = None;
     for (token, span) in tokens.map_while(Result::ok) {
-        if builds_values(&token) {
-            return Err(format!(
-                "uses {token} (line {}): templates may not join or repeat strings or lists; \
-                 write the parts side by side, e.g. {{{{ a }}}}{{{{ b }}}}",
+        let refuse = |what: String| {
+            Err(format!(
+                "uses {what} (line {}): templates may only write values side by side \
+                 ({{{{ a }}}}{{{{ b }}}}); nothing that joins, repeats or collects them",
                 span.start_line
-            ));
+            ))
+        };
+        // After a value, `(` is a call and `[` a subscript.
+        let after_value = matches!(
+            previous,
+            Some(Token::Ident(_) | Token::Str(_) | Token::String(_))
+                | Some(Token::ParenClose | Token::BracketClose)
+        );
+        match &token {
+            t if builds_values(t) => return refuse(format!("{t}")),
+            Token::Ident(name)
+                if matches!(previous, Some(Token::BlockStart))
+                    && REFUSED_STATEMENTS.contains(name) =>
+            {
+                return match *name {
+                    "endset" => refuse("a {% set %} ... {% endset %} block".into()),
+                    _ => refuse(format!("{{% {name} %}}")),
+                };
+            }
+            Token::BraceOpen => return refuse("a map literal".into()),
+            Token::BracketOpen if !after_value => return refuse("a list literal".into()),
+            Token::BracketOpen => opened.push(Opened::Arguments),
+            Token::ParenOpen if after_value => opened.push(Opened::Arguments),
+            Token::ParenOpen => opened.push(Opened::Grouping),
+            Token::ParenClose | Token::BracketClose => {
+                opened.pop();
+            }
+            Token::Comma if opened.last() != Some(&Opened::Arguments) => {
+                return refuse("a tuple".into());
+            }
+            _ => {}
         }
+        previous = Some(token);
     }
     Ok(())
 }

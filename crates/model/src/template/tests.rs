@@ -373,15 +373,22 @@ fn registration_refuses_a_template_whose_output_is_too_long() {
 
 #[test]
 fn registration_refuses_a_template_that_nests_too_deep() {
-    let e = refused(
-        Channel::Chat,
-        "{% macro f(n) %}{{ f(n - 1) }}{% endmacro %}{{ title }}{{ f(0) }}",
+    let deep = format!(
+        "{}{{{{ title }}}}{}",
+        "{% for a in 'x' %}".repeat(120),
+        "{% endfor %}".repeat(120)
     );
+    let e = refused(Channel::Chat, &deep);
     assert_eq!(e.field, "text");
     assert_eq!(
         e.problem,
         format!("nests deeper than the {RECURSION_LIMIT} levels a template may (recursion limit)")
     );
+    // Deeper still, the parser refuses it before it runs.
+    let deeper = deep.replace("{% for a in 'x' %}", "{% for a in 'x' %}{% if a %}");
+    let deeper = deeper.replace("{% endfor %}", "{% endif %}{% endfor %}");
+    let e = refused(Channel::Chat, &deeper);
+    assert!(e.problem.contains("recursion limit"), "{e}");
 }
 
 #[test]
@@ -432,7 +439,25 @@ fn the_language_builds_no_large_values() {
     for (text, names) in [
         ("{% set a = title ~ title %}{{ a }}", "`~`"),
         ("{{ title * 3 }}", "`*`"),
-        ("{{ [title] + [title] }}", "`+`"),
+        ("{{ 1 + 2 }}{{ title }}", "`+`"),
+        // Towers of shared copies, written out at any size.
+        ("{% set a = [title, title] %}{{ a }}", "a list literal"),
+        ("{% set a = (title, title) %}{{ a }}", "a tuple"),
+        ("{% set a = {'t': title} %}{{ a }}", "a map literal"),
+        // Output collected outside the output cap.
+        (
+            "{% set x %}{{ body }}{% endset %}{{ title }}",
+            "{% set %} ... {% endset %}",
+        ),
+        (
+            "{% filter upper %}{{ title }}{% endfilter %}",
+            "{% filter %}",
+        ),
+        (
+            "{% macro m() %}{{ body }}{% endmacro %}{{ m() }}",
+            "{% macro %}",
+        ),
+        ("{% include 'chat/en.text' %}{{ title }}", "{% include %}"),
         ("{{ 2 ** 3 }}{{ title }}", "`**`"),
     ] {
         let e = refused(Channel::Chat, text);

@@ -56,7 +56,9 @@ impl Bucket {
             self.tokens -= 1.0;
             return Ok(());
         }
-        Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate.0))
+        // Saturates rather than panics on a rate no check let through.
+        let wait = (1.0 - self.tokens) / self.rate.0;
+        Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::MAX))
     }
 }
 
@@ -150,9 +152,13 @@ pub struct ApiQuotas {
     gates: Mutex<HashMap<TenantId, Arc<Gate>>>,
 }
 
+/// How often a tenant's contract is read again for its quota (the same as
+/// the flow's `contract_refresh_ms` default).
+const CONTRACT_REFRESH: Duration = Duration::from_secs(30);
+
 impl Default for ApiQuotas {
     fn default() -> Self {
-        ApiQuotas::new(ApiQuota::default(), Duration::from_secs(30))
+        ApiQuotas::new(ApiQuota::default(), CONTRACT_REFRESH)
     }
 }
 
