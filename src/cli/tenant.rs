@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use toki_app::key_secret::{SecretName, WrittenSecret};
+use toki_app::key_secret::SecretName;
 use toki_app::Toki;
 use toki_model::change::ChangeNoticeSettings;
 use toki_model::{KeyName, TenantId, TenantRecord};
@@ -71,7 +71,7 @@ impl CreateArgs {
             Some(secret) => {
                 let written = toki.hand_over_key(id, &default, &key, secret).await?;
                 drop(key);
-                print_handover(&written, &default);
+                super::tenant_key::print_handover(&written, &default);
             }
             None => {
                 eprintln!("its API key, named default (shown once):");
@@ -80,22 +80,6 @@ impl CreateArgs {
         }
         Ok(0)
     }
-}
-
-/// Where a key went, instead of the key: the secret's ARN on stdout, how
-/// to read it on stderr.
-pub(super) fn print_handover(written: &WrittenSecret, key: &KeyName) {
-    let how = if written.created {
-        "created"
-    } else {
-        "existed: new current value"
-    };
-    eprintln!(
-        "its API key, named {key}, is in secret {} ({how}); read it once with\n  \
-         aws secretsmanager get-secret-value --secret-id {} --query SecretString --output text",
-        written.name, written.name
-    );
-    println!("{}", written.arn);
 }
 
 /// A new tenant's id: the stricter rule than what loads.

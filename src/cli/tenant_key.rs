@@ -6,6 +6,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 use toki_app::key_secret::SecretName;
+use toki_app::key_secret::WrittenSecret;
 use toki_app::Toki;
 use toki_model::api_key::ApiKey;
 use toki_model::{Instant, KeyName, TenantId};
@@ -75,7 +76,7 @@ impl KeyCreateArgs {
                     .hand_over_key(&self.tenant, &self.name, &key, secret)
                     .await?;
                 drop(key);
-                super::tenant::print_handover(&written, &self.name);
+                print_handover(&written, &self.name);
             }
             None => {
                 eprintln!(
@@ -165,6 +166,22 @@ impl KeyRevokeArgs {
         eprintln!("revoked key {} of tenant {}", self.name, self.tenant);
         Ok(0)
     }
+}
+
+/// Where a key went, instead of the key: the secret's ARN on stdout, how
+/// to read it on stderr.
+pub(super) fn print_handover(written: &WrittenSecret, key: &KeyName) {
+    let how = if written.created {
+        "created"
+    } else {
+        "existed: new current value"
+    };
+    eprintln!(
+        "its API key, named {key}, is in secret {} ({how}); read it once with\n  \
+         aws secretsmanager get-secret-value --secret-id {} --query SecretString --output text",
+        written.name, written.name
+    );
+    println!("{}", written.arn);
 }
 
 #[cfg(test)]

@@ -49,3 +49,54 @@ impl ControlDb {
         Ok(ControlDb { pool })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// A begin dropped after its first poll (the command already sent to
+    /// SQLite's worker) leaves no transaction open on the one connection:
+    /// the next write transaction starts and its commit is seen elsewhere.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_begin_leaves_no_transaction_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sqlite");
+        let pool = super::open_sqlite(&path).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        // Dropped after 1, 2, ... polls, the worker thread given time to
+        // answer between them: one of them falls after the `BEGIN` ran and
+        // before sqlx made the transaction that would roll it back.
+        for polls in (1..=8).cycle().take(64) {
+            let mut begun = Box::pin(crate::begin_write(&pool));
+            let mut cx = Context::from_waker(Waker::noop());
+            for _ in 0..polls {
+                if let Poll::Ready(tx) = begun.as_mut().poll(&mut cx) {
+                    drop(tx);
+                    break;
+                }
+                // Time for SQLite's worker thread, not a synchronisation:
+                // every count of polls is tried.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            drop(begun);
+        }
+        let mut tx = crate::begin_write(&pool)
+            .await
+            .expect("a fresh transaction");
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let other = super::open_sqlite(&path).await.unwrap();
+        let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(&other)
+            .await
+            .unwrap();
+        assert_eq!(seen, 1, "the commit reached the file");
+    }
+}

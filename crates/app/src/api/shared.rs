@@ -5,6 +5,7 @@
 //! [`strict`]), the schedule-write answer ([`written`]) and what the
 //! handlers' OpenAPI annotations name ([`schema`]).
 
+mod admission;
 mod auth;
 mod error;
 mod input;
@@ -14,6 +15,7 @@ mod state;
 mod strict;
 mod written;
 
+pub(crate) use admission::tenant_quota;
 pub(crate) use auth::AuthedTenant;
 pub use error::ApiError;
 pub(crate) use error::{ErrorBody, ErrorDetail};
@@ -22,7 +24,6 @@ pub(crate) use input::{
     OccurrenceParams, TemplateParams,
 };
 pub use input::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
-pub(crate) use quota::tenant_quota;
 pub use quota::ApiQuotas;
 pub(crate) use schema::{
     BatchItemDoc, BodyErrors, OccurrenceInputDoc, OccurrencePath, OccurrenceViewDoc,

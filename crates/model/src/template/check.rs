@@ -1,13 +1,11 @@
 //! A template checked when it is registered: it compiles, it renders for
 //! sample recipients, its parts fit; and what it makes of a sample.
 
-use std::fmt::Write as _;
-
 use chrono::Duration;
 
 use minijinja::{Environment, Value};
 
-use super::limits::{classify, render_bounded, RenderError};
+use super::limits::{classify, render_bounded, template_problem, RenderError};
 use super::render::{Templates, Variables};
 use super::{environment, name, Part, ReminderTemplate, TemplateInput, Texts};
 use crate::domain::{Channel, DueAt, Instant, User};
@@ -242,16 +240,4 @@ impl ReminderTemplate {
             .render(self.channel, &self.locale, &vars)
             .map_err(|e| ValidationError::new("text", e))
     }
-}
-
-/// A minijinja error as one line for the API: what, and where.
-pub(super) fn template_problem(e: &minijinja::Error) -> String {
-    let mut s = match e.detail() {
-        Some(d) => format!("{}: {d}", e.kind()),
-        None => e.kind().to_string(),
-    };
-    if let Some(line) = e.line() {
-        let _ = write!(s, " (line {line})");
-    }
-    s
 }

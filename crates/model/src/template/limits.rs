@@ -3,6 +3,7 @@
 //! bounded, and a template that crosses a bound fails instead of taking the
 //! machine (`range(100000)` twice nested once took 17 GB).
 
+use std::fmt::Write as _;
 use std::io;
 
 use minijinja::{ErrorKind, Value};
@@ -127,6 +128,18 @@ pub(super) fn classify(e: &minijinja::Error) -> RenderError {
         ErrorKind::InvalidOperation if e.detail() == Some(super::language::VALUE_LIMIT) => {
             RenderError::TooBig
         }
-        _ => RenderError::Template(super::check::template_problem(e)),
+        _ => RenderError::Template(template_problem(e)),
     }
+}
+
+/// A minijinja error as one line for the API: what, and where.
+pub(super) fn template_problem(e: &minijinja::Error) -> String {
+    let mut s = match e.detail() {
+        Some(d) => format!("{}: {d}", e.kind()),
+        None => e.kind().to_string(),
+    };
+    if let Some(line) = e.line() {
+        let _ = write!(s, " (line {line})");
+    }
+    s
 }

@@ -11,9 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use toki_core::registrar::Registrar;
 use toki_model::error::chain;
@@ -22,9 +20,7 @@ use toki_model::TenantId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::auth::AuthedTenant;
 use super::error::{ApiError, ErrorCode};
-use super::state::ApiState;
 
 /// A token bucket: `burst` requests at once after a quiet spell, then
 /// `rate` a second. On tokio's clock, so tests can pause it.
@@ -232,29 +228,6 @@ impl ApiQuotas {
             }
         }
     }
-}
-
-/// The tenant routes' middleware: authenticates (401 before anything is
-/// shared), then takes a token and a slot (429 if there is none), and
-/// hands the authenticated tenant on to the handler.
-pub(crate) async fn tenant_quota(
-    State(state): State<ApiState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let (mut parts, body) = request.into_parts();
-    let tenant = match AuthedTenant::from_request_parts(&mut parts, &state).await {
-        Ok(t) => t,
-        Err(refused) => return refused,
-    };
-    let slot = match state.quotas.admit(&state.registrar, &tenant.0).await {
-        Ok(slot) => slot,
-        Err(over) => return over.into_response(),
-    };
-    parts.extensions.insert(tenant);
-    let response = next.run(Request::from_parts(parts, body)).await;
-    drop(slot);
-    response
 }
 
 #[cfg(test)]
