@@ -133,7 +133,8 @@ pub fn serve(data: &std::path::Path, configure: impl FnOnce(&mut Command)) -> (P
         // quota has its own (crates/app/tests/quota.rs). `configure` may
         // set it back.
         .env("TOKI_API_RATE", "1000000")
-        .env("TOKI_API_BURST", "1000000");
+        .env("TOKI_API_BURST", "1000000")
+        .env("TOKI_API_CONCURRENCY", "1000000");
     configure(&mut cmd);
     let (process, line) = Process::spawn(cmd, "registrar API on http://", Duration::from_secs(60));
     let base = line

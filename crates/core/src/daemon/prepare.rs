@@ -44,18 +44,10 @@ pub(super) struct Prepared {
     pub(super) spans: Vec<tracing::Span>,
 }
 
-/// Plans running at once on blocking threads, one per core.
-static PLANNERS: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    tokio::sync::Semaphore::new(cores)
-});
-
 /// [`plan_batch`] on a blocking thread: it renders the tenant's templates,
 /// bounded (`toki_model::template::FUEL`) but CPU work all the same, which
 /// must not hold up the runtime's workers (other tenants' sends, renewals).
-/// One hop per tenant and batch, not per delivery, and no more at once than
-/// there are cores: more would not plan sooner, and each extra blocking
-/// thread keeps its own stack and allocator arena.
+/// One hop per tenant and batch, not per delivery.
 async fn plan_blocking(
     tenant: TenantId,
     work: Vec<Work>,
@@ -64,7 +56,6 @@ async fn plan_blocking(
     channels: ChannelState,
     templates: Arc<Templates>,
 ) -> BatchPlan {
-    let _planner = PLANNERS.acquire().await.expect("never closed");
     tokio::task::spawn_blocking(move || {
         plan_batch(tenant, work, &ctx, &claims, &channels, &templates)
     })
