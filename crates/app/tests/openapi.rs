@@ -348,17 +348,7 @@ fn matches_template(template: &str, path: &str) -> bool {
 /// Calls the router and holds the answer to the document: its status is
 /// listed for the route, and its content type and body are the listed ones.
 async fn call(kit: &TestKit, doc: &Doc, method: &str, path: &str, body: Option<Value>) -> Answer {
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {KEY}"));
-    let req = match body {
-        Some(b) => req
-            .header("content-type", "application/json")
-            .body(Body::from(b.to_string())),
-        None => req.body(Body::empty()),
-    }
-    .unwrap();
+    let req = common::request(method, path, Some(KEY), body);
     conforms(doc, method, path, send(kit, req).await)
 }
 

@@ -32,17 +32,7 @@ struct Answer {
 }
 
 async fn call(router: &Router, method: &str, path: &str, key: &str, body: Option<Value>) -> Answer {
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {key}"));
-    let req = match body {
-        Some(b) => req
-            .header("content-type", "application/json")
-            .body(Body::from(b.to_string())),
-        None => req.body(Body::empty()),
-    }
-    .unwrap();
+    let req = common::request(method, path, Some(key), body);
     let resp = router.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let retry_after = resp

@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use toki_app::api;
@@ -24,17 +23,7 @@ async fn call(
     key: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(path);
-    if let Some(k) = key {
-        req = req.header("authorization", format!("Bearer {k}"));
-    }
-    let req = match body {
-        Some(b) => req
-            .header("content-type", "application/json")
-            .body(Body::from(b.to_string())),
-        None => req.body(Body::empty()),
-    }
-    .unwrap();
+    let req = common::request(method, path, key, body);
     let router = api::router(Arc::new(kit.registrar()));
     let resp = router.oneshot(req).await.unwrap();
     let status = resp.status();

@@ -1,6 +1,9 @@
 //! What the app's in-process API tests share: a test kit with tenant `acme`
 //! whose API key is [`KEY`].
 
+use axum::body::Body;
+use axum::http::Request;
+use serde_json::Value;
 use toki_core::testing::TestKit;
 use toki_model::api_key::ApiKey;
 use toki_model::TenantRecord;
@@ -29,4 +32,20 @@ pub async fn kit_with_tenant() -> TestKit {
         .await
         .unwrap();
     kit
+}
+
+/// A request to the API: with `key` as a bearer token if given, `body` as
+/// JSON if given.
+pub fn request(method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> Request<Body> {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(k) = key {
+        req = req.header("authorization", format!("Bearer {k}"));
+    }
+    match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .expect("a well-formed request")
 }

@@ -111,6 +111,12 @@ impl Templates {
         }
     }
 
+    /// Whether any text comes from the tenant's own templates (rather than
+    /// only the built-in ones, whose cost is known and small).
+    pub fn from_tenant(&self) -> bool {
+        self.tenant.is_some()
+    }
+
     /// `templates` over the defaults. One that does not compile (they are
     /// checked when registered, so only after a hand edit of the database)
     /// is left out with a warning: its reminders get the default text.
