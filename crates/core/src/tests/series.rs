@@ -339,3 +339,39 @@ async fn this_and_following_ends_the_series_and_starts_another() {
         ended.schedule.version
     );
 }
+
+/// A series holds at most `MAX_EXCEPTIONS` occurrences changed one by one:
+/// the next is refused naming `original`; changing one already changed
+/// again still passes.
+#[tokio::test(start_paused = true)]
+async fn a_series_holds_a_bounded_number_of_exceptions() {
+    use toki_model::input::MAX_EXCEPTIONS;
+    let (kit, t) = weekly_standup().await;
+    let id = "standup".parse().unwrap();
+    let registrar = kit.registrar();
+    let monday = |week: i64| {
+        (at("2026-11-23T10:00:00Z") + ChronoDuration::weeks(week))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    for week in 0..MAX_EXCEPTIONS as i64 {
+        registrar
+            .cancel_occurrence(&t, &id, &monday(week))
+            .await
+            .unwrap_or_else(|e| panic!("week {week}: {e}"));
+    }
+    let over = registrar
+        .cancel_occurrence(&t, &id, &monday(MAX_EXCEPTIONS as i64))
+        .await;
+    assert!(
+        matches!(&over, Err(RegistrarError::Invalid(v)) if v.field == "original"),
+        "{over:?}"
+    );
+    let retitled = OccurrenceInput {
+        title: Some("Stand-up (moved room)".into()),
+        ..OccurrenceInput::default()
+    };
+    registrar
+        .put_occurrence(&t, &id, &monday(3), &retitled)
+        .await
+        .unwrap();
+}
