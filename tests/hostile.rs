@@ -17,6 +17,9 @@ use serde_json::{json, Value};
 
 use common::process::{create_tenant, serve, TOKI};
 
+/// The "status" of a request the server cut off while it was still sending.
+const CUT_OFF: u16 = 0;
+
 /// B's participants; each gets one chat reminder at the shared instant.
 const B_USERS: usize = 100;
 
@@ -42,10 +45,10 @@ impl Probes {
     async fn send(&self, probe: &'static str, request: reqwest::RequestBuilder) -> Answer {
         let started = std::time::Instant::now();
         // A body over the limit may be cut off mid-upload: the server
-        // answered 413 and closed before the client finished writing.
+        // refused it and closed before the client finished writing.
         let (status, body) = match request.send().await {
             Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
-            Err(e) if e.is_request() && probe == "8 MB body" => (413, Value::Null),
+            Err(e) if e.is_request() && probe == "8 MB body" => (CUT_OFF, Value::Null),
             Err(e) => panic!("{probe}: the server answers: {e}"),
         };
         Answer {
@@ -234,7 +237,12 @@ fn check_answers(answers: &[Answer]) {
                 a.status,
                 a.body
             ),
-            "8 MB body" => assert_eq!(a.status, 413, "{}", a.body),
+            "8 MB body" => assert!(
+                [413, CUT_OFF].contains(&a.status),
+                "{} {}",
+                a.status,
+                a.body
+            ),
             "JSON 100,000 deep" => assert_eq!(a.status, 400, "{}", a.body),
             "wrong key" => assert_eq!(a.status, 401, "{}", a.body),
             // Written, or past A's cap on users.
