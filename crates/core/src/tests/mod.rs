@@ -8,4 +8,5 @@ mod flow;
 mod registrar;
 mod scanner;
 mod series;
+mod sim;
 mod templates;

@@ -79,12 +79,28 @@ struct State {
 pub struct MemoryTenantStore {
     state: Mutex<State>,
     down: AtomicBool,
+    /// While set, every call first waits this long (a database that stalls).
+    stall: Mutex<Option<std::time::Duration>>,
 }
 
 impl MemoryTenantStore {
     /// While down, every call fails as an unreachable database would.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// While `Some`, every call waits that long before it answers.
+    pub fn set_stall(&self, stall: Option<std::time::Duration>) {
+        *self.stall.lock().expect("stall lock") = stall;
+    }
+
+    /// Waits out a stall, then takes the state as `lock` does.
+    async fn enter(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
+        let stall = *self.stall.lock().expect("stall lock");
+        if let Some(stall) = stall {
+            tokio::time::sleep(stall).await;
+        }
+        self.lock()
     }
 
     fn lock(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
@@ -116,12 +132,15 @@ fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, now: Instant)
 #[async_trait]
 impl TenantStore for MemoryTenantStore {
     async fn put_user(&self, user: &User, _now: Instant) -> StoreResult<()> {
-        self.lock()?.users.insert(user.id.clone(), user.clone());
+        self.enter()
+            .await?
+            .users
+            .insert(user.id.clone(), user.clone());
         Ok(())
     }
 
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
-        Ok(self.lock()?.users.get(id).cloned())
+        Ok(self.enter().await?.users.get(id).cloned())
     }
 
     async fn put_schedules(
@@ -129,7 +148,7 @@ impl TenantStore for MemoryTenantStore {
         schedules: &[Schedule],
         now: Instant,
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         let verdicts = writable_schedules(schedules, |u| state.users.contains_key(u));
         Ok(verdicts
             .into_iter()
@@ -148,11 +167,11 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
-        Ok(self.lock()?.schedules.get(id).cloned())
+        Ok(self.enter().await?.schedules.get(id).cloned())
     }
 
     async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         if state.schedules.remove(id).is_none() {
             return Ok(None);
         }
@@ -160,7 +179,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let short =
             |m: &MirrorRow| !m.deleted && m.mirrored_until.is_some_and(|u| u < extend_before);
         let mut rows: Vec<_> = state
@@ -192,7 +211,7 @@ impl TenantStore for MemoryTenantStore {
         version: i64,
         until: Option<Instant>,
     ) -> StoreResult<()> {
-        if let Some(m) = self.lock()?.mirror.get_mut(schedule) {
+        if let Some(m) = self.enter().await?.mirror.get_mut(schedule) {
             // Only if no newer write came in meanwhile.
             if m.version == version {
                 m.mirrored = true;
@@ -203,7 +222,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let mut ctx = DeliveryContext::default();
         for s in schedules.iter().filter_map(|id| state.schedules.get(id)) {
             let participants: Vec<UserId> = s
@@ -241,7 +260,7 @@ impl TenantStore for MemoryTenantStore {
         now: Instant,
         takeover_before: Instant,
     ) -> StoreResult<Claims> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         state.next_token += 1;
         let token = state.next_token;
         let mut out = Claims::default();
@@ -293,7 +312,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         let tokens: HashSet<u64> = tokens.iter().filter_map(|t| t.parse().ok()).collect();
         for row in state.deliveries.values_mut() {
             if row.status == DeliveryStatus::Sending
@@ -309,7 +328,7 @@ impl TenantStore for MemoryTenantStore {
         &self,
         schedules: &[ScheduleId],
     ) -> StoreResult<HashMap<ScheduleId, i64>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         Ok(schedules
             .iter()
             .filter_map(|id| state.schedules.get(id).map(|s| (id.clone(), s.version)))
@@ -317,7 +336,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         for o in outcomes {
             let replace = match state.deliveries.get(&o.key) {
                 None => true,
@@ -346,7 +365,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         for m in messages {
             state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
         }
@@ -355,7 +374,7 @@ impl TenantStore for MemoryTenantStore {
 
     /// Every claim here is this process's.
     async fn delivered_by_holder(&self) -> StoreResult<Vec<(String, u64)>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let n = state
             .deliveries
             .values()
@@ -369,7 +388,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let mut counts: BTreeMap<_, u64> = BTreeMap::new();
         for (k, r) in &state.deliveries {
             *counts.entry((k.channel, r.status)).or_default() += 1;
@@ -385,7 +404,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         Ok(state
             .deliveries
             .iter()
@@ -417,7 +436,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let mut v: Vec<_> = state
             .chat
             .values()
@@ -429,7 +448,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn put_template(&self, template: &ReminderTemplate, _now: Instant) -> StoreResult<()> {
-        self.lock()?.templates.insert(
+        self.enter().await?.templates.insert(
             (template.channel.as_str(), template.locale.clone()),
             template.clone(),
         );
@@ -445,11 +464,11 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>> {
-        Ok(self.lock()?.templates.values().cloned().collect())
+        Ok(self.enter().await?.templates.values().cloned().collect())
     }
 
     async fn count(&self, what: Counted) -> StoreResult<u64> {
-        let state = self.lock()?;
+        let state = self.enter().await?;
         let n = match what {
             Counted::Schedules => state.schedules.len(),
             Counted::Users => state.users.len(),
@@ -462,7 +481,7 @@ impl TenantStore for MemoryTenantStore {
         &self,
         schedules: &[ScheduleId],
     ) -> StoreResult<HashSet<ScheduleId>> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         let mut existing = HashSet::new();
         for id in schedules {
             let Some(current) = state.schedules.get(id).cloned() else {
@@ -484,7 +503,7 @@ impl TenantStore for MemoryTenantStore {
         edge: NoticeEdge,
         now: Instant,
     ) -> StoreResult<Option<ChangeNotice>> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         if let Some(n) = state
             .notices
             .iter()
@@ -517,7 +536,7 @@ impl TenantStore for MemoryTenantStore {
     }
 
     async fn clear_change_baselines(&self) -> StoreResult<u64> {
-        let mut state = self.lock()?;
+        let mut state = self.enter().await?;
         let n = state.baselines.len() as u64;
         state.baselines.clear();
         Ok(n)
