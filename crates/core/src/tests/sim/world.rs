@@ -142,6 +142,9 @@ enum Write {
     Retitle(u32),
 }
 
+/// One meeting's writes (tenant and meeting by their place in the scenario).
+type Writes = (usize, usize, Vec<(Duration, Write)>);
+
 /// What the clients' writes did, shared by their tasks.
 #[derive(Default)]
 struct Written {
@@ -311,7 +314,7 @@ impl World {
     /// Each changed meeting's writes, at their moments: made a margin
     /// before the due instant (and before the new one), the clocks' errors
     /// and the cut-off included.
-    fn writes(&self) -> Vec<(usize, usize, Vec<(Duration, Write)>)> {
+    fn writes(&self) -> Vec<Writes> {
         let margin = self.scenario.change_margin() + Duration::from_secs(1);
         let mut all = Vec::new();
         for (t, plan) in self.scenario.tenants.iter().enumerate() {
