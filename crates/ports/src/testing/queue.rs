@@ -39,6 +39,8 @@ pub struct MemoryQueue {
     sent: Notify,
     down: AtomicBool,
     refuse: Mutex<Option<Refusal>>,
+    /// The next this many messages sent are stored twice.
+    copies: std::sync::atomic::AtomicUsize,
 }
 
 impl MemoryQueue {
@@ -50,6 +52,7 @@ impl MemoryQueue {
             sent: Notify::new(),
             down: AtomicBool::new(false),
             refuse: Mutex::new(None),
+            copies: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -60,6 +63,19 @@ impl MemoryQueue {
         f: impl Fn(&OutgoingMessage) -> Option<String> + Send + Sync + 'static,
     ) {
         *self.refuse.lock().expect("refuse lock") = Some(Box::new(f));
+    }
+
+    /// The next `n` messages sent are stored twice, as a standard SQS queue
+    /// may deliver a message more than once.
+    pub fn copy_next(&self, n: usize) {
+        self.copies.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether the message being stored gets a copy (one of the `n` left).
+    fn take_copy(&self) -> bool {
+        self.copies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// While down, every call fails as an unreachable service would.
@@ -157,18 +173,20 @@ impl DelayQueue for MemoryQueue {
                     sent.refused.push(RefusedMessage { index, reason });
                     continue;
                 }
-                m.0 += 1;
-                let id = m.0;
-                m.1.insert(
-                    id,
-                    Stored {
-                        body: msg.body.clone(),
-                        attributes: msg.attributes.clone(),
-                        visible_at: now + to_chrono(msg.delay),
-                        receive_count: 0,
-                        dead: false,
-                    },
-                );
+                for _ in 0..if self.take_copy() { 2 } else { 1 } {
+                    m.0 += 1;
+                    let id = m.0;
+                    m.1.insert(
+                        id,
+                        Stored {
+                            body: msg.body.clone(),
+                            attributes: msg.attributes.clone(),
+                            visible_at: now + to_chrono(msg.delay),
+                            receive_count: 0,
+                            dead: false,
+                        },
+                    );
+                }
             }
         }
         self.sent.notify_waiters();

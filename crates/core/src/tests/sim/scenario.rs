@@ -100,6 +100,8 @@ pub enum Fault {
     },
     /// The queue refuses every call for a while.
     QueueDown { lasts: Duration },
+    /// The next `n` messages sent are delivered twice (SQS's at-least-once).
+    Copies { n: usize },
 }
 
 #[derive(Debug, Clone)]
@@ -340,7 +342,7 @@ fn fault(rng: &mut StdRng, s: &Scenario) -> (Duration, Fault) {
     let at = around.saturating_sub(Duration::from_secs(2))
         + secs(rng, Duration::ZERO, Duration::from_millis(3_000));
     let tenant = rng.gen_range(0..s.tenants.len());
-    let f = match rng.gen_range(0..6) {
+    let f = match rng.gen_range(0..7) {
         0 => Fault::Kill {
             daemon: rng.gen_range(0..s.skews_ms.len()),
             restart_after: secs(rng, Duration::from_millis(500), Duration::from_secs(20)),
@@ -364,9 +366,18 @@ fn fault(rng: &mut StdRng, s: &Scenario) -> (Duration, Fault) {
             by: secs(rng, Duration::from_millis(50), Duration::from_secs(3)),
             lasts: secs(rng, Duration::from_secs(1), Duration::from_secs(30)),
         },
-        _ => Fault::QueueDown {
+        5 => Fault::QueueDown {
             lasts: secs(rng, Duration::from_millis(200), Duration::from_secs(10)),
         },
+        _ => Fault::Copies {
+            n: rng.gen_range(1..=200),
+        },
+    };
+    // Copies are made as messages are sent: by the scanner up to a window
+    // ahead of their instant.
+    let at = match f {
+        Fault::Copies { .. } => secs(rng, Duration::ZERO, around.max(Duration::from_secs(1))),
+        _ => at,
     };
     (at, f)
 }

@@ -299,7 +299,7 @@ impl World {
                 | Fault::StoreDown { lasts, .. }
                 | Fault::StoreStall { lasts, .. }
                 | Fault::QueueDown { lasts } => Some(*lasts),
-                Fault::Throttle { .. } => None,
+                Fault::Throttle { .. } | Fault::Copies { .. } => None,
             };
             if let Some(lasts) = lasts {
                 steps.push((*at + lasts, Step::Heal(f.clone())));
@@ -384,6 +384,7 @@ impl World {
                 self.store_fault(*tenant, on, out);
             }
             Fault::QueueDown { .. } => kit.queue.set_down(on),
+            Fault::Copies { n } => kit.queue.copy_next(*n),
         }
     }
 
