@@ -753,6 +753,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
 /// mention kept, in the recipient's zone; its English mail reaches the SMTP
 /// capture server as plain and HTML parts, the HTML escaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SMTP capture server (aiosmtpd): scripts/test.sh runs it"]
 async fn templates_word_a_series_reminders_on_slack_and_mail() {
     let (standin, slack_url) =
         common::services::slack_standin(toki_devtools::slack_standin::StandinOptions::default())

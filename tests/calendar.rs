@@ -328,6 +328,7 @@ async fn embedded_weekly_meeting_across_both_dst_changes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn aws_weekly_meeting_across_both_dst_changes() {
     let dir = tempfile::tempdir().unwrap();
     weekly_meeting_across_both_dst_changes(aws_support::backend_config("cal", dir.path())).await;

@@ -78,6 +78,7 @@ async fn slack_unknown_channel_is_permanent_and_bad_token_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SMTP capture server (aiosmtpd): scripts/test.sh runs it"]
 async fn mail_goes_through_smtp_with_its_delivery_header() {
     let (addr, maildir) = smtp();
     let mail = MailChannel::smtp(

@@ -215,6 +215,7 @@ async fn an_smtp_server_that_accepts_and_hangs_is_timed_out() {
 /// messages come back with backoff (never dead-lettered within ten minutes)
 /// and everything goes out once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
 async fn a_tenant_database_down_for_a_while_loses_nothing() {
     let base = common::services::postgres_base_url();
     let target = base

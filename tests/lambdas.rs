@@ -158,6 +158,7 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn registrar_lambda_registers_through_api_gateway_payloads() {
     let aws = Aws::open().await;
     let key = aws.tenant(TENANT, true).await;
@@ -301,6 +302,7 @@ async fn registrar_lambda_registers_through_api_gateway_payloads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn scanner_lambda_enqueues_what_is_due_in_its_window() {
     let aws = Aws::open().await;
     let key = aws.tenant(TENANT, true).await;
@@ -434,6 +436,7 @@ async fn scanner_lambda_enqueues_what_is_due_in_its_window() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn scanner_lambda_fails_the_invocation_when_sends_fail() {
     let aws = Aws::open().await;
     let key = aws.tenant(TENANT, true).await;
@@ -502,6 +505,7 @@ async fn scanner_lambda_fails_the_invocation_when_sends_fail() {
 /// in the tenant database with its outbox row), the repair Lambda finishes the
 /// mirror on its next minute, and the reminder is still delivered on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn a_registration_the_index_missed_is_repaired_and_delivered_on_time() {
     let aws = Aws::open().await;
     let key = aws.tenant(TENANT, true).await;
