@@ -154,22 +154,17 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
 
     let registrar = toki.registrar();
     let scanner = toki.scanner();
-    // How long each jump's repair pass and scan took, by due instant.
-    let took: std::sync::Mutex<BTreeMap<Instant, ChronoDuration>> = Default::default();
     // Moves the clock to `ahead` before `due`, extends the series' horizon
     // (which enqueues what is due soon) and scans, as the repair pass and the
     // scanner do every minute; returns how many index rows (one per
     // occurrence and reminder) the scan found in its window.
     let jump_ahead = |due: &'static str, ahead: ChronoDuration| {
         clock.set(at(due) - ahead);
-        let (registrar, scanner, took) = (&registrar, &scanner, &took);
+        let (registrar, scanner) = (&registrar, &scanner);
         async move {
-            let started = std::time::Instant::now();
             registrar.repair_all().await.unwrap();
             let summary = scanner.scan_once().await.unwrap();
             assert_eq!(summary.failed, 0, "{summary:?}");
-            let elapsed = ChronoDuration::from_std(started.elapsed()).unwrap();
-            took.lock().unwrap().insert(at(due), elapsed);
             summary.scanned
         }
     };
@@ -238,20 +233,15 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
             (d.due_at.0, d.key.recipient.to_string(), d.key.channel),
             (d.status, d.version),
         );
-        // Sent at its own occurrence, not at a later scan (the next is days
-        // on): within the jump's lead or, if a loaded emulator's repair pass
-        // and scan took longer than that, within the time they took (how
-        // punctual the pipeline is, is the bench's and the fault suite's
-        // business).
+        // Sent at its own occurrence, not before it and not at a later
+        // jump of the clock (the next is a week on, a day is far short of
+        // it); how punctual the pipeline is, is the bench's and the fault
+        // suite's business.
         if d.status == DeliveryStatus::Delivered {
-            let scan = took.lock().unwrap()[&d.due_at.0];
-            let bound = step.max(scan);
             assert!(
-                (0..bound.num_milliseconds()).contains(&late),
-                "{} sent {late} ms after its instant (the jump was {} ms ahead, its scan took {} ms)",
+                (0..ChronoDuration::days(1).num_milliseconds()).contains(&late),
+                "{} sent {late} ms after its instant, not at its own occurrence",
                 d.key,
-                step.num_milliseconds(),
-                scan.num_milliseconds()
             );
         }
     }
