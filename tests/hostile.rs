@@ -4,9 +4,9 @@
 //! while A's probes are still running; each probe is refused with a 4xx that
 //! names the problem, and the server's memory stays bounded.
 //!
-//! How long each probe took, and how late B's reminders went, is printed
-//! (on stderr), not asserted: `scripts/hostile.py` measures it on a release
-//! build for SECURITY.md.
+//! How long each probe took (`scripts/hostile.py` measures it on a release
+//! build for SECURITY.md) and how late B's reminders went are printed on
+//! stderr, not asserted.
 
 use crate::common;
 
