@@ -172,9 +172,13 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
     let delivered = |n: u64| {
         let daemon = daemon.clone();
         async move {
+            // And every message received so far acknowledged: the next jump
+            // moves the clock past the visibility timeout of any still held.
             daemon
                 .stats
-                .wait_for(Duration::from_secs(30), |s| s.delivered >= n)
+                .wait_for(Duration::from_secs(30), |s| {
+                    s.delivered >= n && s.acked >= s.received
+                })
                 .await;
             assert_eq!(daemon.stats.snapshot().delivered, n);
         }
@@ -207,7 +211,9 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
     api.put("schedules/standup", standup("09:30:00")).await;
     let s = daemon
         .stats
-        .wait_for(Duration::from_secs(40), |s| s.stale >= 4)
+        .wait_for(Duration::from_secs(40), |s| {
+            s.stale >= 4 && s.acked >= s.received
+        })
         .await;
     assert_eq!((s.stale, s.delivered), (4, 12), "{s:?}");
     assert_eq!(jump("2027-11-08T14:25:00Z").await, 1);
