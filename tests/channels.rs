@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use common::notification;
@@ -78,6 +78,7 @@ async fn slack_unknown_channel_is_permanent_and_bad_token_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the SMTP capture server (aiosmtpd): scripts/test.sh runs it"]
 async fn mail_goes_through_smtp_with_its_delivery_header() {
     let (addr, maildir) = smtp();
     let mail = MailChannel::smtp(
@@ -202,7 +203,6 @@ async fn smtp_replies_decide_between_trying_again_and_giving_up() {
     ];
     for (behaviour, expected) in cases {
         smtp.set_behaviour(behaviour.clone());
-        let started = Instant::now();
         let r = mail.send(std::slice::from_ref(&n)).await;
         let got = match &r[0] {
             Err(SendError::Transient(_)) => "transient",
@@ -210,10 +210,11 @@ async fn smtp_replies_decide_between_trying_again_and_giving_up() {
             other => panic!("{behaviour:?}: {other:?}"),
         };
         assert_eq!(got, expected, "{behaviour:?}: {r:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{behaviour:?} took too long"
-        );
+        if behaviour == SmtpBehaviour::Hang {
+            // Given up by the channel's own timeout, not waited out.
+            let error = format!("{:?}", r[0]);
+            assert!(error.contains("no answer within 1 s"), "{error}");
+        }
         assert!(
             mail.probe().await.is_err(),
             "{behaviour:?}: the probe sees it too"
@@ -291,12 +292,17 @@ async fn slack_history_tells_whether_a_delivery_was_posted() {
     let posted = notification(1, "U1");
     let other = notification(2, "U1");
     assert_eq!(slack.already_sent(&posted).await, None);
+    let before = Utc::now();
     let r = slack.send(std::slice::from_ref(&posted)).await;
-    let sent_at = r[0].clone().unwrap();
+    let after = Utc::now();
+    r[0].clone().unwrap();
+    // The posted message's own time: during the send (the history's
+    // timestamps are whole milliseconds).
     let found = slack.already_sent(&posted).await.expect("found in history");
+    let ms = chrono::Duration::milliseconds(1);
     assert!(
-        (found - sent_at).num_milliseconds().abs() < 1_000,
-        "{found} vs {sent_at}"
+        before - ms <= found && found <= after + ms,
+        "{found} not between {before} and {after}"
     );
     assert_eq!(
         slack.already_sent(&other).await,

@@ -38,11 +38,26 @@ async fn directory() -> Arc<dyn TenantDirectory> {
     aws_support::directory().await
 }
 
-queue_conformance!(queue);
-index_conformance!(index);
-directory_conformance!(directory);
-debounce_conformance!(aws_support::debounce_store);
-lease_conformance!(aws_support::lease_store);
+queue_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    queue
+);
+index_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    index
+);
+directory_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    directory
+);
+debounce_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    aws_support::debounce_store
+);
+lease_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    aws_support::lease_store
+);
 
 // ---------------------------------------------------------------- resources
 
@@ -148,6 +163,7 @@ async fn assert_resources(names: &AwsNames, queue_url: &str, max_receives: u32) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn ensure_resources_is_idempotent() {
     let names = names();
     let sdk = aws_support::sdk().await;
@@ -166,6 +182,7 @@ async fn ensure_resources_is_idempotent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn init_aws_script_creates_the_resources() {
     let script = aws_support::repo_root().join("localstack/init-aws.sh");
     if !script.is_file() {
@@ -249,6 +266,7 @@ async fn init_aws_script_creates_the_resources() {
 // ---------------------------------------------------------------- index
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn index_skips_expired_rows_and_never_creates_rows_by_update() {
     // Retention 0: a row due a minute ago has expired (moto never deletes it).
     let ix = aws_support::dynamo_index(4, Duration::ZERO).await;
@@ -350,6 +368,7 @@ async fn count(ix: &DynamoReminderIndex, rows: &[toki_model::Reminder]) -> usize
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn index_replaces_more_rows_than_one_batch() {
     let ix = aws_support::dynamo_index(2, Duration::from_secs(3600)).await;
     let tenant = aws_support::unique("t");
@@ -397,6 +416,7 @@ fn outgoing(id: &str, attributes: BTreeMap<String, String>, delay: Duration) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn queue_limits_match_the_embedded_queue() {
     let q = aws_support::sqs_queue(5).await;
     let r = reminder("acme", "s1", ChronoDuration::minutes(1), 1);
@@ -456,6 +476,7 @@ async fn queue_limits_match_the_embedded_queue() {
 // ---------------------------------------------------------------- errors
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn errors_map_to_store_errors() {
     // A missing table is the backend refusing: not worth retrying.
     let ix = DynamoReminderIndex::new(

@@ -75,6 +75,7 @@ fn demo_on_the_embedded_default() {
 /// On AWS-style storage, and with TLS to Postgres as RDS requires
 /// (`sslmode=require`); the demo's tenants get `toki_test_<run>_demo_*` databases.
 #[test]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 fn demo_against_the_aws_emulator() {
     let dir = tempfile::tempdir().unwrap();
     let suffix = common::conformance::unique("");

@@ -50,6 +50,7 @@ async fn read(sm: &Client, name: &str) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn a_key_handed_over_through_a_secret_is_never_printed_and_authenticates() {
     let env = aws_support::endpoint_env();
     let sm = Client::new(&aws_support::sdk().await);
@@ -124,6 +125,7 @@ async fn a_key_handed_over_through_a_secret_is_never_printed_and_authenticates()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
 async fn a_key_that_cannot_be_handed_over_is_revoked_and_never_printed() {
     // Secrets Manager where nothing listens: CreateSecret fails.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

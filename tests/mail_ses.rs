@@ -55,6 +55,7 @@ async fn sent_with(marker: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto, SES): scripts/test.sh runs it"]
 async fn mail_goes_through_ses_with_its_delivery_header() {
     let client = ses_client().await;
     let sender = format!("{}@example.com", unique("toki"));
@@ -85,6 +86,7 @@ async fn mail_goes_through_ses_with_its_delivery_header() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto, SES): scripts/test.sh runs it"]
 async fn a_sender_ses_has_not_verified_is_tried_again_not_dropped() {
     let mail = channel(
         ses_client().await,

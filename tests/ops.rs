@@ -188,6 +188,7 @@ async fn metrics_after_a_demo_sized_run_count_every_delivery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn readyz_goes_unready_while_the_control_store_is_unreachable() {
     let moto = aws_support::endpoint();
     let proxy = Proxy::start(moto.trim_start_matches("http://")).await;

@@ -19,6 +19,7 @@ fn config(dir: &std::path::Path) -> Config {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn a_delivery_for_one_tenant_never_opens_another_tenants_database() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
@@ -103,6 +104,7 @@ fn server() -> (String, u16, String, String) {
 /// admin credentials creates the runtime role and lets it read and write. The
 /// tenant directory records a database name, never a URL with a password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn tenant_databases_through_secrets_manager_with_separate_runtime_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let (host, port, admin_user, admin_password) = server();
@@ -162,6 +164,7 @@ async fn tenant_databases_through_secrets_manager_with_separate_runtime_credenti
 
 /// Debounce on the AWS parts: rows in DynamoDB, checks on SQS (the emulator).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
     let queue = aws_support::queue(5).await;
     let store = aws_support::debounce_store().await;
@@ -172,6 +175,7 @@ async fn a_debounced_key_acts_on_both_edges_across_a_daemon_restart() {
 /// notices on the emulator, Postgres tenant databases) split a burst of
 /// edits of one schedule: one leading and one trailing change notice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
 async fn two_processes_editing_one_schedule_notify_once_per_edge() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());

@@ -186,6 +186,7 @@ fn sum(list: &Value, field: &str, keep: impl Fn(&Value) -> bool) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium: scripts/test.sh runs it"]
 async fn the_report_page_renders_in_chromium_with_the_figures_of_report_json() {
     let browser = chromium();
     let dir = tempfile::tempdir().unwrap();

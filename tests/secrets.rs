@@ -33,6 +33,7 @@ fn base64(s: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
 async fn no_secret_reaches_a_log_line() {
     // The tenant database: the test server's password if it has one, else one
     // added (a trust-auth server ignores it).

@@ -43,6 +43,7 @@ async fn server_ssl_cert() -> Option<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
 async fn sslmode_require_encrypts_the_connection() {
     server_ssl_cert().await;
     let mut conn = PgConnection::connect(&url("sslmode=require"))
@@ -56,6 +57,7 @@ async fn sslmode_require_encrypts_the_connection() {
 }
 
 #[tokio::test]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
 async fn certificates_are_verified() {
     let Some(cert) = server_ssl_cert().await else {
         panic!("the server's certificate file is not readable here");

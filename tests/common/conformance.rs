@@ -1,6 +1,8 @@
 //! The conformance suite: one set of checks every implementation of a port must
 //! pass. Each `*_conformance!` macro expands into `#[tokio::test]` functions
 //! in the invoking test file, built on a factory that returns a fresh instance.
+//! Attributes before the factory go on every generated test:
+//! `store_conformance!(#[ignore = "needs Postgres: scripts/test.sh runs it"] store);`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -452,39 +454,47 @@ pub mod queue {
 
 #[macro_export]
 macro_rules! queue_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod queue_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn delay_is_honoured() {
                 common::conformance::queue::delay_is_honoured($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn depth_by_state() {
                 common::conformance::queue::depth_by_state($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn long_poll_wakes_on_time() {
                 common::conformance::queue::long_poll_wakes_on_time($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn visibility_timeout_redelivers() {
                 common::conformance::queue::visibility_timeout_redelivers($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn dead_letter_after_max_receives() {
                 common::conformance::queue::dead_letter_after_max_receives($factory(2).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn batch_operations() {
                 common::conformance::queue::batch_operations($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn change_visibility_makes_visible_again() {
                 common::conformance::queue::change_visibility_makes_visible_again($factory(5).await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn extend_visibility_keeps_held_messages_hidden() {
                 common::conformance::queue::extend_visibility_keeps_held_messages_hidden(
                     $factory(5).await,
@@ -492,6 +502,7 @@ macro_rules! queue_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn dead_letters_are_listed_and_moved_back() {
                 common::conformance::queue::dead_letters_are_listed_and_moved_back(
                     $factory(1).await,
@@ -499,6 +510,7 @@ macro_rules! queue_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn dead_letter_moves_a_message_with_its_reason() {
                 common::conformance::queue::dead_letter_moves_a_message_with_its_reason(
                     $factory(5).await,
@@ -506,10 +518,12 @@ macro_rules! queue_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn batches_respect_the_byte_limits() {
                 common::conformance::queue::batches_respect_the_byte_limits($factory(5).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn attributes_round_trip() {
                 common::conformance::queue::attributes_round_trip($factory(5).await).await
             }
@@ -917,27 +931,32 @@ pub mod index {
 
 #[macro_export]
 macro_rules! index_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod index_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn rows_spread_over_shards_and_are_found() {
                 common::conformance::index::rows_spread_over_shards_and_are_found($factory(4).await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn query_respects_the_due_range() {
                 common::conformance::index::query_respects_the_due_range($factory(4).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn claim_is_conditional() {
                 common::conformance::index::claim_is_conditional($factory(4).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn release_returns_to_pending() {
                 common::conformance::index::release_returns_to_pending($factory(4).await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn racing_replaces_leave_the_newest_version() {
                 common::conformance::index::racing_replaces_leave_the_newest_version(
                     $factory(4).await,
@@ -945,6 +964,7 @@ macro_rules! index_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn extending_at_the_same_version_adds_and_keeps() {
                 common::conformance::index::extending_at_the_same_version_adds_and_keeps(
                     $factory(4).await,
@@ -952,11 +972,13 @@ macro_rules! index_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn batches_write_claim_and_mark_per_row() {
                 common::conformance::index::batches_write_claim_and_mark_per_row($factory(4).await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn replace_removes_old_rows_and_versions() {
                 common::conformance::index::replace_removes_old_rows_and_versions($factory(4).await)
                     .await
@@ -1019,10 +1041,11 @@ pub mod directory {
 
 #[macro_export]
 macro_rules! directory_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod directory_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn put_get_list_update() {
                 common::conformance::directory::put_get_list_update($factory().await).await
             }
@@ -1977,31 +2000,37 @@ pub mod store {
 
 #[macro_export]
 macro_rules! store_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod store_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn users_round_trip() {
                 common::conformance::store::users_round_trip($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn templates_round_trip() {
                 common::conformance::store::templates_round_trip($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn schedule_versions_never_repeat() {
                 common::conformance::store::schedule_versions_never_repeat($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn delivered_rows_name_their_holder() {
                 common::conformance::store::delivered_rows_name_their_holder($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn a_batch_writes_each_valid_schedule() {
                 common::conformance::store::a_batch_writes_each_valid_schedule($factory().await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn unknown_participant_is_rejected_and_nothing_written() {
                 common::conformance::store::unknown_participant_is_rejected_and_nothing_written(
                     $factory().await,
@@ -2009,54 +2038,66 @@ macro_rules! store_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn mirror_journal() {
                 common::conformance::store::mirror_journal($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn series_round_trip_and_horizon() {
                 common::conformance::store::series_round_trip_and_horizon($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn delivery_context_in_one_call() {
                 common::conformance::store::delivery_context_in_one_call($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn one_reminders_deliveries() {
                 common::conformance::store::one_reminders_deliveries($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn claims_make_deliveries_exactly_once() {
                 common::conformance::store::claims_make_deliveries_exactly_once($factory().await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn chat_messages_are_idempotent() {
                 common::conformance::store::chat_messages_are_idempotent($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn claims_carry_the_failure_budget() {
                 common::conformance::store::claims_carry_the_failure_budget($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn renewed_claims_are_not_taken_over() {
                 common::conformance::store::renewed_claims_are_not_taken_over($factory().await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn schedule_versions_are_read_at_once() {
                 common::conformance::store::schedule_versions_are_read_at_once($factory().await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn change_baselines_and_notices() {
                 common::conformance::store::change_baselines_and_notices($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn racing_freezes_tell_a_change_once() {
                 common::conformance::store::racing_freezes_tell_a_change_once($factory().await)
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn a_revoked_claim_is_recorded_stale() {
                 common::conformance::store::a_revoked_claim_is_recorded_stale($factory().await)
                     .await
@@ -2196,14 +2237,16 @@ pub mod debounce {
 
 #[macro_export]
 macro_rules! debounce_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod debounce_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn created_only_when_absent() {
                 common::conformance::debounce::created_only_when_absent($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn replaced_only_by_the_holder_of_its_token() {
                 common::conformance::debounce::replaced_only_by_the_holder_of_its_token(
                     $factory().await,
@@ -2211,10 +2254,12 @@ macro_rules! debounce_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn removed_only_with_its_token() {
                 common::conformance::debounce::removed_only_with_its_token($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn racing_calls_make_one_leading_edge() {
                 common::conformance::debounce::racing_calls_make_one_leading_edge($factory().await)
                     .await
@@ -2451,14 +2496,16 @@ pub mod lease {
 
 #[macro_export]
 macro_rules! lease_conformance {
-    ($factory:path) => {
+    ($(#[$meta:meta])* $factory:path) => {
         mod lease_conformance {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn a_free_partition_is_acquired() {
                 common::conformance::lease::a_free_partition_is_acquired($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn a_live_lease_is_refused_to_others_and_renewed_by_its_holder() {
                 common::conformance::lease::a_live_lease_is_refused_to_others_and_renewed_by_its_holder(
                     $factory().await,
@@ -2466,18 +2513,22 @@ macro_rules! lease_conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn an_expired_lease_is_taken_over() {
                 common::conformance::lease::an_expired_lease_is_taken_over($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn released_only_by_its_holder() {
                 common::conformance::lease::released_only_by_its_holder($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn racing_holders_make_one_winner() {
                 common::conformance::lease::racing_holders_make_one_winner($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
             async fn leases_lists_one_keys_partitions() {
                 common::conformance::lease::leases_lists_one_keys_partitions($factory().await)
                     .await
