@@ -20,7 +20,6 @@ mod conformance_memory;
 mod conformance_postgres;
 mod demo;
 mod faults;
-mod flow;
 mod hostile;
 mod key_secret;
 mod lambdas;

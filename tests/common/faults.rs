@@ -88,7 +88,7 @@ impl Sinks {
         c.slack.api_url = self.slack_url.clone();
         c.mail.smtp_url = Some(format!("smtp://{}", self.smtp_addr).into());
         // The stand-ins take everything at once; the faults are measured
-        // without pacing (flow control has tests of its own: tests/flow.rs).
+        // without pacing (flow control is the fleet simulation's, crates/core/src/tests/sim/).
         c.flow.limits.clear();
     }
 
