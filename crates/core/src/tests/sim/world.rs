@@ -47,8 +47,9 @@ impl Clock for Skewed {
     }
 }
 
-/// In-app chat as production writes it: a row per delivery key in the
-/// tenant's own store (a repeated insert of a key leaves the first row).
+/// In-app chat as production writes it (toki-channels' `ChatChannel`,
+/// which the services' tests do not depend on: adapters sit above them): a
+/// row per delivery key in the tenant's own store, the first one kept.
 struct StoreChat {
     stores: Arc<dyn TenantStores>,
     clock: Arc<dyn Clock>,
