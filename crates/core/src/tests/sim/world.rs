@@ -269,8 +269,7 @@ impl World {
             .iter()
             .flat_map(|t| &t.meetings)
             .map(|m| match &m.input.recurrence {
-                // The daily series' occurrences today (one hour apart on the fall-back day).
-                Some(_) => Duration::from_secs(70 * 60),
+                Some(_) => series_last_due(&m.input, origin) + Duration::from_secs(150),
                 None => due_of(&m.input, origin) + Duration::from_secs(150),
             })
             .max()
@@ -560,6 +559,29 @@ impl World {
             .unwrap_or(u64::MAX);
         out
     }
+}
+
+/// When the daily series' last reminder in the run's first 70 minutes falls
+/// due, from `origin` (on the fall-back day its two 01:50s are an hour apart).
+fn series_last_due(input: &ScheduleInput, origin: Instant) -> Duration {
+    let series = input.series(origin).expect("a valid series");
+    let occurrences = series
+        .between(origin, origin + chrono::Duration::minutes(75))
+        .expect("an expansion");
+    let before = input
+        .reminders
+        .first()
+        .map(|r| r.minutes_before)
+        .unwrap_or(0);
+    occurrences
+        .iter()
+        .map(|o| {
+            (o.at - chrono::Duration::minutes(before) - origin)
+                .to_std()
+                .unwrap_or_default()
+        })
+        .max()
+        .unwrap_or_default()
 }
 
 /// When a one-off meeting's reminder falls due, from `origin` (zero for a series).
