@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Duration as Span;
 
 use super::scenario::{Fault, Scenario};
-use super::world::Outcome;
+use super::world::{Outcome, NOTICES};
 use toki_model::domain::{
     Channel, DeliveryKey, DeliveryPurpose, DeliveryStatus, Instant, Occurrence, ScheduleId,
     TenantId,
@@ -362,7 +362,8 @@ fn notices(out: &Outcome, v: &mut Vec<String>) -> usize {
             .push(at);
         count += 1;
     }
-    let hard_cap = Duration::from_secs(30);
+    // The notices' hard cap, as the run sets it.
+    let hard_cap = Duration::from_millis(NOTICES.hard_cap_ms);
     for ((t, id), (first, last)) in &out.storms {
         let Some(Some(input)) = out.meetings.get(&(t.clone(), id.clone())) else {
             continue;

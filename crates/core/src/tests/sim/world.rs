@@ -28,7 +28,7 @@ use toki_ports::{
 
 /// Change notices on the run's scale: a storm of up to 40 edits, up to 3 s
 /// apart, meets the hard cap.
-const NOTICES: ChangeNoticeSettings = ChangeNoticeSettings {
+pub const NOTICES: ChangeNoticeSettings = ChangeNoticeSettings {
     enabled: true,
     min_delay_ms: 1_000,
     max_delay_ms: 10_000,
