@@ -422,64 +422,6 @@ async fn two_scanners_at_once_enqueue_each_reminder_once() {
     h.stop().await;
 }
 
-// ---------------------------------------------------------------- time
-
-async fn daemon_clock_skewed(fault: &str, offset_ms: i64) {
-    let sinks = Sinks::start().await;
-    // Registration on the true clock; the daemon on a skewed one.
-    let mut config = Config {
-        data_dir: tempfile::tempdir().unwrap().keep(),
-        ..Config::default()
-    };
-    fast(&mut config);
-    sinks.configure(&mut config);
-    config.validate().unwrap();
-    let toki = Toki::open(config.clone()).await.unwrap();
-    let skewed = Toki::open_with_clock(
-        config,
-        Arc::new(common::clock::OffsetClock::skewed(
-            ChronoDuration::milliseconds(offset_ms),
-        )),
-    )
-    .await
-    .unwrap();
-    let daemon = skewed.daemon().await.unwrap();
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(daemon.clone().run(shutdown));
-    let t = tenants(&toki, &["skew"]).await;
-    let burst = register_burst(&toki, &t, 20, 3, all_channels, Duration::from_secs(5)).await;
-    let m = wait_all(&toki, &sinks, &burst, Duration::from_secs(30)).await;
-    stop.send_replace(true);
-    task.await.unwrap();
-    assert_eq!(m.lost, 0);
-    assert_eq!(m.duplicated, 0);
-    // It fires by its own clock: early or late by the skew, never lost or
-    // doubled, and never before its own clock says due (chat rows carry the
-    // daemon's clock; Slack and mail arrivals the true one).
-    let (p50, max) = (m.p50_late_ms(), m.max_late_ms());
-    let earliest = m.lateness_ms.iter().copied().min().unwrap_or(0);
-    assert!(
-        earliest >= (-offset_ms).min(0),
-        "sent before the daemon's own clock said due: {earliest} ms with a {offset_ms} ms skew"
-    );
-    report(
-        fault,
-        &format!("the daemon's clock {offset_ms:+} ms off (registration on the true clock)"),
-        &m,
-        &format!("fires by its own clock: p50 {p50} ms, max {max} ms; nothing lost or doubled"),
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_daemon_clock_2_s_ahead() {
-    daemon_clock_skewed("Daemon clock 2 s ahead", 2_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_daemon_clock_2_s_behind() {
-    daemon_clock_skewed("Daemon clock 2 s behind", -2_000).await;
-}
-
 // ---------------------------------------------------------------- changes
 
 /// Every delivery row of `tenants`' databases.

@@ -1,6 +1,5 @@
-//! A clock off the true time by an offset a test sets: skewed by a fixed
-//! amount (a daemon whose clock runs ahead), or moved forward from one
-//! instant to the next (months of a calendar in seconds).
+//! A clock off the true time by an offset a test sets: moved forward from
+//! one instant to the next (months of a calendar in seconds).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -15,13 +14,6 @@ pub struct OffsetClock {
 }
 
 impl OffsetClock {
-    /// A clock `offset` from the true time.
-    pub fn skewed(offset: ChronoDuration) -> Self {
-        OffsetClock {
-            offset_ms: AtomicI64::new(offset.num_milliseconds()),
-        }
-    }
-
     /// From now on the clock reads `t` (then runs on with real time); a `t`
     /// already passed, by the seconds a step took, leaves it as it is.
     pub fn set(&self, t: Instant) {

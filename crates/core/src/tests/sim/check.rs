@@ -1,6 +1,6 @@
 //! The invariants a run must keep, read from its [`Outcome`]: nothing lost,
 //! chat exactly once, mail and Slack repeated only across a crash, nothing
-//! stale, every delivery recorded, the fleet-wide and contract limits held in
+//! early (beyond a daemon's clock skew), nothing stale, every delivery recorded, the fleet-wide and contract limits held in
 //! every second, a fair share for each tenant, change notices after storms.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,6 +49,7 @@ pub fn check(s: &Scenario, out: &Outcome) -> (Tally, Vec<String>) {
         }
     }
     stale(s, out, &expected, &delivered, &mut tally, &mut v);
+    early(s, out, &mut v);
     repeated(s, out, &mut tally, &mut v);
     recorded(out, &expected, &mut v);
     tally.cap_overshoots_after_429 = limits(s, out, &mut v);
@@ -117,6 +118,22 @@ fn delivered(out: &Outcome) -> BTreeSet<Key> {
     sent.chain(chat)
         .filter(|(_, k)| !k.is_change_notice())
         .collect()
+}
+
+/// Nothing sent before it was due by the clock of the daemon that sent it:
+/// on the true clock, at most the most-ahead daemon's skew early.
+fn early(s: &Scenario, out: &Outcome, v: &mut Vec<String>) {
+    let ahead_ms = s.skews_ms.iter().copied().max().unwrap_or(0).max(0);
+    for (_, n) in out.sent.iter().filter(|(_, n)| !n.key.is_change_notice()) {
+        if n.lateness_ms() < -ahead_ms {
+            v.push(format!(
+                "early: {} {:?} sent {} ms before due (the most-ahead daemon is {ahead_ms} ms ahead)",
+                n.tenant,
+                n.key,
+                -n.lateness_ms()
+            ));
+        }
+    }
 }
 
 /// Nothing delivered that the meetings' last states do not ask for, unless
