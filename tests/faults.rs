@@ -16,7 +16,6 @@
 use crate::common;
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Duration as ChronoDuration;
