@@ -394,6 +394,48 @@ pub mod queue {
         q.delete_batch(&[back[0].receipt.clone()]).await.unwrap();
     }
 
+    /// Factory must build the queue with max_receives = 2. A message that
+    /// keeps waiting is renewed before the queue's own limit: the copy has
+    /// the same body and attributes, says why, and starts its count over;
+    /// the receipt it was renewed from is no longer current.
+    pub async fn renew_starts_the_receive_count_over(q: Arc<dyn DelayQueue>) {
+        assert_eq!(q.receive_limit().await.unwrap(), Some(2));
+        let sent = outgoing("waiting", Duration::ZERO);
+        q.send_batch(std::slice::from_ref(&sent)).await.unwrap();
+        let hold = Duration::from_secs(30);
+        let first = q.receive(1, Duration::from_secs(5), hold).await.unwrap();
+        assert_eq!(first.len(), 1);
+        q.change_visibility(&first[0].receipt, Duration::ZERO)
+            .await
+            .unwrap();
+        let second = q.receive(1, Duration::from_secs(5), hold).await.unwrap();
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].receive_count, 2, "one receive from the limit");
+        q.renew(
+            &second[0],
+            Duration::ZERO,
+            "throttled: the service asked for 1000 ms",
+        )
+        .await
+        .unwrap();
+        // Renewing from a receipt no longer current changes nothing.
+        q.renew(&first[0], Duration::ZERO, "stale").await.unwrap();
+        let renewed = q.receive(10, Duration::from_secs(5), hold).await.unwrap();
+        assert_eq!(renewed.len(), 1, "one copy, not two: {renewed:?}");
+        assert_eq!(renewed[0].receive_count, 1, "the count starts over");
+        assert_eq!(renewed[0].body, "waiting");
+        assert_eq!(
+            renewed[0].attributes[toki_ports::RENEWED_BECAUSE],
+            "throttled: the service asked for 1000 ms"
+        );
+        for (k, v) in &sent.attributes {
+            assert_eq!(renewed[0].attributes.get(k), Some(v), "attribute {k}");
+        }
+        let depth = q.depth().await.unwrap();
+        assert_eq!((depth.messages, depth.dead_letters), (1, 0), "{depth:?}");
+        q.delete_batch(&[renewed[0].receipt.clone()]).await.unwrap();
+    }
+
     pub async fn batches_respect_the_byte_limits(q: Arc<dyn DelayQueue>) {
         // Five messages of ~250 KB: too heavy for one 1 MiB batch.
         let big: Vec<OutgoingMessage> = (0..5)
@@ -481,6 +523,12 @@ macro_rules! queue_conformance {
             $(#[$meta])*
             async fn dead_letter_after_max_receives() {
                 common::conformance::queue::dead_letter_after_max_receives($factory(2).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn renew_starts_the_receive_count_over() {
+                common::conformance::queue::renew_starts_the_receive_count_over($factory(2).await)
+                    .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*

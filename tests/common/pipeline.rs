@@ -71,11 +71,27 @@ impl Harness {
         id
     }
 
+    /// Stops the pipeline; every message then in the dead-letter queue must
+    /// carry the daemon's reason (none moved there by the receive limit).
     pub async fn stop(self) -> PathBuf {
         self.stop.send(true).unwrap();
         for t in self.tasks {
             t.await.unwrap();
         }
+        let letters = self
+            .toki
+            .queue
+            .dead_letters(1_000, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let unexplained: Vec<_> = letters
+            .iter()
+            .filter(|l| !l.attributes.contains_key(toki_ports::DEAD_LETTER_REASON))
+            .collect();
+        assert!(
+            unexplained.is_empty(),
+            "dead letters without a reason: {unexplained:?}"
+        );
         self.dir
     }
 

@@ -136,12 +136,14 @@ async fn explain(
             Ok(rows) => {
                 let failed = rows.iter().find(|o| o.status == DeliveryStatus::Failed);
                 let sending = rows.iter().any(|o| o.status == DeliveryStatus::Sending);
-                match (failed, sending) {
+                let rows_say = match (failed, sending) {
                     (Some(f), _) => f.detail.clone().unwrap_or_else(|| "failed".into()),
                     (None, true) => "a claim was still held (its holder stopped?)".into(),
                     (None, false) if rows.is_empty() => "no delivery recorded".into(),
                     (None, false) => "its deliveries are final already".into(),
-                }
+                };
+                // No daemon's verdict: the queue's own receive limit moved it.
+                format!("moved by the queue's receive limit, never settled by a daemon; its rows: {rows_say}")
             }
         },
     };

@@ -16,8 +16,8 @@ use toki_model::ValidationError;
 use toki_ports::message::Attributes;
 use toki_ports::StoreResult;
 use toki_ports::{
-    with_dead_letter_reason, BatchSent, DelayQueue, OutgoingMessage, QueueDepth, ReceivedMessage,
-    RefusedMessage, DEAD_LETTER_REASON,
+    with_dead_letter_reason, with_renewal_reason, BatchSent, DelayQueue, OutgoingMessage,
+    QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
 };
 use tokio::sync::OnceCell;
 
@@ -29,12 +29,22 @@ const MAX_WAIT_S: u64 = 20;
 const MAX_VISIBILITY_S: u64 = 43_200;
 /// SQS's batch limit.
 const MAX_BATCH: usize = 10;
+/// Visibility batches the heartbeat sends at once (5,000 held messages are
+/// 500 batches: one after another they outlasted the heartbeat's margin).
+const HEARTBEAT_BATCHES_AT_ONCE: usize = 16;
 
 pub struct SqsDelayQueue {
     client: Client,
     queue_url: String,
-    /// The dead-letter queue's URL, from the RedrivePolicy (None: the queue has none).
-    dlq_url: OnceCell<Option<String>>,
+    /// The queue's RedrivePolicy, read once (None: the queue has none).
+    redrive: OnceCell<Option<Redrive>>,
+}
+
+/// Where the queue moves a message after too many receives, and after how many.
+#[derive(Debug, Clone)]
+struct Redrive {
+    dead_letter_url: String,
+    max_receive_count: u32,
 }
 
 impl SqsDelayQueue {
@@ -42,7 +52,7 @@ impl SqsDelayQueue {
         Self {
             client,
             queue_url: queue_url.into(),
-            dlq_url: OnceCell::new(),
+            redrive: OnceCell::new(),
         }
     }
 
@@ -52,7 +62,11 @@ impl SqsDelayQueue {
 
     /// The dead-letter queue's URL, if the queue has a RedrivePolicy.
     pub async fn dead_letter_queue_url(&self) -> Result<Option<String>, AwsError> {
-        self.dlq_url
+        Ok(self.redrive().await?.map(|r| r.dead_letter_url))
+    }
+
+    async fn redrive(&self) -> Result<Option<Redrive>, AwsError> {
+        self.redrive
             .get_or_try_init(|| async {
                 let resp = self
                     .client
@@ -68,8 +82,8 @@ impl SqsDelayQueue {
                 else {
                     return Ok(None);
                 };
-                let arn = dead_letter_arn(policy)?;
-                let (account, name) = queue_of_arn(&arn)?;
+                let policy = redrive_policy(policy)?;
+                let (account, name) = queue_of_arn(&policy.dead_letter_arn)?;
                 let url = self
                     .client
                     .get_queue_url()
@@ -80,7 +94,10 @@ impl SqsDelayQueue {
                     .map_err(|e| sdk("GetQueueUrl(dead-letter queue)", e))?
                     .queue_url
                     .ok_or_else(|| AwsError::service("GetQueueUrl", "no QueueUrl in the answer"))?;
-                Ok(Some(url))
+                Ok(Some(Redrive {
+                    dead_letter_url: url,
+                    max_receive_count: policy.max_receive_count,
+                }))
             })
             .await
             .cloned()
@@ -125,6 +142,50 @@ impl SqsDelayQueue {
             }
         }
         Ok(counts)
+    }
+
+    /// One ChangeMessageVisibilityBatch of at most 10 receipts.
+    async fn extend_chunk(&self, chunk: &[String], timeout: Duration) -> StoreResult<()> {
+        use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(r)
+                    .visibility_timeout(ceil_secs(timeout, MAX_VISIBILITY_S))
+                    .build()
+                    .map_err(|e| AwsError::service("ChangeMessageVisibilityBatch", e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(&self.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| sdk("ChangeMessageVisibilityBatch", e))?;
+        // A message no longer in flight, or deleted since, has nothing left
+        // to hide (the heartbeat may race an ack). SQS says so as
+        // MessageNotInflight, ReceiptHandleIsInvalid, or InvalidParameterValue
+        // "Message does not exist or is not available ..." (LocalStack too).
+        let gone = |f: &aws_sdk_sqs::types::BatchResultErrorEntry| {
+            f.code().contains("MessageNotInflight")
+                || f.code().contains("ReceiptHandleIsInvalid")
+                || (f.code().contains("InvalidParameterValue")
+                    && f.message()
+                        .is_some_and(|m| m.contains("does not exist or is not available")))
+        };
+        if let Some(f) = out.failed().iter().find(|f| !gone(f)) {
+            return Err(AwsError::service(
+                "ChangeMessageVisibilityBatch",
+                format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -234,19 +295,35 @@ async fn delete_from(client: &Client, url: &str, receipts: &[String]) -> StoreRe
     Ok(())
 }
 
-/// `deadLetterTargetArn` of a RedrivePolicy (JSON).
-pub(crate) fn dead_letter_arn(policy: &str) -> Result<String, AwsError> {
+/// A RedrivePolicy (JSON) as SQS gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RedrivePolicy {
+    pub dead_letter_arn: String,
+    pub max_receive_count: u32,
+}
+
+/// `deadLetterTargetArn` and `maxReceiveCount` (a number or a string of one)
+/// of a RedrivePolicy.
+pub(crate) fn redrive_policy(policy: &str) -> Result<RedrivePolicy, AwsError> {
+    let bad = |why: &str| AwsError::service("RedrivePolicy", format!("{why} in {policy:?}"));
     let v: serde_json::Value = serde_json::from_str(policy)
         .map_err(|e| AwsError::service("RedrivePolicy", format!("{policy:?}: {e}")))?;
-    v.get("deadLetterTargetArn")
+    let dead_letter_arn = v
+        .get("deadLetterTargetArn")
         .and_then(|a| a.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| {
-            AwsError::service(
-                "RedrivePolicy",
-                format!("no deadLetterTargetArn in {policy:?}"),
-            )
-        })
+        .ok_or_else(|| bad("no deadLetterTargetArn"))?;
+    let max_receive_count = match v.get("maxReceiveCount") {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+    .and_then(|n| u32::try_from(n).ok())
+    .ok_or_else(|| bad("no maxReceiveCount"))?;
+    Ok(RedrivePolicy {
+        dead_letter_arn,
+        max_receive_count,
+    })
 }
 
 /// `arn:aws:sqs:<region>:<account>:<name>` → (account, name).
@@ -393,6 +470,40 @@ impl DelayQueue for SqsDelayQueue {
         .await
     }
 
+    async fn receive_limit(&self) -> StoreResult<Option<u32>> {
+        Ok(self.redrive().await?.map(|r| r.max_receive_count))
+    }
+
+    async fn renew(
+        &self,
+        message: &ReceivedMessage,
+        delay: Duration,
+        why: &str,
+    ) -> StoreResult<()> {
+        // A copy with the receive count starting over (SQS's delay is at most
+        // 15 minutes: a longer wait comes back and waits again), then the
+        // original deleted; a crash between leaves both, which the claims
+        // already make harmless (at-least-once).
+        let copy = OutgoingMessage {
+            id: "0".into(),
+            body: message.body.clone(),
+            attributes: with_renewal_reason(&message.attributes, why),
+            delay: delay.min(MAX_DELAY),
+            group: None,
+        };
+        let sent =
+            send_batch_to(&self.client, &self.queue_url, std::slice::from_ref(&copy)).await?;
+        if let Some(r) = sent.refused.first() {
+            return Err(AwsError::service("SendMessageBatch(renewal)", r.reason.clone()).into());
+        }
+        delete_from(
+            &self.client,
+            &self.queue_url,
+            std::slice::from_ref(&message.receipt),
+        )
+        .await
+    }
+
     async fn receive(
         &self,
         max: usize,
@@ -410,50 +521,17 @@ impl DelayQueue for SqsDelayQueue {
     }
 
     async fn extend_visibility(&self, receipts: &[String], timeout: Duration) -> StoreResult<()> {
-        use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
-        for chunk in receipts.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(r)
-                        .visibility_timeout(ceil_secs(timeout, MAX_VISIBILITY_S))
-                        .build()
-                        .map_err(|e| {
-                            AwsError::service("ChangeMessageVisibilityBatch", e.to_string())
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let out = self
-                .client
-                .change_message_visibility_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| sdk("ChangeMessageVisibilityBatch", e))?;
-            // A message no longer in flight, or deleted since, has nothing left
-            // to hide (the heartbeat may race an ack). SQS says so as
-            // MessageNotInflight, ReceiptHandleIsInvalid, or InvalidParameterValue
-            // "Message does not exist or is not available ..." (LocalStack too).
-            let gone = |f: &aws_sdk_sqs::types::BatchResultErrorEntry| {
-                f.code().contains("MessageNotInflight")
-                    || f.code().contains("ReceiptHandleIsInvalid")
-                    || (f.code().contains("InvalidParameterValue")
-                        && f.message()
-                            .is_some_and(|m| m.contains("does not exist or is not available")))
-            };
-            if let Some(f) = out.failed().iter().find(|f| !gone(f)) {
-                return Err(AwsError::service(
-                    "ChangeMessageVisibilityBatch",
-                    format!("{}: {}", f.code(), f.message().unwrap_or_default()),
-                )
-                .into());
-            }
-        }
-        Ok(())
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        // Batches of 10 (SQS's limit), several at once: a heartbeat over
+        // thousands of held messages must finish well inside its margin.
+        let batches: Vec<_> = receipts
+            .chunks(MAX_BATCH)
+            .map(|chunk| self.extend_chunk(chunk, timeout))
+            .collect();
+        stream::iter(batches)
+            .buffer_unordered(HEARTBEAT_BATCHES_AT_ONCE)
+            .try_collect::<()>()
+            .await
     }
 
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> StoreResult<()> {
@@ -590,12 +668,19 @@ mod tests {
 
     #[test]
     fn finds_the_dead_letter_queue_in_the_redrive_policy() {
-        let arn = dead_letter_arn(
+        let policy = redrive_policy(
             r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:123456789012:q-dlq","maxReceiveCount":"3"}"#,
         )
         .unwrap();
+        assert_eq!(policy.max_receive_count, 3);
+        let numeric = redrive_policy(
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:q-dlq","maxReceiveCount":100}"#,
+        )
+        .unwrap();
+        assert_eq!(numeric.max_receive_count, 100);
+        assert!(redrive_policy(r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:q"}"#).is_err());
         assert_eq!(
-            queue_of_arn(&arn).unwrap(),
+            queue_of_arn(&policy.dead_letter_arn).unwrap(),
             ("123456789012".to_owned(), "q-dlq".to_owned())
         );
         assert!(queue_of_arn("arn:aws:sns:us-east-1:1:x").is_err());

@@ -308,22 +308,44 @@ pub struct RefusedMessage {
 /// The attribute a dead letter carries its reason in (removed on redrive).
 pub const DEAD_LETTER_REASON: &str = "dead_letter_reason";
 
+/// The attribute a renewed message carries why it was renewed in: what it
+/// was waiting for when its receives neared the queue's own limit.
+pub const RENEWED_BECAUSE: &str = "renewed_because";
+
+/// A renewed message's attributes: the message's own, and why it was renewed
+/// if there is room for one more attribute (cut to 256 bytes).
+pub fn with_renewal_reason(
+    attributes: &crate::message::Attributes,
+    why: &str,
+) -> crate::message::Attributes {
+    with_reason(attributes, RENEWED_BECAUSE, why, 256)
+}
+
+fn with_reason(
+    attributes: &crate::message::Attributes,
+    name: &str,
+    reason: &str,
+    max_len: usize,
+) -> crate::message::Attributes {
+    let mut a = attributes.clone();
+    a.remove(name);
+    if a.len() < crate::message::MAX_ATTRIBUTES {
+        let mut cut = reason.len().min(max_len);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        a.insert(name.to_owned(), reason[..cut].to_owned());
+    }
+    a
+}
+
 /// A dead letter's attributes: the message's own, and why it was dead-lettered
 /// if there is room for one more attribute. The reason is cut to 1 KiB.
 pub fn with_dead_letter_reason(
     attributes: &crate::message::Attributes,
     reason: &str,
 ) -> crate::message::Attributes {
-    let mut a = attributes.clone();
-    a.remove(DEAD_LETTER_REASON);
-    if a.len() < crate::message::MAX_ATTRIBUTES {
-        let mut cut = reason.len().min(1024);
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        a.insert(DEAD_LETTER_REASON.to_owned(), reason[..cut].to_owned());
-    }
-    a
+    with_reason(attributes, DEAD_LETTER_REASON, reason, 1024)
 }
 
 /// A message received from the delay queue.
@@ -368,6 +390,19 @@ pub trait DelayQueue: Send + Sync {
         }
         Ok(())
     }
+
+    /// How many receives the queue allows a message before it moves it to
+    /// the dead-letter queue itself (SQS's `maxReceiveCount`), if it does.
+    async fn receive_limit(&self) -> StoreResult<Option<u32>>;
+
+    /// Puts a received message back as if new: visible after `delay`, its
+    /// receive count starting over, with `why` in its [`RENEWED_BECAUSE`]
+    /// attribute. For a message that keeps waiting without failing
+    /// (throttled, parked, early, held elsewhere), so that its receives
+    /// never reach [`Self::receive_limit`] and it is never dead-lettered
+    /// without a reason. A receipt no longer current is passed over.
+    async fn renew(&self, message: &ReceivedMessage, delay: Duration, why: &str)
+        -> StoreResult<()>;
 
     /// Moves a received message to the dead-letter queue at once, with
     /// `reason` in its [`DEAD_LETTER_REASON`] attribute (where there is room

@@ -12,8 +12,8 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use toki_model::ValidationError;
 use toki_ports::message::Attributes;
 use toki_ports::{
-    with_dead_letter_reason, BatchSent, Clock, DelayQueue, OutgoingMessage, QueueDepth,
-    ReceivedMessage,
+    with_dead_letter_reason, with_renewal_reason, BatchSent, Clock, DelayQueue, OutgoingMessage,
+    QueueDepth, ReceivedMessage,
 };
 use toki_ports::{StoreError, StoreResult};
 use tokio::sync::Notify;
@@ -263,6 +263,52 @@ impl DelayQueue for SqliteDelayQueue {
         .execute(&self.pool)
         .await
         .map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn receive_limit(&self) -> StoreResult<Option<u32>> {
+        Ok(Some(self.max_receives))
+    }
+
+    async fn renew(
+        &self,
+        message: &ReceivedMessage,
+        delay: Duration,
+        why: &str,
+    ) -> StoreResult<()> {
+        let (id, count) = parse_receipt(&message.receipt)?;
+        let attributes = with_renewal_reason(&message.attributes, why);
+        let now = self.clock.now().timestamp_millis();
+        // A new row (a new id, as SQS gives the copy, so that no old receipt
+        // ever matches it) in place of the one the receipt holds, in one
+        // transaction; nothing when the receipt is no longer current.
+        let mut tx = crate::begin_write(&self.pool).await?;
+        let gone = sqlx::query(
+            "DELETE FROM queue_messages WHERE id = $1 AND receive_count = $2 AND dead = FALSE",
+        )
+        .bind(id)
+        .bind(count)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?;
+        if gone.rows_affected() == 1 {
+            sqlx::query(
+                "INSERT INTO queue_messages (queue, body, attributes, sent_at, visible_at)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&self.name)
+            .bind(&message.body)
+            .bind(serde_json::to_string(&attributes).expect("string map serialises"))
+            .bind(now)
+            .bind(now + delay.as_millis() as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        }
+        tx.commit().await.map_err(db_err)?;
+        if delay.is_zero() {
+            self.sent.notify_waiters();
+        }
         Ok(())
     }
 

@@ -60,6 +60,12 @@ impl DaemonCollector {
         )?;
         counter(
             e,
+            "toki_messages_renewed",
+            "Waiting messages (throttled, parked, early, busy) put back as new because their receives neared the queue's own limit (SQS's maxReceiveCount), so that only failures reach the dead-letter queue",
+            &[(none(), s.renewed)],
+        )?;
+        counter(
+            e,
             "toki_messages_dead_lettered",
             "Messages moved to the dead-letter queue",
             &[(none(), s.dead_lettered)],

@@ -4,7 +4,7 @@
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use toki_model::domain::Channel;
 use toki_model::error::chain;
@@ -20,6 +20,25 @@ const IN_FLIGHT: usize = 8;
 
 /// A parked message whose circuit closed before it could park comes back this soon.
 const UNPARK: Duration = Duration::from_millis(200);
+
+/// What a message that did not fail is waiting for (a renewal's reason).
+fn waiting_for(fate: &MessageFate) -> String {
+    match fate {
+        MessageFate::Early { .. } => "early: waiting for its due instant".into(),
+        MessageFate::Throttled { retry_after } => {
+            format!(
+                "throttled: the service asked for {} ms",
+                retry_after.as_millis()
+            )
+        }
+        MessageFate::Parked { channels } => {
+            let names: Vec<String> = channels.iter().map(ToString::to_string).collect();
+            format!("parked: circuit open on {}", names.join(", "))
+        }
+        MessageFate::Busy => "busy: its deliveries held by another holder".into(),
+        other => format!("waiting: {other:?}"),
+    }
+}
 
 /// A number in 0..1 that differs per message and per call: spreads retries
 /// so that messages failed together do not come back together.
@@ -39,12 +58,20 @@ impl Daemon {
     /// those out of their budget to the dead-letter queue.
     pub(super) async fn dispose(&self, fates: Vec<(ReceivedMessage, MessageFate)>) {
         let policy = &self.settings.retry;
+        let renew_from = self.renew_from().await;
         let mut acks = Vec::new();
         // Messages to hide, and for how long: changed together at the end.
         let mut hides: Vec<(String, Duration)> = Vec::new();
+        // Waiting messages near the queue's own receive limit: put back as new.
+        let mut renewals: Vec<(ReceivedMessage, Duration, String)> = Vec::new();
         for (msg, fate) in fates {
+            let near_limit = renew_from.is_some_and(|from| msg.receive_count >= from);
             match disposition(&fate, msg.receive_count, policy, jitter(&msg.receipt)) {
                 Disposition::Ack => acks.push(msg.receipt),
+                Disposition::Redelay(wait) if near_limit => {
+                    self.note_redelay(&msg, &fate, wait);
+                    renewals.push((msg, wait, waiting_for(&fate)));
+                }
                 Disposition::Redelay(wait) => {
                     self.note_redelay(&msg, &fate, wait);
                     hides.push((msg.receipt, wait));
@@ -53,6 +80,11 @@ impl Daemon {
                     self.note_retry(&msg, &fate, after);
                     self.stats.add(&self.stats.retried, 1);
                     hides.push((msg.receipt, after));
+                }
+                Disposition::Park(_) if near_limit => {
+                    self.stats.add(&self.stats.parked, 1);
+                    let wait = self.breakers.settings().park_for;
+                    renewals.push((msg, wait, waiting_for(&fate)));
                 }
                 Disposition::Park(channels) => {
                     let wait = self.park_message(&msg, &channels);
@@ -65,7 +97,57 @@ impl Daemon {
                 }
             }
         }
+        for (receipt, wait) in self.renew_all(renewals).await {
+            hides.push((receipt, wait));
+        }
         self.delete_and_hide(&acks, &hides).await;
+    }
+
+    /// The receive count from which a waiting message is renewed: half the
+    /// queue's own limit (SQS's maxReceiveCount counts every receive, waits
+    /// included), so that only failures ever spend it. None: no limit, or
+    /// the queue could not say (asked again next time).
+    async fn renew_from(&self) -> Option<u32> {
+        let limit = self
+            .receive_limit
+            .get_or_try_init(|| self.queue.receive_limit())
+            .await;
+        match limit {
+            Ok(limit) => limit.map(|l| (l / 2).max(1)),
+            Err(e) => {
+                warn!(error = %chain(&e), "reading the queue's receive limit failed");
+                None
+            }
+        }
+    }
+
+    /// Renews waiting messages a few at a time; returns those to hide instead
+    /// (the renewal failed: they come back as they are, with the limit nearer).
+    async fn renew_all(
+        &self,
+        renewals: Vec<(ReceivedMessage, Duration, String)>,
+    ) -> Vec<(String, Duration)> {
+        use futures::stream::{self, StreamExt};
+        stream::iter(renewals)
+            .map(|(msg, wait, why)| async move {
+                let tenant = attr(&msg, ATTR_TENANT);
+                let schedule = attr(&msg, ATTR_SCHEDULE);
+                match self.queue.renew(&msg, wait, &why).await {
+                    Ok(()) => {
+                        self.stats.add(&self.stats.renewed, 1);
+                        info!(tenant, schedule, receive = msg.receive_count, %why, ?wait, "message renewed: its receives neared the queue's limit while it waited");
+                        None
+                    }
+                    Err(e) => {
+                        warn!(tenant, schedule, error = %chain(&e), "renewing a waiting message failed; it comes back as it is");
+                        Some((msg.receipt, wait))
+                    }
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .filter_map(|hide| async move { hide })
+            .collect()
+            .await
     }
 
     /// Counts and logs a message coming back later that did not fail.

@@ -128,6 +128,8 @@ pub struct Daemon {
     /// Where outcomes are reported (none: nowhere).
     observer: Option<Arc<dyn Observer>>,
     templates: templates::TemplateCache,
+    /// The queue's own receive limit, read once (see `dispose::renew_from`).
+    receive_limit: tokio::sync::OnceCell<Option<u32>>,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -159,6 +161,7 @@ impl Daemon {
             flow: None,
             observer: None,
             templates: templates::TemplateCache::default(),
+            receive_limit: tokio::sync::OnceCell::new(),
         }
     }
 

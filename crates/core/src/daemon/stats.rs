@@ -27,6 +27,8 @@ pub struct DaemonStats {
     pub busy: AtomicU64,
     /// Messages parked behind an open circuit.
     pub parked: AtomicU64,
+    /// Waiting messages put back as new near the queue's own receive limit.
+    pub renewed: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub circuits_opened: AtomicU64,
     /// Deliveries not attempted because their circuit opened after the plan.
@@ -53,6 +55,7 @@ pub struct StatsSnapshot {
     pub throttled: u64,
     pub busy: u64,
     pub parked: u64,
+    pub renewed: u64,
     pub dead_lettered: u64,
     pub circuits_opened: u64,
     pub deferred: u64,
@@ -103,6 +106,7 @@ impl DaemonStats {
             throttled: l(&self.throttled),
             busy: l(&self.busy),
             parked: l(&self.parked),
+            renewed: l(&self.renewed),
             dead_lettered: l(&self.dead_lettered),
             circuits_opened: l(&self.circuits_opened),
             deferred: l(&self.deferred),

@@ -251,6 +251,38 @@ async fn a_429_waits_as_long_as_the_service_asked() {
     run.stop().await;
 }
 
+/// SQS's maxReceiveCount counts every receive, throttled ones included: a
+/// message throttled 30 times on a queue that dead-letters after 12 receives
+/// is renewed (a fresh message, saying why) instead of reaching that limit.
+#[tokio::test(start_paused = true)]
+async fn a_message_throttled_past_the_queues_receive_limit_is_renewed_not_dead_lettered() {
+    let kit = TestKit::starting_at(toki_ports::testing::monday_morning(), 12);
+    let t = kit.tenant("acme").await;
+    let run = kit.run();
+    let due = kit.now() + mins(2);
+    kit.slack.fail_next(
+        30,
+        SendError::Throttled {
+            retry_after: Duration::from_secs(1),
+        },
+    );
+    register(
+        &kit,
+        &t,
+        "review",
+        &meeting(due + mins(5), 5, &["u0"], &[Channel::Slack]),
+    )
+    .await;
+    run.daemon.stats.wait_for(WAIT, |s| s.delivered >= 1).await;
+    let s = run.daemon.stats.snapshot();
+    assert_eq!((s.throttled, s.failed, s.dead_lettered), (30, 0, 0));
+    assert!(s.renewed >= 2, "renewed {} times", s.renewed);
+    let depth = kit.queue.depth().await.unwrap();
+    assert_eq!(depth.dead_letters, 0, "{depth:?}");
+    assert_eq!(kit.slack.sent().len(), 1);
+    run.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_undecodable_message_is_dead_lettered_at_once_with_its_reason() {
     let kit = TestKit::new();

@@ -13,8 +13,8 @@ use tokio::sync::Notify;
 use crate::error::{StoreError, StoreResult};
 use crate::message::Attributes;
 use crate::{
-    check_batch, with_dead_letter_reason, BatchSent, Clock, DelayQueue, OutgoingMessage,
-    QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
+    check_batch, with_dead_letter_reason, with_renewal_reason, BatchSent, Clock, DelayQueue,
+    OutgoingMessage, QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
 };
 use toki_model::domain::Instant;
 use toki_model::error::ValidationError;
@@ -257,6 +257,43 @@ impl DelayQueue for MemoryQueue {
                 s.attributes = with_dead_letter_reason(&s.attributes, reason);
             }
         })?;
+        Ok(())
+    }
+
+    async fn receive_limit(&self) -> StoreResult<Option<u32>> {
+        Ok(Some(self.max_receives))
+    }
+
+    async fn renew(
+        &self,
+        message: &ReceivedMessage,
+        delay: Duration,
+        why: &str,
+    ) -> StoreResult<()> {
+        self.check_up()?;
+        let visible_at = self.clock.now() + to_chrono(delay);
+        let (id, count) = parse_receipt(&message.receipt)?;
+        let mut m = self.messages.lock().expect("queue lock");
+        // Only the latest receiver renews; a new id, as SQS gives the copy,
+        // so that no old receipt ever matches it.
+        match m.1.get(&id) {
+            Some(s) if s.receive_count == count && !s.dead => {}
+            _ => return Ok(()),
+        }
+        let old = m.1.remove(&id).expect("just seen");
+        m.0 += 1;
+        let new_id = m.0;
+        m.1.insert(
+            new_id,
+            Stored {
+                attributes: with_renewal_reason(&old.attributes, why),
+                visible_at,
+                receive_count: 0,
+                ..old
+            },
+        );
+        drop(m);
+        self.sent.notify_waiters();
         Ok(())
     }
 
