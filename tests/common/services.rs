@@ -29,6 +29,13 @@ pub fn postgres_url_for(name: &str) -> String {
 
 /// A fresh, migrated Postgres tenant database with a unique name.
 pub async fn postgres_store() -> Arc<dyn TenantStore> {
+    let url = postgres_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    Arc::new(PostgresTenantStore::new(pool))
+}
+
+/// A fresh, migrated Postgres tenant database; its URL.
+pub async fn postgres_database() -> String {
     let url = postgres_url_for(&unique("toki_test_"));
     create_tenant_database(&url).await.unwrap_or_else(|e| {
         panic!(
@@ -36,8 +43,7 @@ pub async fn postgres_store() -> Arc<dyn TenantStore> {
             postgres_base_url()
         )
     });
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    Arc::new(PostgresTenantStore::new(pool))
+    url
 }
 
 /// A fresh, migrated SQLite tenant database in a temporary folder.

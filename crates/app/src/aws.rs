@@ -81,7 +81,10 @@ pub(crate) async fn open(
             dynamo.clone(),
             names.index_table.clone(),
         )),
-        stores: Arc::new(SqlTenantStores::with_locator(locator)),
+        stores: Arc::new(
+            SqlTenantStores::with_locator(locator)
+                .with_statement_cache(config.database.statement_cache),
+        ),
         directory,
         index: Arc::new(DynamoReminderIndex::new(
             dynamo,

@@ -33,7 +33,8 @@ pub(crate) async fn open(
             SqlTenantStores::with_locator(Locator::Template(runtime.clone()))
         }
         _ => SqlTenantStores::new(directory.clone()),
-    };
+    }
+    .with_statement_cache(config.database.statement_cache);
     Ok(Ports {
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),

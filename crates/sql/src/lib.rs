@@ -100,7 +100,7 @@ pub use lease::SqliteLeaseStore;
 pub use queue::SqliteDelayQueue;
 pub use stores::{
     create_tenant_database, database_for, drop_tenant_database, grant_runtime_role, Locator,
-    SqlTenantStores,
+    SqlTenantStores, StatementCache,
 };
 #[cfg(feature = "sqlite")]
 pub use tenant_store::SqliteTenantStore;

@@ -27,6 +27,53 @@ pub fn is_postgres(database: &str) -> bool {
     database.starts_with("postgres://") || database.starts_with("postgresql://")
 }
 
+/// Whether Postgres connections keep named prepared statements (sqlx's
+/// statement cache). Behind RDS Proxy a named prepared statement pins the
+/// client's session to one database connection for its life, which defeats
+/// the proxy's multiplexing; without the cache every statement is prepared
+/// unnamed, each time it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatementCache {
+    /// Off for an RDS Proxy endpoint (a host with `.proxy-` in it), on elsewhere.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl StatementCache {
+    /// sqlx's default cache size when on.
+    const ON: usize = 100;
+
+    /// The statement cache's capacity for connections to `host`.
+    pub fn capacity_for(self, host: &str) -> usize {
+        match self {
+            StatementCache::On => Self::ON,
+            StatementCache::Off => 0,
+            StatementCache::Auto if is_rds_proxy(host) => 0,
+            StatementCache::Auto => Self::ON,
+        }
+    }
+}
+
+impl std::str::FromStr for StatementCache {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(StatementCache::Auto),
+            "on" => Ok(StatementCache::On),
+            "off" => Ok(StatementCache::Off),
+            other => Err(format!("{other:?} is not one of auto, on, off")),
+        }
+    }
+}
+
+/// An RDS Proxy endpoint: `<name>.proxy-<id>.<region>.rds.amazonaws.com`.
+fn is_rds_proxy(host: &str) -> bool {
+    host.contains(".proxy-") && host.ends_with(".rds.amazonaws.com")
+}
+
 /// How a tenant's database is found.
 pub enum Locator {
     /// Its directory record says where it is.
@@ -46,6 +93,8 @@ pub struct SqlTenantStores {
     pub max_connections: u32,
     /// Idle Postgres connections are closed after this long.
     pub idle_timeout: Duration,
+    /// Named prepared statements on Postgres connections, or not.
+    pub statement_cache: StatementCache,
 }
 
 impl SqlTenantStores {
@@ -59,7 +108,14 @@ impl SqlTenantStores {
             open: Mutex::new(HashMap::new()),
             max_connections: 4,
             idle_timeout: Duration::from_secs(60),
+            statement_cache: StatementCache::Auto,
         }
+    }
+
+    /// With named prepared statements on Postgres connections, or not.
+    pub fn with_statement_cache(mut self, statement_cache: StatementCache) -> Self {
+        self.statement_cache = statement_cache;
+        self
     }
 
     /// Tenants whose databases this process has opened (for tests of isolation).
@@ -74,6 +130,8 @@ impl SqlTenantStores {
             let options = PgConnectOptions::from_str(database)
                 .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
                 .disable_statement_logging();
+            let cache = self.statement_cache.capacity_for(options.get_host());
+            let options = options.statement_cache_capacity(cache);
             let pool = PgPoolOptions::new()
                 .max_connections(self.max_connections)
                 .min_connections(0)
@@ -311,4 +369,22 @@ pub async fn grant_runtime_role(admin_url: &str, role: &str, password: &str) -> 
             .map_err(db_err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod statement_cache_tests {
+    use super::StatementCache;
+
+    #[test]
+    fn auto_turns_the_cache_off_behind_rds_proxy_only() {
+        let proxy = "toki-prod.proxy-abc123.eu-west-1.rds.amazonaws.com";
+        let writer = "toki-prod.cluster-abc123.eu-west-1.rds.amazonaws.com";
+        assert_eq!(StatementCache::Auto.capacity_for(proxy), 0);
+        assert_eq!(StatementCache::Auto.capacity_for(writer), 100);
+        assert_eq!(StatementCache::Auto.capacity_for("127.0.0.1"), 100);
+        assert_eq!(StatementCache::On.capacity_for(proxy), 100);
+        assert_eq!(StatementCache::Off.capacity_for("127.0.0.1"), 0);
+        assert_eq!("off".parse::<StatementCache>(), Ok(StatementCache::Off));
+        assert!("maybe".parse::<StatementCache>().is_err());
+    }
 }

@@ -75,6 +75,9 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_DATABASE_SSLROOTCERT", |c, v| {
         set(&mut c.database.sslrootcert, Some(v.text))
     }),
+    ("TOKI_DATABASE_STATEMENT_CACHE", |c, v| {
+        set(&mut c.database.statement_cache, v.parse()?)
+    }),
     ("TOKI_CLAIM_LEASE_S", |c, v| {
         set(&mut c.pipeline.claim_lease_s, v.parse()?)
     }),

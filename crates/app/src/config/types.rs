@@ -129,6 +129,9 @@ pub struct DatabaseConfig {
     /// TOKI_DATABASE_SSLROOTCERT: CA bundle for verify-ca / verify-full
     /// (the RDS bundle for a direct connection; not needed through RDS Proxy).
     pub sslrootcert: Option<String>,
+    /// TOKI_DATABASE_STATEMENT_CACHE: auto (off through an RDS Proxy
+    /// endpoint, where named prepared statements pin sessions), on, off.
+    pub statement_cache: toki_sql::StatementCache,
 }
 
 impl Default for DatabaseConfig {
@@ -141,6 +144,7 @@ impl Default for DatabaseConfig {
             admin_secret_arn: None,
             sslmode: "verify-full".into(),
             sslrootcert: None,
+            statement_cache: toki_sql::StatementCache::Auto,
         }
     }
 }
