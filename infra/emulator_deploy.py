@@ -444,13 +444,21 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     index_arn = cl["dynamodb"].describe_table(TableName=index)["Table"]["TableArn"]
     scanner = actions(role["scanner"])
     check({"dynamodb:Query", "dynamodb:UpdateItem", "sqs:SendMessage"} <= scanner
+          and resources_for(role["scanner"], "dynamodb:Query") == {index_arn}
+          and resources_for(role["scanner"], "dynamodb:GetItem") == {table_arn}
           and not any(a.startswith("secretsmanager:") or a in ("sqs:ReceiveMessage", "sqs:DeleteMessage") for a in scanner),
-          "scanner role: index Query/UpdateItem + SendMessage, no secrets, no receive", str(sorted(scanner)))
+          "scanner role: index Query/UpdateItem, contract GetItem, SendMessage, no secrets, no receive",
+          str(sorted(scanner)))
+    # Which calls each component makes, on which resources, is enforced by the
+    # IAM gate's test (infra/iam_gate.py, tests/least_privilege.rs); here the
+    # deployed shape: the GSI is read through its own ARN, no batch writes.
     for fn in ("registrar", "repair"):
         acts = actions(role[fn])
-        check({"dynamodb:BatchWriteItem", "dynamodb:PutItem", "sqs:SendMessage"} <= acts
+        check({"dynamodb:PutItem", "dynamodb:Query", "sqs:SendMessage"} <= acts
+              and "dynamodb:BatchWriteItem" not in acts
+              and resources_for(role[fn], "dynamodb:Query") == {f"{index_arn}/index/by_schedule"}
               and "sqs:ReceiveMessage" not in acts and resources_for(role[fn], get) == {runtime},
-              f"{fn} role: index writes, SendMessage, GetSecretValue on the runtime secret only",
+              f"{fn} role: index writes, Query on the GSI only, SendMessage, GetSecretValue on the runtime secret only",
               json.dumps({"actions": sorted(acts), "secrets": sorted(resources_for(role[fn], get))}))
     check(resources_for(role["repair"], "dynamodb:Scan") == {table_arn}
           and "dynamodb:Scan" not in actions(role["registrar"]),
@@ -461,17 +469,23 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           "daemon task role: queue consume, runtime secret", str(sorted(daemon)))
     # The daemon's rows in the index table, under keys of their own: debounce
     # checks (D#...) and partition leases (L#..., also read by Query); it may
-    # touch those rows and nothing else.
-    dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])]
+    # touch those rows and nothing else there. In the tenant directory it
+    # reads each tenant's contract (flow limits; /readyz): GetItem alone.
+    dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])
+              and s["resources"] != [table_arn]]
+    check(resources_for(role["daemon-task"], "dynamodb:GetItem") == {index_arn, table_arn}
+          and {a for s in role["daemon-task"] if table_arn in s["resources"] for a in s["actions"]}
+          == {"dynamodb:GetItem"},
+          "daemon task role: GetItem on the tenant directory (contracts), nothing else there")
     leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
     by_keys: dict[str, set[str]] = {}
     for s, k in zip(dynamo, leading):
         k = "unconditioned" if k is None else ",".join([k] if isinstance(k, str) else k)
         by_keys[k] = by_keys.get(k, set()) | s["actions"]
-    check(by_keys == {"D#*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
+    check(by_keys == {"D#*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
                       "L#*": {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"}}
           and all(s["resources"] == [index_arn] for s in dynamo),
-          "daemon task role: DynamoDB only on the index table's debounce rows (D#*: Get/Put/Update/DeleteItem) "
+          "daemon task role: DynamoDB on the index table only on its debounce rows (D#*: Get/Put/DeleteItem) "
           "and lease rows (L#*: PutItem, DeleteItem, Query)",
           json.dumps({k: sorted(v) for k, v in by_keys.items()}))
     want_exec = {pre["slack"], pre["smtp"]} if full else set()
@@ -481,6 +495,8 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     queue_arn = cl["sqs"].get_queue_attributes(QueueUrl=qurl, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     dlq_arn = cl["sqs"].get_queue_attributes(QueueUrl=durl, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     check(resources_for(role["daemon-task"], "sqs:ReceiveMessage") == {queue_arn}, "daemon task role: receives from the queue only")
+    check(resources_for(role["daemon-task"], "sqs:GetQueueAttributes") == {queue_arn, dlq_arn},
+          "daemon task role: GetQueueAttributes on the queue and the DLQ (depth: /metrics, /readyz)")
     mig = role["migrate-task"]
     check(resources_for(mig, "sqs:ReceiveMessage") == {dlq_arn} and resources_for(mig, "sqs:DeleteMessage") == {dlq_arn}
           and resources_for(mig, "sqs:SendMessage") == {queue_arn},

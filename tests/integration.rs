@@ -23,6 +23,7 @@ mod faults;
 mod hostile;
 mod key_secret;
 mod lambdas;
+mod least_privilege;
 mod mail_ses;
 mod ops;
 mod pipeline_aws;

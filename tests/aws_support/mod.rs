@@ -110,6 +110,14 @@ fn find_tool(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// The Python that runs moto (a repo venv's, else the one on PATH): it has
+/// boto3 and PyYAML, which `infra/iam_gate.py` needs.
+pub fn moto_python() -> PathBuf {
+    find_tool("moto_server")
+        .map(|bin| bin.with_file_name("python"))
+        .expect("moto_server (in .venv-tools or on PATH) and its Python")
+}
+
 /// The aws CLI: a repo venv's, else the one on PATH.
 pub fn aws_cli() -> Option<PathBuf> {
     find_tool("aws")

@@ -63,7 +63,8 @@ pub(crate) async fn open(
         dynamo.clone(),
         names.directory_table.clone(),
     ));
-    // Tenant databases are found by name: the daemon never reads the tenant directory.
+    // Tenant databases are found by name, not through the directory (which
+    // the daemon reads only for contracts and readiness).
     let locator = match databases {
         TenantDatabases::Postgres { runtime, .. } => Locator::Template(runtime.clone()),
         _ => Locator::Unconfigured(
