@@ -428,6 +428,11 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
         if fn == "repair":
             check(conf.get("Timeout") == 60 and reserved == 1, "repair: timeout 60, reserved concurrency 1",
                   json.dumps({"timeout": conf.get("Timeout"), "reserved": reserved}))
+            bounds = {k: int(envv.get(f"TOKI_REPAIR_{k}", "0")) for k in ("CONCURRENCY", "TENANT_DEADLINE_S", "PASS_BUDGET_S")}
+            check(bounds["CONCURRENCY"] >= 1 and 1 <= bounds["TENANT_DEADLINE_S"] <= bounds["PASS_BUDGET_S"]
+                  and bounds["PASS_BUDGET_S"] + 5 < conf.get("Timeout", 0),
+                  "repair: TOKI_REPAIR_* set, tenant deadline <= pass budget, pass budget + 5 s margin < timeout",
+                  json.dumps(bounds))
 
     rules = events.list_rules()["Rules"]
     for fn in ("scanner", "repair"):

@@ -162,7 +162,7 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
         clock.set(at(due) - ahead);
         let (registrar, scanner) = (&registrar, &scanner);
         async move {
-            registrar.repair_all().await.unwrap();
+            registrar.repair_pass(None).await.unwrap();
             let summary = scanner.scan_once().await.unwrap();
             assert_eq!(summary.failed, 0, "{summary:?}");
             summary.scanned

@@ -95,8 +95,8 @@ impl Aws {
         }
     }
 
-    /// Every item of the index table, as DynamoDB holds it.
-    /// The index's reminder rows (not the schedules' version markers).
+    /// The index table's reminder rows (`R#…`), as DynamoDB holds them: not
+    /// the schedules' version markers nor the repair cursor.
     async fn index_items(&self) -> Vec<std::collections::HashMap<String, AttributeValue>> {
         aws_support::dynamo()
             .await
@@ -110,7 +110,7 @@ impl Aws {
             .unwrap_or_default()
             .into_iter()
             .filter(|item| {
-                !matches!(item.get("pk"), Some(AttributeValue::S(pk)) if pk.starts_with("V#"))
+                matches!(item.get("pk"), Some(AttributeValue::S(pk)) if pk.starts_with("R#"))
             })
             .collect()
     }

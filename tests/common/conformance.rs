@@ -975,6 +975,22 @@ pub mod index {
             "enqueued rows stay enqueued; c's lease ran out"
         );
     }
+
+    /// The repair cursor: none at first, then the last one set, and never
+    /// a row the scanner's queries find.
+    pub async fn repair_cursor_is_kept_and_replaced(ix: Arc<dyn ReminderIndex>) {
+        assert_eq!(ix.repair_cursor().await.unwrap(), None);
+        let first: TenantId = unique("t").parse().unwrap();
+        let second: TenantId = unique("t").parse().unwrap();
+        ix.set_repair_cursor(&first).await.unwrap();
+        assert_eq!(ix.repair_cursor().await.unwrap(), Some(first));
+        ix.set_repair_cursor(&second).await.unwrap();
+        assert_eq!(ix.repair_cursor().await.unwrap(), Some(second));
+        assert!(
+            all_in_window(ix.as_ref(), 4).await.is_empty(),
+            "the cursor is no index row"
+        );
+    }
 }
 
 #[macro_export]
@@ -1029,6 +1045,12 @@ macro_rules! index_conformance {
             $(#[$meta])*
             async fn replace_removes_old_rows_and_versions() {
                 common::conformance::index::replace_removes_old_rows_and_versions($factory(4).await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn repair_cursor_is_kept_and_replaced() {
+                common::conformance::index::repair_cursor_is_kept_and_replaced($factory(4).await)
                     .await
             }
         }

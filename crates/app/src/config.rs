@@ -15,7 +15,7 @@ use anyhow::Context;
 
 pub use types::{
     AwsConfig, BackendKind, Config, DaemonConfig, DatabaseConfig, MailConfig, MailTransport,
-    PipelineConfig, Secret, SlackConfig,
+    PipelineConfig, RepairConfig, Secret, SlackConfig,
 };
 
 impl Config {

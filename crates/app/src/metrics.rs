@@ -22,7 +22,7 @@ pub use prometheus_client;
 
 use toki_core::observe::ScanSummary;
 use toki_core::observe::{Observer, OutcomeCounts};
-use toki_core::registrar::RepairSummary;
+use toki_core::repair::RepairSummary;
 use toki_ports::QueueDepth;
 
 mod collect;
@@ -106,6 +106,8 @@ pub struct Metrics {
     pub request_duration: HistogramFamily<RouteLabels>,
     pub repair_backlog: Gauge,
     pub repair_failed_tenants: Gauge,
+    pub repair_timed_out_tenants: Gauge,
+    pub repair_deferred_tenants: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -133,6 +135,8 @@ impl Metrics {
             request_duration: Family::new_with_constructor(duration_histogram),
             repair_backlog: Gauge::default(),
             repair_failed_tenants: Gauge::default(),
+            repair_timed_out_tenants: Gauge::default(),
+            repair_deferred_tenants: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().expect("registry");
@@ -229,6 +233,16 @@ impl Metrics {
             "Tenants whose repair failed in the last pass",
             m.repair_failed_tenants.clone(),
         );
+        r.register(
+            "toki_repair_timed_out_tenants",
+            "Tenants whose repair passed its deadline in the last pass",
+            m.repair_timed_out_tenants.clone(),
+        );
+        r.register(
+            "toki_repair_deferred_tenants",
+            "Tenants the last repair pass ran out of budget for (the next pass starts with them)",
+            m.repair_deferred_tenants.clone(),
+        );
     }
 
     /// Adds figures read at scrape time (the daemon's counters, the flow's keys).
@@ -308,6 +322,10 @@ impl Metrics {
         self.repair_backlog.set(summary.repaired as i64);
         self.repair_failed_tenants
             .set(summary.failed_tenants as i64);
+        self.repair_timed_out_tenants
+            .set(summary.timed_out_tenants as i64);
+        self.repair_deferred_tenants
+            .set(summary.deferred_tenants as i64);
     }
 
     pub fn observe_request(&self, method: &str, route: &str, status: u16, seconds: f64) {

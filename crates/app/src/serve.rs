@@ -18,9 +18,10 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     let (stop, shutdown) = watch::channel(false);
     let daemon = toki.daemon().await?;
     let registrar = Arc::new(toki.registrar());
-    // Mirrors left unfinished by a previous run are repaired first.
+    // Mirrors left unfinished by a previous run are repaired first (one
+    // pass, within its budget: a stalled tenant does not hold the start).
     let repaired = registrar
-        .repair_all()
+        .repair_pass(None)
         .await
         .context("repairing index mirrors")?;
     toki.metrics.observe_repair(&repaired);

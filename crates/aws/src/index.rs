@@ -7,6 +7,7 @@
 //! (N ms), version (N), channels (S), status (S:
 //! pending | enqueuing | enqueued), lease_until (N ms, while enqueuing),
 //! expires_at (N epoch seconds = due + retention; the table's TTL attribute).
+//! The repair pass's cursor is one item beside them (`pk` = `C#repair`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -547,4 +548,52 @@ impl ReminderIndex for DynamoReminderIndex {
         .await?;
         Ok(())
     }
+
+    async fn repair_cursor(&self) -> StoreResult<Option<TenantId>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(repair_cursor_key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("GetItem(repair cursor)", e))?;
+        let Some(item) = out.item() else {
+            return Ok(None);
+        };
+        let corrupt = |(field, problem): FieldError| {
+            AwsError::service(
+                "index",
+                format!("corrupt repair cursor: {field}: {problem}"),
+            )
+        };
+        let next = get_s(item, "next_tenant").map_err(corrupt)?;
+        let next = TenantId::parse_field("next_tenant", next)
+            .map_err(|e| corrupt(("next_tenant", e.problem)))?;
+        Ok(Some(next))
+    }
+
+    async fn set_repair_cursor(&self, next: &TenantId) -> StoreResult<()> {
+        let mut item = repair_cursor_key();
+        item.insert("next_tenant".into(), s(next.as_str()));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| sdk("PutItem(repair cursor)", e))?;
+        Ok(())
+    }
+}
+
+/// The repair cursor's item: a partition of its own (`C#repair`), which the
+/// scanner's queries (by due minute) and `by_schedule` (rows with `sched`
+/// only) never see. No TTL: it is overwritten every pass.
+fn repair_cursor_key() -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("pk".to_owned(), s("C#repair")),
+        ("sk".to_owned(), s("cursor")),
+    ])
 }

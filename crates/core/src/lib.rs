@@ -11,6 +11,7 @@ pub mod observe;
 pub mod periodic;
 pub mod registrar;
 pub mod render;
+pub mod repair;
 pub mod scanner;
 pub mod settings;
 #[cfg(any(test, feature = "testing"))]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use thiserror::Error;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::enqueue::enqueue;
 use crate::settings::PipelineSettings;
@@ -74,16 +74,6 @@ struct MirrorPlan<'a> {
     rows: Vec<Reminder>,
     /// The horizon a series is mirrored to (None: a one-off, or deleted).
     until: Option<Instant>,
-}
-
-/// One repair pass over every tenant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RepairSummary {
-    pub tenants: usize,
-    /// Writes whose mirror was finished.
-    pub repaired: usize,
-    /// Tenants whose repair failed (their database or the index was unreachable).
-    pub failed_tenants: usize,
 }
 
 /// The most schedules one [`Registrar::put_schedules`] call takes.
@@ -877,47 +867,9 @@ impl Registrar {
         enqueued
     }
 
-    /// Finishes failed mirrors for every tenant (`toki serve` every minute;
-    /// the repair Lambda on AWS). A tenant whose repair fails is counted and
-    /// retried next time; the others go on.
-    pub async fn repair_all(&self) -> Result<RepairSummary, RegistrarError> {
-        let mut summary = RepairSummary::default();
-        for t in self.directory.list().await? {
-            summary.tenants += 1;
-            match self.repair(&t.id).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    info!(tenant = %t.id, repaired = n, "repaired index mirrors");
-                    summary.repaired += n;
-                }
-                Err(e) => {
-                    warn!(tenant = %t.id, error = %chain(&e), "repair failed; next pass retries");
-                    summary.failed_tenants += 1;
-                }
-            }
-        }
-        Ok(summary)
-    }
-
-    /// Repairs every `every` until `shutdown` turns true.
-    pub async fn run_repair(
-        &self,
-        every: std::time::Duration,
-        shutdown: tokio::sync::watch::Receiver<bool>,
-        on_pass: impl Fn(&RepairSummary),
-    ) {
-        let on_pass = &on_pass;
-        crate::periodic::run_every(every, shutdown, || async move {
-            match self.repair_all().await {
-                Ok(summary) => on_pass(&summary),
-                Err(e) => warn!(error = %chain(&e), "repair: listing tenants failed"),
-            }
-        })
-        .await
-    }
-
-    /// Finishes mirrors that failed (or were cut short) for one tenant.
-    /// Returns how many writes were repaired.
+    /// Finishes mirrors that failed (or were cut short) for one tenant, and
+    /// extends its series whose horizon runs short. Returns how many writes
+    /// were repaired. (A pass over every tenant: [`crate::repair`].)
     pub async fn repair(&self, tenant: &TenantId) -> Result<usize, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;

@@ -23,6 +23,35 @@ pub struct PipelineSettings {
     /// How many schedules, users and templates a tenant may store, unless
     /// its contract says otherwise.
     pub caps: toki_model::quota::TenantCaps,
+    /// How the repair pass spreads over the tenants.
+    pub repair: RepairSettings,
+}
+
+/// The repair pass's bounds: how many tenants at once, how long each may
+/// take, how long the whole pass may run (see [`crate::repair`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairSettings {
+    /// Tenants repaired at once.
+    pub concurrency: usize,
+    /// A tenant's repair still running this long after it began is cut
+    /// short, counted, and left for the next pass.
+    pub tenant_deadline: Duration,
+    /// No tenant is begun, and none is left running, past this long after
+    /// the pass began (the repair Lambda also stops short of its own timeout).
+    pub pass_budget: Duration,
+}
+
+impl Default for RepairSettings {
+    fn default() -> Self {
+        RepairSettings {
+            concurrency: 8,
+            // Well under the Lambda's 60 s: a stalled tenant holds one slot
+            // for a third of the pass at most.
+            tenant_deadline: Duration::from_secs(20),
+            // The pass runs every minute; it ends before the next begins.
+            pass_budget: Duration::from_secs(50),
+        }
+    }
 }
 
 impl Default for PipelineSettings {
@@ -37,6 +66,7 @@ impl Default for PipelineSettings {
             retention: Duration::from_secs(24 * 3600),
             horizon: Duration::from_secs(7 * 24 * 3600),
             caps: toki_model::quota::TenantCaps::default(),
+            repair: RepairSettings::default(),
         }
     }
 }

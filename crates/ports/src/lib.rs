@@ -140,6 +140,15 @@ pub trait ReminderIndex: Send + Sync {
 
     /// Returns a claimed row to pending (its send failed).
     async fn release(&self, reminder: &Reminder) -> StoreResult<()>;
+
+    /// The tenant the next repair pass starts at, as the last pass left it
+    /// (None: none recorded, start at the first). The index keeps it because
+    /// repair is what fills the index, and it must outlive the process (a
+    /// Lambda invocation) that ran the pass.
+    async fn repair_cursor(&self) -> StoreResult<Option<TenantId>>;
+
+    /// Records where the next repair pass starts.
+    async fn set_repair_cursor(&self, next: &TenantId) -> StoreResult<()>;
 }
 
 /// What a store may write of a batch of schedules: each one whose id is new

@@ -351,4 +351,29 @@ impl ReminderIndex for SqliteReminderIndex {
         .map_err(db_err)?;
         Ok(())
     }
+
+    async fn repair_cursor(&self) -> StoreResult<Option<TenantId>> {
+        let next: Option<String> =
+            sqlx::query_scalar("SELECT next_tenant FROM repair_cursor WHERE id = 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_err)?;
+        next.map(|t| {
+            TenantId::parse_field("next_tenant", &t)
+                .map_err(|e| StoreError::corrupt("repair_cursor row", e))
+        })
+        .transpose()
+    }
+
+    async fn set_repair_cursor(&self, next: &TenantId) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO repair_cursor (id, next_tenant) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET next_tenant = excluded.next_tenant",
+        )
+        .bind(next.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        Ok(())
+    }
 }

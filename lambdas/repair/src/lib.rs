@@ -4,10 +4,12 @@
 //! mirror then fails, the registrar answers 202 and this pass finishes it, so
 //! no write is ever silently left out of the index.
 
+use std::time::Duration;
+
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Error, LambdaEvent};
 use toki_app::{Config, Toki};
-use toki_core::registrar::RepairSummary;
+use toki_core::repair::RepairSummary;
 
 pub type ScheduledEvent = EventBridgeEvent<serde_json::Value>;
 
@@ -22,15 +24,23 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
     Toki::open(config).await
 }
 
-/// One invocation: one pass over every tenant. A pass in which some tenant
-/// could not be repaired is an error (the `Errors` alarm sees it); the next
-/// pass, a minute later, retries.
+/// The pass stops this long before the function's deadline: the cursor is
+/// recorded and the figures written before the function is cut off.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+
+/// One invocation: one pass over the tenants (`toki_core::repair`), from
+/// where the last one stopped, ending within the pass budget and before the
+/// function's deadline. A pass in which some tenant failed or passed its
+/// deadline is an error (the `Errors` alarm sees it); the next pass, a
+/// minute later, retries. Deferred tenants are no error: the next pass
+/// starts with them.
 pub async fn handle(
     toki: &Toki,
     event: LambdaEvent<ScheduledEvent>,
 ) -> Result<RepairSummary, Error> {
     let (_, context) = event.into_parts();
-    let summary = toki.registrar().repair_all().await?;
+    let deadline = deadline_of(context.deadline, toki.clock.now().timestamp_millis());
+    let summary = toki.registrar().repair_pass(deadline).await?;
     println!(
         "{}",
         toki_app::emf::line(
@@ -39,7 +49,10 @@ pub async fn handle(
             toki.clock.now().timestamp_millis(),
             &[
                 ("Repaired", summary.repaired as f64),
-                ("RepairFailed", summary.failed_tenants as f64),
+                // Tenants not repaired for a reason of their own: the alarm's metric.
+                ("RepairFailed", summary.unfinished_tenants() as f64),
+                ("RepairTimedOut", summary.timed_out_tenants as f64),
+                ("RepairDeferred", summary.deferred_tenants as f64),
             ],
         )
     );
@@ -48,14 +61,27 @@ pub async fn handle(
         tenants = summary.tenants,
         repaired = summary.repaired,
         failed_tenants = summary.failed_tenants,
+        timed_out_tenants = summary.timed_out_tenants,
+        deferred_tenants = summary.deferred_tenants,
         "repair pass"
     );
-    if summary.failed_tenants > 0 {
+    if summary.unfinished_tenants() > 0 {
         return Err(format!(
-            "repair failed for {} of {} tenants (retried next pass)",
-            summary.failed_tenants, summary.tenants
+            "repair failed for {} and timed out for {} of {} tenants (retried next pass)",
+            summary.failed_tenants, summary.timed_out_tenants, summary.tenants
         )
         .into());
     }
     Ok(summary)
+}
+
+/// The Lambda's deadline (`deadline_ms` since the epoch, `now_ms` the time
+/// now), less the margin, on tokio's clock; None if the context has none.
+pub fn deadline_of(deadline_ms: u64, now_ms: i64) -> Option<tokio::time::Instant> {
+    if deadline_ms == 0 {
+        return None;
+    }
+    let left_ms = (deadline_ms as i64).saturating_sub(now_ms).max(0) as u64;
+    let left = Duration::from_millis(left_ms).saturating_sub(DEADLINE_MARGIN);
+    Some(tokio::time::Instant::now() + left)
 }

@@ -97,6 +97,15 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_SCAN_INTERVAL_S", |c, v| {
         set(&mut c.pipeline.scan_interval_s, v.parse()?)
     }),
+    ("TOKI_REPAIR_CONCURRENCY", |c, v| {
+        set(&mut c.repair.concurrency, v.parse()?)
+    }),
+    ("TOKI_REPAIR_TENANT_DEADLINE_S", |c, v| {
+        set(&mut c.repair.tenant_deadline_s, v.parse()?)
+    }),
+    ("TOKI_REPAIR_PASS_BUDGET_S", |c, v| {
+        set(&mut c.repair.pass_budget_s, v.parse()?)
+    }),
     ("TOKI_WORKERS", |c, v| {
         set(&mut c.daemon.workers, v.parse()?)
     }),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
-use toki_core::settings::PipelineSettings;
+use toki_core::settings::{PipelineSettings, RepairSettings};
 use toki_model::limits::FlowSettings;
 use toki_model::quota::{ApiQuota, TenantCaps};
 
@@ -92,6 +92,8 @@ pub struct Config {
     /// from Secrets Manager (the aws backend in production).
     pub database: DatabaseConfig,
     pub pipeline: PipelineConfig,
+    /// The repair pass: how many tenants at once, how long each, the whole.
+    pub repair: RepairConfig,
     pub daemon: DaemonConfig,
     pub mail: MailConfig,
     pub slack: SlackConfig,
@@ -161,6 +163,20 @@ pub struct PipelineConfig {
     pub claim_lease_s: u64,
     /// How far ahead a recurring schedule's reminders are in the index.
     pub horizon_s: u64,
+}
+
+/// The repair pass over the tenants (`toki_core::repair`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepairConfig {
+    /// TOKI_REPAIR_CONCURRENCY: tenants repaired at once.
+    pub concurrency: usize,
+    /// TOKI_REPAIR_TENANT_DEADLINE_S: a tenant's repair still running after
+    /// this long is cut short, counted as timed out, and retried next pass.
+    pub tenant_deadline_s: u64,
+    /// TOKI_REPAIR_PASS_BUDGET_S: no tenant is begun or left running past
+    /// this long into a pass; those left over are the next pass's first.
+    pub pass_budget_s: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -272,6 +288,7 @@ impl Default for Config {
             tenant_database_template: None,
             database: DatabaseConfig::default(),
             pipeline: PipelineConfig::default(),
+            repair: RepairConfig::default(),
             daemon: DaemonConfig::default(),
             mail: MailConfig::default(),
             slack: SlackConfig::default(),
@@ -293,6 +310,17 @@ impl Default for PipelineConfig {
             lead_ms: p.lead.as_millis() as u64,
             claim_lease_s: p.claim_lease.as_secs(),
             horizon_s: p.horizon.as_secs(),
+        }
+    }
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        let r = RepairSettings::default();
+        RepairConfig {
+            concurrency: r.concurrency,
+            tenant_deadline_s: r.tenant_deadline.as_secs(),
+            pass_budget_s: r.pass_budget.as_secs(),
         }
     }
 }
@@ -375,6 +403,11 @@ impl Config {
             claim_lease: Duration::from_secs(self.pipeline.claim_lease_s),
             horizon: Duration::from_secs(self.pipeline.horizon_s),
             caps: self.caps,
+            repair: RepairSettings {
+                concurrency: self.repair.concurrency,
+                tenant_deadline: Duration::from_secs(self.repair.tenant_deadline_s),
+                pass_budget: Duration::from_secs(self.repair.pass_budget_s),
+            },
             ..PipelineSettings::default()
         }
     }

@@ -17,6 +17,7 @@ pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
         .validate("api_quota")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.problem))?;
     pipeline(config)?;
+    repair(config)?;
     daemon_capacity(config)?;
     mail(config)?;
     daemon_failures(config)?;
@@ -64,6 +65,28 @@ fn pipeline(config: &Config) -> anyhow::Result<()> {
             "pipeline.scan_interval_s: {} must be 1..=window_s ({})",
             p.scan_interval_s,
             p.window_s
+        );
+    }
+    Ok(())
+}
+
+/// The repair pass's concurrency, and a tenant deadline within the pass budget.
+fn repair(config: &Config) -> anyhow::Result<()> {
+    let r = &config.repair;
+    if !(1..=256).contains(&r.concurrency) {
+        bail!(
+            "repair.concurrency: {} is out of range 1..=256",
+            r.concurrency
+        );
+    }
+    if r.pass_budget_s == 0 {
+        bail!("repair.pass_budget_s: must be at least 1");
+    }
+    if r.tenant_deadline_s == 0 || r.tenant_deadline_s > r.pass_budget_s {
+        bail!(
+            "repair.tenant_deadline_s: {} must be 1..=pass_budget_s ({})",
+            r.tenant_deadline_s,
+            r.pass_budget_s
         );
     }
     Ok(())
@@ -195,5 +218,27 @@ fn default_tenant_database_template(config: &mut Config) {
             .map(|(_, q)| format!("?{q}"))
             .unwrap_or_default();
         config.tenant_database_template = Some(format!("{server}/toki_{{tenant}}{query}").into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repair_defaults_pass_and_a_deadline_past_the_budget_is_named() {
+        let mut config = Config::default();
+        repair(&config).unwrap();
+        assert_eq!(
+            config.pipeline_settings().repair,
+            toki_core::settings::RepairSettings::default()
+        );
+        config.repair.tenant_deadline_s = config.repair.pass_budget_s + 1;
+        let e = repair(&config).unwrap_err().to_string();
+        assert!(e.starts_with("repair.tenant_deadline_s: 51"), "{e}");
+        config.repair.tenant_deadline_s = 20;
+        config.repair.concurrency = 0;
+        let e = repair(&config).unwrap_err().to_string();
+        assert!(e.starts_with("repair.concurrency: 0"), "{e}");
     }
 }

@@ -6,6 +6,7 @@ mod daemon;
 mod debounce;
 mod flow;
 mod registrar;
+mod repair;
 mod scanner;
 mod series;
 mod sim;

@@ -165,7 +165,7 @@ async fn a_failed_mirror_is_recorded_and_repaired() {
         1
     );
     kit.index.set_down(false);
-    assert_eq!(kit.registrar().repair_all().await.unwrap().repaired, 1);
+    assert_eq!(kit.registrar().repair_pass(None).await.unwrap().repaired, 1);
     assert_eq!(kit.index.rows().len(), 1);
     assert!(kit
         .stores

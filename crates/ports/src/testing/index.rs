@@ -21,6 +21,7 @@ pub struct MemoryIndex {
     down: AtomicBool,
     /// How long each schedule's write takes (a slow DynamoDB), on tokio's clock.
     write_latency: Mutex<std::time::Duration>,
+    repair_cursor: Mutex<Option<TenantId>>,
 }
 
 impl MemoryIndex {
@@ -31,6 +32,7 @@ impl MemoryIndex {
             versions: Mutex::default(),
             down: AtomicBool::new(false),
             write_latency: Mutex::default(),
+            repair_cursor: Mutex::default(),
         }
     }
 
@@ -165,6 +167,17 @@ impl ReminderIndex for MemoryIndex {
             |s| matches!(s, IndexStatus::Enqueuing { .. }),
             IndexStatus::Pending,
         );
+        Ok(())
+    }
+
+    async fn repair_cursor(&self) -> StoreResult<Option<TenantId>> {
+        self.check_up()?;
+        Ok(self.repair_cursor.lock().expect("index lock").clone())
+    }
+
+    async fn set_repair_cursor(&self, next: &TenantId) -> StoreResult<()> {
+        self.check_up()?;
+        *self.repair_cursor.lock().expect("index lock") = Some(next.clone());
         Ok(())
     }
 }
