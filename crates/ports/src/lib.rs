@@ -409,7 +409,9 @@ pub trait DelayQueue: Send + Sync {
     /// attribute. For a message that keeps waiting without failing
     /// (throttled, parked, early, held elsewhere), so that its receives
     /// never reach [`Self::receive_limit`] and it is never dead-lettered
-    /// without a reason. A receipt no longer current is passed over.
+    /// without a reason. Only for a receipt just received: SQS cannot always
+    /// tell an old receipt, and may then leave a copy (the claims make a
+    /// copy harmless, as for any message SQS delivers twice).
     async fn renew(&self, message: &ReceivedMessage, delay: Duration, why: &str)
         -> StoreResult<()>;
 
