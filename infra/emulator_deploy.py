@@ -635,9 +635,10 @@ def check_template(cfn: dict) -> None:
     check(tt.get("TargetValue") == {"Ref": "BacklogPerTask"}
           and names.get("visible") == "ApproximateNumberOfMessagesVisible"
           and names.get("delayed") == "ApproximateNumberOfMessagesDelayed"
+          and names.get("inflight") == "ApproximateNumberOfMessagesNotVisible"
           and names.get("tasks") == "RunningTaskCount"
-          and metrics.get("backlog_per_task", {}).get("Expression") == "(visible + delayed) / tasks",
-          "template: target tracking on (visible + delayed) / RunningTaskCount = BacklogPerTask", json.dumps(names))
+          and metrics.get("backlog_per_task", {}).get("Expression") == "(visible + delayed + inflight) / tasks",
+          "template: target tracking on (visible + delayed + in flight) / RunningTaskCount = BacklogPerTask", json.dumps(names))
     st = p["DaemonScalableTarget"]
     peak = st.get("ScheduledActions", {}).get("Fn::If", [None, []])
     acts = peak[1] if peak[0] == "HasPeakSchedule" else []
