@@ -16,8 +16,8 @@ use toki_model::ValidationError;
 use toki_ports::message::Attributes;
 use toki_ports::StoreResult;
 use toki_ports::{
-    with_dead_letter_reason, with_renewal_reason, BatchSent, DelayQueue, OutgoingMessage,
-    QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
+    with_dead_letter_reason, with_renewal_reason, AbandonedPoll, BatchSent, DelayQueue,
+    OutgoingMessage, QueueDepth, ReceivedMessage, RefusedMessage, DEAD_LETTER_REASON,
 };
 use tokio::sync::OnceCell;
 
@@ -433,6 +433,10 @@ async fn send_batch_to(
 
 #[async_trait]
 impl DelayQueue for SqsDelayQueue {
+    fn abandoned_poll(&self) -> AbandonedPoll {
+        AbandonedPoll::StaysOpen
+    }
+
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<BatchSent> {
         send_batch_to(&self.client, &self.queue_url, messages).await
     }

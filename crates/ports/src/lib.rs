@@ -400,6 +400,11 @@ pub trait DelayQueue: Send + Sync {
         Ok(())
     }
 
+    /// What becomes of a long poll whose caller stopped waiting for it.
+    fn abandoned_poll(&self) -> AbandonedPoll {
+        AbandonedPoll::Ends
+    }
+
     /// How many receives the queue allows a message before it moves it to
     /// the dead-letter queue itself (SQS's `maxReceiveCount`), if it does.
     async fn receive_limit(&self) -> StoreResult<Option<u32>>;
@@ -435,6 +440,19 @@ pub trait DelayQueue: Send + Sync {
 
     /// Leaves dead letters where they are, visible to the next look at once.
     async fn release_dead_letters(&self, letters: &[ReceivedMessage]) -> StoreResult<()>;
+}
+
+/// What becomes of a long poll (a receive waiting for messages) whose
+/// caller stopped waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbandonedPoll {
+    /// It ends with its caller: nothing is received for no one.
+    Ends,
+    /// It stays open at the queue until its wait runs out, and may still be
+    /// given messages, which are then hidden for their visibility timeout
+    /// with no one to work on them (SQS: the service does not notice the
+    /// closed connection). A caller that stops must let it finish.
+    StaysOpen,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,11 +2,15 @@
 //! holding what it received while it is worked on.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
 
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use toki_model::error::chain;
 use toki_ports::error::StoreResult;
-use toki_ports::ReceivedMessage;
+use toki_ports::{AbandonedPoll, ReceivedMessage};
 
 use super::holdings::Held;
 use super::prepare::Prepared;
@@ -36,14 +40,52 @@ impl Daemon {
                 _ = shutdown.changed() => return None,
             }
         }
+        let receive = self
+            .queue
+            .receive(batch, self.settings.wait, self.settings.visibility);
+        tokio::pin!(receive);
         let received = tokio::select! {
-            r = self.queue.receive(batch, self.settings.wait, self.settings.visibility) => r,
-            _ = shutdown.changed() => return None,
+            r = &mut receive => r,
+            _ = shutdown.changed() => {
+                if self.queue.abandoned_poll() == AbandonedPoll::StaysOpen {
+                    self.finish_abandoned_poll(receive).await;
+                }
+                return None;
+            }
         };
         self.stats
             .polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some((permits, received))
+    }
+
+    /// Lets a long poll cut short by shutdown finish, and hands back what it
+    /// brings. Dropped, it would stay open at the queue (SQS and LocalStack
+    /// keep a long poll whose client went away), which may still give it
+    /// messages that then wait out their visibility: deliveries seconds late
+    /// after every stop of a daemon. Takes at most the poll's wait.
+    async fn finish_abandoned_poll(
+        &self,
+        receive: impl std::future::Future<Output = StoreResult<Vec<ReceivedMessage>>>,
+    ) {
+        let Ok(messages) = receive.await else {
+            return;
+        };
+        for m in &messages {
+            if let Err(e) = self
+                .queue
+                .change_visibility(&m.receipt, Duration::ZERO)
+                .await
+            {
+                warn!(error = %chain(&e), "handing back a message at shutdown failed; it returns after its visibility timeout");
+            }
+        }
+        if !messages.is_empty() {
+            info!(
+                messages = messages.len(),
+                "handed back the messages of a poll that ended after shutdown"
+            );
+        }
     }
 
     /// Holds a prepared batch: the heartbeat keeps its messages hidden and its

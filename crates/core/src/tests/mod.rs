@@ -9,5 +9,6 @@ mod registrar;
 mod repair;
 mod scanner;
 mod series;
+mod shutdown;
 mod sim;
 mod templates;

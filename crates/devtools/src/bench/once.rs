@@ -13,11 +13,15 @@ use toki_model::{Channel, DeliveryKey, TenantId};
 use super::measure::{Measured, RowsOptions, Sink, Watch};
 use super::options::BenchOptions;
 use super::processes::{
-    fleet_usage, spawn_daemons, start_smtp_standin, start_standin, DaemonArgs, Guard,
+    fleet_usage, spawn_daemons, start_smtp_standin, start_standin, stop_fleet, DaemonArgs, Guard,
 };
 use super::results::BenchRun;
 use crate::progress::Progress;
 use crate::scenario::{self, Meeting};
+
+/// How long a daemon may take to stop after SIGTERM: its long polls' wait
+/// (20 s) and a margin.
+const DAEMON_STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// Runs `n` deliveries (and the large tenant's, if any) with `daemons`
 /// daemon processes of `workers` workers each, in `dir` (replaced).
@@ -76,7 +80,7 @@ pub async fn run_once(
     let share = watch.delivered_by_daemon(&pids).await?;
     progress.finish(&format!("n={n} w={workers}: done"));
     let measured = measure(&watch, opts, &expected, large_tenant.as_ref()).await?;
-    drop(fleet);
+    tokio::task::spawn_blocking(move || stop_fleet(fleet, DAEMON_STOP_GRACE)).await?;
     drop(standin);
     let facts = RunFacts {
         deliveries: n,
@@ -133,14 +137,17 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
 }
 
 /// The run's tenants, created empty (on the aws backend under names of
-/// their own, their old databases dropped); the first gets the large
+/// their own, one set per run of the invocation since the directory table
+/// outlives a run, their old databases dropped); the first gets the large
 /// tenant's limits when there are any.
 async fn bench_tenants(toki: &Toki, opts: &BenchOptions) -> anyhow::Result<Vec<TenantId>> {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
     let mut tenants = scenario::tenant_ids(opts.tenants);
     if opts.backend == BackendKind::Aws {
+        let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tenants = tenants
             .iter()
-            .map(|t| format!("bench-{t}").parse())
+            .map(|t| format!("bench{run}-{t}").parse())
             .collect::<Result<_, _>>()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for t in &tenants {

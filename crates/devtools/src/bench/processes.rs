@@ -16,6 +16,26 @@ impl Guard {
     }
 }
 
+/// Stops daemons as an orchestrator would: SIGTERM to all, then each waited
+/// for up to `grace` (a daemon on SQS finishes its open long polls first, so
+/// that they hand no message to no one), killed after it.
+pub(super) fn stop_fleet(fleet: Vec<Guard>, grace: std::time::Duration) {
+    for g in &fleet {
+        // SAFETY: kill(2) on a child's pid, which is ours until waited for.
+        unsafe { libc::kill(g.pid() as libc::pid_t, libc::SIGTERM) };
+    }
+    let deadline = std::time::Instant::now() + grace;
+    for mut g in fleet {
+        while std::time::Instant::now() < deadline {
+            if !matches!(g.0.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        drop(g); // killed if still running
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = self.0.kill();
