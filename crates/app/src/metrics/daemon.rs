@@ -66,6 +66,12 @@ impl DaemonCollector {
         )?;
         counter(
             e,
+            "toki_messages_lapsed",
+            "Held messages whose visibility ran out before the heartbeat extended them, so that the queue may give them to another worker while their holder is alive (a late heartbeat: an overloaded process or a slow queue); the claims keep them from being sent twice",
+            &[(none(), s.lapsed)],
+        )?;
+        counter(
+            e,
             "toki_messages_dead_lettered",
             "Messages moved to the dead-letter queue",
             &[(none(), s.dead_lettered)],

@@ -30,9 +30,17 @@ impl Daemon {
     /// One beat: extend what is about to reappear, renew what is about to lapse.
     async fn beat(&self, visibility: Duration, every: Duration) {
         let now = tokio::time::Instant::now();
-        let (receipts, claims) =
-            self.holdings
-                .due(now + visibility / 2, now + visibility, now - every, now);
+        let due = self
+            .holdings
+            .due(now + visibility / 2, now + visibility, now - every, now);
+        let (receipts, claims) = (due.receipts, due.claims);
+        if due.lapsed > 0 {
+            self.stats.add(&self.stats.lapsed, due.lapsed);
+            warn!(
+                messages = due.lapsed,
+                "held messages became visible before the heartbeat extended them; the queue may give them to another worker, which waits for this holder's claims (the heartbeat was late: an overloaded process or a slow queue)"
+            );
+        }
         if !receipts.is_empty() {
             debug!(messages = receipts.len(), "extending held messages");
         }

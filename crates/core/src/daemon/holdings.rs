@@ -54,27 +54,70 @@ impl Holdings {
         until: tokio::time::Instant,
         claims_before: tokio::time::Instant,
         now: tokio::time::Instant,
-    ) -> (Vec<String>, HashMap<TenantId, Vec<String>>) {
+    ) -> Due {
         let mut held = self.held.lock().expect("holdings lock");
-        let mut receipts = Vec::new();
-        let mut claims: HashMap<TenantId, Vec<String>> = HashMap::new();
+        let mut due = Due::default();
         for h in held.values_mut() {
             for (receipt, hidden_until) in &mut h.receipts {
+                if *hidden_until <= now {
+                    due.lapsed += 1;
+                }
                 if *hidden_until < soon {
-                    receipts.push(receipt.clone());
+                    due.receipts.push(receipt.clone());
                     *hidden_until = until;
                 }
             }
             if h.renewed.is_none_or(|r| r < claims_before) {
                 h.renewed = Some(now);
                 for (tenant, token) in &h.claims {
-                    claims
+                    due.claims
                         .entry(tenant.clone())
                         .or_default()
                         .push(token.clone());
                 }
             }
         }
-        (receipts, claims)
+        due
+    }
+}
+
+/// What a heartbeat renews.
+#[derive(Debug, Default)]
+pub struct Due {
+    /// Messages to hide again.
+    pub receipts: Vec<String>,
+    /// Claim tokens by tenant.
+    pub claims: HashMap<TenantId, Vec<String>>,
+    /// Held messages whose visibility ran out before this beat: the queue
+    /// may have given them to another worker while their holder is alive.
+    pub lapsed: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_message_past_its_visibility_is_counted_as_lapsed() {
+        let holdings = Holdings::default();
+        let now = tokio::time::Instant::now();
+        let s = Duration::from_secs(1);
+        holdings.hold(Held {
+            receipts: vec![("late".into(), now - s), ("fine".into(), now + 4 * s)],
+            claims: Vec::new(),
+            renewed: Some(now),
+        });
+        let due = holdings.due(now + 5 * s, now + 10 * s, now - 3 * s, now);
+        assert_eq!(due.lapsed, 1);
+        assert_eq!(due.receipts, ["late", "fine"]);
+        // Extended now: the next beat finds nothing lapsed.
+        assert_eq!(
+            holdings
+                .due(now + 5 * s, now + 10 * s, now - 3 * s, now)
+                .lapsed,
+            0
+        );
     }
 }

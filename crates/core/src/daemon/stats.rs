@@ -29,6 +29,10 @@ pub struct DaemonStats {
     pub parked: AtomicU64,
     /// Waiting messages put back as new near the queue's own receive limit.
     pub renewed: AtomicU64,
+    /// Held messages whose visibility ran out before the heartbeat extended
+    /// them: the queue may give them to another worker while their holder
+    /// is alive (a late heartbeat).
+    pub lapsed: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub circuits_opened: AtomicU64,
     /// Deliveries not attempted because their circuit opened after the plan.
@@ -56,6 +60,7 @@ pub struct StatsSnapshot {
     pub busy: u64,
     pub parked: u64,
     pub renewed: u64,
+    pub lapsed: u64,
     pub dead_lettered: u64,
     pub circuits_opened: u64,
     pub deferred: u64,
@@ -107,6 +112,7 @@ impl DaemonStats {
             busy: l(&self.busy),
             parked: l(&self.parked),
             renewed: l(&self.renewed),
+            lapsed: l(&self.lapsed),
             dead_lettered: l(&self.dead_lettered),
             circuits_opened: l(&self.circuits_opened),
             deferred: l(&self.deferred),
