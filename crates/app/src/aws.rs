@@ -84,7 +84,8 @@ pub(crate) async fn open(
         )),
         stores: Arc::new(
             SqlTenantStores::with_locator(locator)
-                .with_statement_cache(config.database.statement_cache),
+                .with_statement_cache(config.database.statement_cache)
+                .with_connection_budget(config.database.max_connections),
         ),
         directory,
         index: Arc::new(DynamoReminderIndex::new(

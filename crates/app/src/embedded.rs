@@ -34,7 +34,8 @@ pub(crate) async fn open(
         }
         _ => SqlTenantStores::new(directory.clone()),
     }
-    .with_statement_cache(config.database.statement_cache);
+    .with_statement_cache(config.database.statement_cache)
+    .with_connection_budget(config.database.max_connections);
     Ok(Ports {
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),

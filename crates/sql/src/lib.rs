@@ -100,8 +100,8 @@ pub use lease::SqliteLeaseStore;
 pub use queue::SqliteDelayQueue;
 pub use stores::{
     create_tenant_database, database_for, drop_tenant_database, grant_runtime_role, Locator,
-    SqlTenantStores, StatementCache,
+    SqlTenantStores, StatementCache, DEFAULT_CONNECTION_BUDGET,
 };
 #[cfg(feature = "sqlite")]
 pub use tenant_store::SqliteTenantStore;
-pub use tenant_store::{PostgresTenantStore, SqlTenantStore, TENANT_MIGRATIONS};
+pub use tenant_store::{ConnectionBudget, PostgresTenantStore, SqlTenantStore, TENANT_MIGRATIONS};

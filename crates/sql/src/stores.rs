@@ -19,9 +19,9 @@ use tracing::info;
 #[cfg(feature = "sqlite")]
 use crate::control::open_sqlite;
 use crate::db_err;
-use crate::tenant_store::PostgresTenantStore;
 #[cfg(feature = "sqlite")]
 use crate::tenant_store::SqliteTenantStore;
+use crate::tenant_store::{ConnectionBudget, PostgresTenantStore};
 
 pub fn is_postgres(database: &str) -> bool {
     database.starts_with("postgres://") || database.starts_with("postgresql://")
@@ -95,7 +95,12 @@ pub struct SqlTenantStores {
     pub idle_timeout: Duration,
     /// Named prepared statements on Postgres connections, or not.
     pub statement_cache: StatementCache,
+    /// Postgres connections in use at once across all tenants of this process.
+    budget: ConnectionBudget,
 }
+
+/// Postgres connections a process uses at once across all its tenants, unless configured.
+pub const DEFAULT_CONNECTION_BUDGET: u32 = 16;
 
 impl SqlTenantStores {
     pub fn new(directory: Arc<dyn TenantDirectory>) -> Self {
@@ -109,7 +114,16 @@ impl SqlTenantStores {
             max_connections: 4,
             idle_timeout: Duration::from_secs(60),
             statement_cache: StatementCache::Auto,
+            budget: ConnectionBudget::new(DEFAULT_CONNECTION_BUDGET),
         }
+    }
+
+    /// At most `connections` Postgres connections in use at once across all
+    /// tenants (each tenant's pool keeps its own smaller limit too).
+    pub fn with_connection_budget(mut self, connections: u32) -> Self {
+        self.budget = ConnectionBudget::new(connections);
+        self.max_connections = self.max_connections.min(connections.max(1));
+        self
     }
 
     /// With named prepared statements on Postgres connections, or not.
@@ -138,7 +152,9 @@ impl SqlTenantStores {
                 .idle_timeout(Some(self.idle_timeout))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_lazy_with(options);
-            Ok(Arc::new(PostgresTenantStore::new(pool)))
+            Ok(Arc::new(
+                PostgresTenantStore::new(pool).with_budget(self.budget.clone()),
+            ))
         } else {
             open_sqlite_store(database).await
         }

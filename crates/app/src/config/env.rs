@@ -78,6 +78,9 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_DATABASE_STATEMENT_CACHE", |c, v| {
         set(&mut c.database.statement_cache, v.parse()?)
     }),
+    ("TOKI_DATABASE_MAX_CONNECTIONS", |c, v| {
+        set(&mut c.database.max_connections, v.parse()?)
+    }),
     ("TOKI_CLAIM_LEASE_S", |c, v| {
         set(&mut c.pipeline.claim_lease_s, v.parse()?)
     }),

@@ -134,6 +134,10 @@ pub struct DatabaseConfig {
     /// TOKI_DATABASE_STATEMENT_CACHE: auto (off through an RDS Proxy
     /// endpoint, where named prepared statements pin sessions), on, off.
     pub statement_cache: toki_sql::StatementCache,
+    /// TOKI_DATABASE_MAX_CONNECTIONS: Postgres connections one process uses
+    /// at once across all its tenants (behind RDS Proxy: the database
+    /// connections it can hold, tasks × this at most).
+    pub max_connections: u32,
 }
 
 impl Default for DatabaseConfig {
@@ -147,6 +151,7 @@ impl Default for DatabaseConfig {
             sslmode: "verify-full".into(),
             sslrootcert: None,
             statement_cache: toki_sql::StatementCache::Auto,
+            max_connections: toki_sql::DEFAULT_CONNECTION_BUDGET,
         }
     }
 }

@@ -193,6 +193,9 @@ fn databases(config: &Config) -> anyhow::Result<()> {
             SSLMODES.join(", ")
         );
     }
+    if db.max_connections == 0 {
+        bail!("database.max_connections (TOKI_DATABASE_MAX_CONNECTIONS): must be at least 1");
+    }
     if db.host.is_some() && db.secret_arn.is_none() {
         bail!("database.secret_arn (TOKI_DATABASE_SECRET_ARN): needed with database.host, for the credentials");
     }

@@ -9,6 +9,7 @@ mod schedule_write;
 mod statement;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
@@ -31,6 +32,7 @@ use rows::{
     RuleRow, ScheduleRow, TemplateRow, UserRow,
 };
 use statement::Statement;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/tenant");
 
@@ -42,6 +44,27 @@ const CHUNK: usize = 500;
 #[derive(Clone)]
 pub struct SqlTenantStore<DB: Database> {
     pool: Pool<DB>,
+    /// The process's connection budget, shared with every other tenant's
+    /// store (none: only the pool's own limit).
+    budget: Option<ConnectionBudget>,
+}
+
+/// Connections a process may use at once across all tenant databases: each
+/// operation holds one slot while it runs. Behind RDS Proxy the database
+/// connections follow the transactions in progress, so this bounds them per
+/// process whatever the number of tenants.
+#[derive(Clone, Debug)]
+pub struct ConnectionBudget(Arc<Semaphore>);
+
+impl ConnectionBudget {
+    pub fn new(connections: u32) -> Self {
+        Self(Arc::new(Semaphore::new(connections.max(1) as usize)))
+    }
+
+    /// Slots free now.
+    pub fn free(&self) -> usize {
+        self.0.available_permits()
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -50,7 +73,26 @@ pub type PostgresTenantStore = SqlTenantStore<sqlx::Postgres>;
 
 impl<DB: Database> SqlTenantStore<DB> {
     pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+        Self { pool, budget: None }
+    }
+
+    /// Sharing `budget` with the other tenants' stores.
+    pub fn with_budget(mut self, budget: ConnectionBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// A slot of the process's budget, held for one operation.
+    async fn connection_slot(&self) -> Option<OwnedSemaphorePermit> {
+        let budget = self.budget.as_ref()?;
+        Some(
+            budget
+                .0
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the budget is never closed"),
+        )
     }
 
     pub fn pool(&self) -> &Pool<DB> {
@@ -112,6 +154,7 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "INSERT INTO users (id, name, email, slack_user_id, time_zone, locale, channels_off, updated_at)",
         );
@@ -136,6 +179,7 @@ where
     }
 
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "SELECT id, name, email, slack_user_id, time_zone, locale, channels_off FROM users WHERE id = ",
         );
@@ -149,6 +193,7 @@ where
     }
 
     async fn get_users(&self, ids: &[UserId]) -> StoreResult<HashMap<UserId, User>> {
+        let _slot = self.connection_slot().await;
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(CHUNK) {
             let mut s = Statement::new(
@@ -173,6 +218,7 @@ where
         schedules: &[Schedule],
         now: Instant,
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
+        let _slot = self.connection_slot().await;
         let mut tx = begin_write(&self.pool).await?;
         // Every participant must be a user of this tenant.
         let known = schedule_write::known_users::<DB>(&mut tx, schedules).await?;
@@ -199,11 +245,13 @@ where
     }
 
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
+        let _slot = self.connection_slot().await;
         let mut conn = self.pool.acquire().await.map_err(db_err)?;
         load_schedule::<DB>(&mut conn, id).await
     }
 
     async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
+        let _slot = self.connection_slot().await;
         let mut tx = begin_write(&self.pool).await?;
         let mut s = Statement::new("DELETE FROM schedules WHERE id = ");
         s.bind(id.as_str()).push(" RETURNING id");
@@ -230,6 +278,7 @@ where
     }
 
     async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>> {
+        let _slot = self.connection_slot().await;
         let mut conn = self.pool.acquire().await.map_err(db_err)?;
         let mut s = Statement::new(
             "SELECT schedule_id, version, deleted, mirrored FROM schedule_mirror
@@ -275,6 +324,7 @@ where
         &self,
         writes: &[(ScheduleId, i64, Option<Instant>)],
     ) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         // One statement per distinct horizon (one for a batch of single meetings).
         let mut by_until: HashMap<Option<i64>, Vec<(&ScheduleId, i64)>> = HashMap::new();
         for (id, version, until) in writes {
@@ -306,6 +356,7 @@ where
     }
 
     async fn delivery_context(&self, schedules: &[ScheduleId]) -> StoreResult<DeliveryContext> {
+        let _slot = self.connection_slot().await;
         let mut ctx = DeliveryContext::default();
         if schedules.is_empty() {
             return Ok(ctx);
@@ -364,6 +415,7 @@ where
         now: Instant,
         takeover_before: Instant,
     ) -> StoreResult<Claims> {
+        let _slot = self.connection_slot().await;
         let token = claim_token(now);
         let mut out = Claims::default();
         // All chunks or none: a half-made claim would strand `sending` rows.
@@ -390,6 +442,7 @@ where
     }
 
     async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         for chunk in tokens.chunks(CHUNK) {
             let mut s = Statement::new("UPDATE deliveries SET claimed_at = ");
             s.bind(now.timestamp_millis());
@@ -404,6 +457,7 @@ where
         &self,
         schedules: &[ScheduleId],
     ) -> StoreResult<HashMap<ScheduleId, i64>> {
+        let _slot = self.connection_slot().await;
         let mut out = HashMap::with_capacity(schedules.len());
         for chunk in schedules.chunks(CHUNK) {
             let mut s = Statement::new("SELECT id, version FROM schedules WHERE id IN ");
@@ -421,6 +475,7 @@ where
     }
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         for chunk in outcomes.chunks(CHUNK) {
             let mut s = Statement::new(
                 "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
@@ -461,6 +516,7 @@ where
     }
 
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         for chunk in messages.chunks(CHUNK) {
             let mut s = Statement::new(
                 "INSERT INTO chat_messages (schedule_id, occurrence, minutes_before, user_id, version,
@@ -483,6 +539,7 @@ where
     }
 
     async fn delivery_counts(&self) -> StoreResult<Vec<DeliveryCount>> {
+        let _slot = self.connection_slot().await;
         let rows: Vec<CountRow> = sqlx::query_as(
             "SELECT channel, status, COUNT(*) AS n FROM deliveries
              GROUP BY channel, status ORDER BY channel, status",
@@ -494,6 +551,7 @@ where
     }
 
     async fn delivered_by_holder(&self) -> StoreResult<Vec<(String, u64)>> {
+        let _slot = self.connection_slot().await;
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT claim_token, COUNT(*) FROM deliveries
              WHERE status = 'delivered' AND claim_token IS NOT NULL GROUP BY claim_token",
@@ -511,6 +569,7 @@ where
     }
 
     async fn deliveries(&self) -> StoreResult<Vec<DeliveryOutcome>> {
+        let _slot = self.connection_slot().await;
         let rows: Vec<DeliveryRow> = sqlx::query_as(
             "SELECT schedule_id, occurrence, minutes_before, recipient, channel, version,
                     status, due_at, COALESCE(finished_at, claimed_at, due_at) AS at, detail
@@ -526,6 +585,7 @@ where
         &self,
         reminder: &ReminderKey,
     ) -> StoreResult<Vec<DeliveryOutcome>> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "SELECT schedule_id, occurrence, minutes_before, recipient, channel, version,
                     status, due_at, COALESCE(finished_at, claimed_at, due_at) AS at, detail
@@ -545,6 +605,7 @@ where
     }
 
     async fn chat_messages(&self, user: &UserId) -> StoreResult<Vec<ChatMessage>> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "SELECT schedule_id, occurrence, minutes_before, user_id AS recipient, 'chat' AS channel,
                     version, body, created_at
@@ -560,6 +621,7 @@ where
     }
 
     async fn put_template(&self, t: &ReminderTemplate, now: Instant) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "INSERT INTO reminder_templates (channel, locale, subject, text, html, updated_at)",
         );
@@ -580,6 +642,7 @@ where
     }
 
     async fn delete_template(&self, channel: Channel, locale: &str) -> StoreResult<bool> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new("DELETE FROM reminder_templates WHERE channel = ");
         s.bind(channel.as_str())
             .push(" AND locale = ")
@@ -594,6 +657,7 @@ where
     }
 
     async fn templates(&self) -> StoreResult<Vec<ReminderTemplate>> {
+        let _slot = self.connection_slot().await;
         let rows: Vec<TemplateRow> = Statement::new(
             "SELECT channel, locale, subject, text, html FROM reminder_templates
              ORDER BY channel, locale",
@@ -606,6 +670,7 @@ where
     }
 
     async fn count(&self, what: Counted) -> StoreResult<u64> {
+        let _slot = self.connection_slot().await;
         // Fixed names, never input: a table per kind.
         let table = match what {
             Counted::Schedules => "schedules",
@@ -624,6 +689,7 @@ where
         &self,
         schedules: &[ScheduleId],
     ) -> StoreResult<HashSet<ScheduleId>> {
+        let _slot = self.connection_slot().await;
         let mut existing = HashSet::new();
         if schedules.is_empty() {
             return Ok(existing);
@@ -688,6 +754,7 @@ where
         edge: NoticeEdge,
         now: Instant,
     ) -> StoreResult<Option<ChangeNotice>> {
+        let _slot = self.connection_slot().await;
         let mut tx = begin_write(&self.pool).await?;
         // The row lock first: a concurrent freeze of this schedule waits here
         // and then reads the baseline this one leaves.
@@ -756,6 +823,7 @@ where
     }
 
     async fn clear_change_baselines(&self) -> StoreResult<u64> {
+        let _slot = self.connection_slot().await;
         let mut tx = begin_write(&self.pool).await?;
         let (n,): (i64,) = Statement::new("SELECT COUNT(*) FROM change_baselines")
             .query_as::<DB, (i64,)>()
@@ -772,6 +840,7 @@ where
     }
 
     async fn change_notices(&self, schedule: &ScheduleId) -> StoreResult<Vec<ChangeNotice>> {
+        let _slot = self.connection_slot().await;
         let mut s = Statement::new(
             "SELECT schedule_id, token, edge, at, before_snapshot, after_snapshot
              FROM change_notices WHERE schedule_id = ",
