@@ -3,6 +3,9 @@
 #   scripts/bench_ab.py N ROUNDS label=BINARY[:ENV=V,ENV=V] ...
 # Each run: BINARY bench --deliveries N --workers 8 --json --data-dir (a fresh temp dir)
 # plus $BENCH_ARGS (e.g. BENCH_ARGS="--channel mail").
+# A variant's ENV may hold ARGS=a+b+c (more arguments for it alone, + for
+# spaces) and BEFORE=command (run through the shell before each of its
+# runs); "{run}" in a value becomes a name unique to the run.
 import json, os, subprocess, sys, statistics, tempfile, shutil
 n, rounds = int(sys.argv[1]), int(sys.argv[2])
 variants = []
@@ -15,8 +18,12 @@ res = {v[0]: [] for v in variants}
 for r in range(rounds):
     for label, binary, env in variants:
         d = tempfile.mkdtemp(prefix="ab")
-        e = dict(os.environ); e.update(env)
-        extra = os.environ.get("BENCH_ARGS", "").split()
+        run_id = f"r{os.getpid()}x{r}{label}"
+        e = dict(os.environ); e.update({k: v.replace("{run}", run_id) for k, v in env.items()})
+        extra = os.environ.get("BENCH_ARGS", "").split() + [a for a in e.pop("ARGS", "").split("+") if a]
+        before = e.pop("BEFORE", "")
+        if before:
+            subprocess.run(before, shell=True, check=True, env=e)
         out = subprocess.run([binary, "bench", "--deliveries", str(n), "--workers", "8", "--json", "--data-dir", d] + extra,
                              env=e, capture_output=True, text=True)
         shutil.rmtree(d, ignore_errors=True)

@@ -37,3 +37,100 @@ mod without_statement_cache {
         store
     );
 }
+
+/// One connection budget for the process: while every slot waits on one
+/// tenant's database, another tenant's work waits for a slot rather than
+/// opening connections of its own.
+#[tokio::test]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
+async fn the_connection_budget_is_shared_across_tenants() {
+    use toki_ports::TenantStores;
+    use toki_sql::{Locator, SqlTenantStores};
+
+    let name = common::conformance::unique("toki_test_budget_");
+    let template = common::services::postgres_url_for(&format!("{name}_{{tenant}}"));
+    let (a, b): (toki_model::TenantId, toki_model::TenantId) =
+        ("a".parse().unwrap(), "b".parse().unwrap());
+    for t in [&a, &b] {
+        toki_sql::create_tenant_database(&toki_sql::database_for(&template, t))
+            .await
+            .unwrap();
+    }
+    let stores = SqlTenantStores::with_locator(Locator::Template(template.clone()))
+        .with_connection_budget(2);
+    let (store_a, store_b) = (
+        stores.open(&a).await.unwrap(),
+        stores.open(&b).await.unwrap(),
+    );
+
+    // Tenant a's users table locked from outside: two reads wait on it,
+    // each holding one of the two slots.
+    let admin_url = common::services::postgres_base_url();
+    use sqlx::Connection;
+    let mut locker = sqlx::PgConnection::connect(&toki_sql::database_for(&template, &a))
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let id: toki_model::UserId = "u0".parse().unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let (s, id) = (store_a.clone(), id.clone());
+            tokio::spawn(async move { s.get_user(&id).await })
+        })
+        .collect();
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+    let sessions =
+        |db: String| format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}'");
+    let (db_a, db_b) = (format!("{name}_a"), format!("{name}_b"));
+    let lock_waits = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db_a}' AND wait_event_type = 'Lock'");
+    for _ in 0..500 {
+        let n: i64 = sqlx::query_scalar(&lock_waits)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        if n == 2 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let n: i64 = sqlx::query_scalar(&lock_waits)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(n, 2, "both reads of tenant a wait on the lock");
+
+    // Tenant b's read has no slot: it opens no connection until one is free.
+    let mut other = {
+        let (s, id) = (store_b.clone(), id.clone());
+        tokio::spawn(async move { s.get_user(&id).await })
+    };
+    // Given time to run (half a second, far more than a read on an idle
+    // database takes), it has not: it waits for a slot.
+    let early = tokio::time::timeout(std::time::Duration::from_millis(500), &mut other).await;
+    assert!(early.is_err(), "tenant b's read ran beyond the budget");
+    let on_b: i64 = sqlx::query_scalar(&sessions(db_b.clone()))
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(on_b, 0, "tenant b connected beyond the budget");
+
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    for w in waiting {
+        assert!(w.await.unwrap().unwrap().is_none());
+    }
+    assert!(
+        other.await.unwrap().unwrap().is_none(),
+        "tenant b's read runs once a slot is free"
+    );
+    drop(locker);
+    for db in [db_a, db_b] {
+        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+}

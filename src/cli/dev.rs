@@ -22,9 +22,10 @@ pub struct DemoArgs {
     /// Daemon workers.
     #[arg(long, default_value_t = 8)]
     workers: usize,
-    /// Seconds from now to the due instant.
-    #[arg(long, default_value_t = 30)]
-    lead: u64,
+    /// Seconds from now to the due instant (default: 30, or more when a
+    /// timed sample of registrations says registering will take longer).
+    #[arg(long)]
+    lead: Option<u64>,
     /// Data folder (replaced if a previous demo made it).
     #[arg(long, default_value = "toki-demo")]
     data_dir: PathBuf,
@@ -46,7 +47,7 @@ impl DemoArgs {
                 deliveries: self.deliveries,
                 tenants: self.tenants,
                 workers: self.workers,
-                lead: Duration::from_secs(self.lead),
+                lead: self.lead.map(Duration::from_secs),
                 data_dir: self.data_dir,
                 json,
                 backend: self.backend,

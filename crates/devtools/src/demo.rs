@@ -21,7 +21,9 @@ pub struct DemoOptions {
     pub deliveries: usize,
     pub tenants: usize,
     pub workers: usize,
-    pub lead: Duration,
+    /// From now to the due instant; none: [`DEFAULT_LEAD`], or longer when
+    /// a timed sample says registering takes longer.
+    pub lead: Option<Duration>,
     pub data_dir: PathBuf,
     pub json: bool,
     pub backend: BackendKind,
@@ -42,6 +44,8 @@ pub struct DemoReport {
     pub due_at: String,
     pub last_delivery_ms: i64,
     pub registration_s: f64,
+    /// The lead the run used (seconds).
+    pub lead_s: u64,
     pub channels: Vec<scenario::ChannelFigures>,
 }
 
@@ -90,7 +94,11 @@ pub async fn run(config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport
     let daemon_task = tokio::spawn(daemon.clone().run(shutdown.clone()));
     let scanner_task = tokio::spawn(toki.clone().run_scanner(shutdown.clone()));
 
-    let due = scenario::due_instant(opts.lead);
+    let lead = match opts.lead {
+        Some(lead) => lead,
+        None => lead_for(&toki, &tenants, opts.deliveries, &progress).await?,
+    };
+    let due = scenario::due_instant(lead);
     let meetings = scenario::plan_meetings(opts.deliveries, &tenants, &Channel::ALL, due);
     let reg_started = StdInstant::now();
     let expected = scenario::register(&toki, meetings, &progress).await?;
@@ -121,8 +129,61 @@ pub async fn run(config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport
         due_at: due.to_rfc3339(),
         last_delivery_ms: v.last_delivery_ms,
         registration_s: (registration_s * 100.0).round() / 100.0,
+        lead_s: lead.as_secs(),
         channels: v.channels,
     })
+}
+
+/// The lead without `--lead`, unless registering takes longer.
+pub const DEFAULT_LEAD: Duration = Duration::from_secs(30);
+const LEAD_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(5)..=Duration::from_secs(600);
+/// Deliveries in the timed sample (a tenth of the run, at most this).
+const SAMPLE_DELIVERIES: usize = 300;
+
+/// A lead that fits the registration rate this backend shows: a sample of
+/// meetings (a day ahead) is registered, timed and deleted; the lead is
+/// the projected registration time with half again as margin and 10 s for
+/// the pipeline, at least [`DEFAULT_LEAD`]. Says what it found.
+async fn lead_for(
+    toki: &Toki,
+    tenants: &[TenantId],
+    deliveries: usize,
+    progress: &Progress,
+) -> anyhow::Result<Duration> {
+    let sample = (deliveries / 10).clamp(1, SAMPLE_DELIVERIES);
+    let far = toki.clock.now() + chrono::Duration::days(1);
+    let meetings: Vec<_> = scenario::plan_meetings(sample, tenants, &Channel::ALL, far)
+        .into_iter()
+        .map(|m| {
+            Ok(scenario::Meeting {
+                id: format!("sample-{}", m.id).parse()?,
+                ..m
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let ids: Vec<_> = meetings
+        .iter()
+        .map(|m| (m.tenant.clone(), m.id.clone()))
+        .collect();
+    let started = StdInstant::now();
+    scenario::register(toki, meetings, &Progress::new(false)).await?;
+    let per_delivery = started.elapsed().as_secs_f64() / sample as f64;
+    let registrar = toki.registrar();
+    for (tenant, id) in &ids {
+        registrar.delete_schedule(tenant, id).await?;
+    }
+    let projected = per_delivery * deliveries as f64;
+    let lead = Duration::from_secs_f64(projected * 1.5 + 10.0)
+        .max(DEFAULT_LEAD)
+        .min(*LEAD_RANGE.end());
+    progress.println(&format!(
+        "registering {deliveries} deliveries should take about {projected:.0} s \
+         (a sample of {sample} took {:.1} s): due in {} s",
+        per_delivery * sample as f64,
+        lead.as_secs()
+    ));
+    Ok(lead)
 }
 
 /// The options' ranges.
@@ -133,8 +194,8 @@ fn check(opts: &DemoOptions) -> anyhow::Result<()> {
     if opts.tenants == 0 || opts.tenants > 100 {
         bail!("--tenants: {} is out of range 1..=100", opts.tenants);
     }
-    if opts.lead < Duration::from_secs(5) || opts.lead > Duration::from_secs(600) {
-        bail!("--lead: {} s is out of range 5..=600", opts.lead.as_secs());
+    if let Some(lead) = opts.lead.filter(|l| !(LEAD_RANGE).contains(l)) {
+        bail!("--lead: {} s is out of range 5..=600", lead.as_secs());
     }
     Ok(())
 }
@@ -251,7 +312,7 @@ pub fn render(r: &DemoReport) -> String {
         )
     };
     format!(
-        "\nDeliveries due at {} ({} tenants, {} workers, {:?} backend)\n\n{}\n\nlateness = delivered_at - due_at, in ms\nregistration {:.2} s; last delivery {} ms after due; elapsed {:.2} s\n{}\n",
+        "\nDeliveries due at {} ({} tenants, {} workers, {:?} backend)\n\n{}\n\nlateness = delivered_at - due_at, in ms\nlead {} s; registration {:.2} s; last delivery {} ms after due; elapsed {:.2} s\n{}\n",
         r.due_at,
         r.tenants,
         r.workers,
@@ -260,6 +321,7 @@ pub fn render(r: &DemoReport) -> String {
             &["channel", "expected", "delivered", "missing", "duplicates", "stale", "p50 ms", "p90 ms", "p99 ms", "max ms"],
             &rows
         ),
+        r.lead_s,
         r.registration_s,
         r.last_delivery_ms,
         r.elapsed_s,
