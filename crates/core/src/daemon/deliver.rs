@@ -11,6 +11,7 @@ use tracing::error;
 
 use toki_model::error::chain;
 
+use super::burst;
 use super::plan::Verdict;
 use super::prepare::Prepared;
 use super::settle::settle;
@@ -68,6 +69,8 @@ impl Daemon {
             )
             .await;
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
+        // Other batches of the instant send first; then the rows and deletes.
+        self.burst.quiet(burst::MAX_DEFER).await;
         let outcomes = std::mem::take(&mut settlement.outcomes);
         let tally = Tally::of(&outcomes);
         // Counted once stored, like the counters below: a scrape that sees a

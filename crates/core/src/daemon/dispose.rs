@@ -20,6 +20,8 @@ const IN_FLIGHT: usize = 8;
 
 /// A parked message whose circuit closed before it could park comes back this soon.
 const UNPARK: Duration = Duration::from_millis(200);
+/// How long after a failed read of the queue's receive limit it is asked again.
+const RECEIVE_LIMIT_RETRY: Duration = Duration::from_secs(60);
 
 /// What a message that did not fail is waiting for (a renewal's reason).
 fn waiting_for(fate: &MessageFate) -> String {
@@ -108,6 +110,14 @@ impl Daemon {
     /// included), so that only failures ever spend it. None: no limit, or
     /// the queue could not say (asked again next time).
     async fn renew_from(&self) -> Option<u32> {
+        if let Some(limit) = self.receive_limit.get() {
+            return limit.map(|l| (l / 2).max(1));
+        }
+        let now = tokio::time::Instant::now();
+        let failed = *self.receive_limit_failed.lock().expect("lock");
+        if failed.is_some_and(|at| now < at + RECEIVE_LIMIT_RETRY) {
+            return None;
+        }
         let limit = self
             .receive_limit
             .get_or_try_init(|| self.queue.receive_limit())
@@ -115,7 +125,8 @@ impl Daemon {
         match limit {
             Ok(limit) => limit.map(|l| (l / 2).max(1)),
             Err(e) => {
-                warn!(error = %chain(&e), "reading the queue's receive limit failed");
+                *self.receive_limit_failed.lock().expect("lock") = Some(now);
+                warn!(error = %chain(&e), "reading the queue's receive limit failed; asked again in a minute, no renewals until then");
                 None
             }
         }

@@ -81,6 +81,7 @@ impl Daemon {
             }
             let fire_at = self.tokio_instant(due);
             tokio::time::sleep_until(fire_at - self.settings.late_change_cutoff).await;
+            let _sending = self.burst.sending();
             // Past due already (a retry, a late message): the versions were
             // read with the claim a moment ago, so there is nothing to look at.
             let revoked = if tokio::time::Instant::now() < fire_at {

@@ -13,6 +13,7 @@
 //! [`settle`], [`disposition`]); this module only does the I/O around them.
 
 mod breaker;
+mod burst;
 mod checks;
 mod deliver;
 mod dispose;
@@ -130,6 +131,11 @@ pub struct Daemon {
     templates: templates::TemplateCache,
     /// The queue's own receive limit, read once (see `dispose::renew_from`).
     receive_limit: tokio::sync::OnceCell<Option<u32>>,
+    /// When reading it last failed: asked again a minute later, not at
+    /// every dispose (a queue outage would log one warning per batch).
+    receive_limit_failed: Mutex<Option<tokio::time::Instant>>,
+    /// Batches sending now: the others' rows and deletes wait for them.
+    burst: burst::Burst,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -162,6 +168,8 @@ impl Daemon {
             observer: None,
             templates: templates::TemplateCache::default(),
             receive_limit: tokio::sync::OnceCell::new(),
+            receive_limit_failed: Mutex::new(None),
+            burst: burst::Burst::default(),
         }
     }
 
