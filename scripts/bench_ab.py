@@ -4,14 +4,15 @@
 # Each run: BINARY bench --deliveries N --workers 8 --json --data-dir (a fresh temp dir)
 # plus $BENCH_ARGS (e.g. BENCH_ARGS="--channel mail").
 # A variant's ENV may hold ARGS=a+b+c (more arguments for it alone, + for
-# spaces) and BEFORE=command (run through the shell before each of its
-# runs); "{run}" in a value becomes a name unique to the run.
+# spaces), BEFORE=command (run through the shell before each of its runs)
+# and BIN=path (another binary); "{run}" in a value becomes a name unique to
+# the run.
 import json, os, subprocess, sys, statistics, tempfile, shutil
 n, rounds = int(sys.argv[1]), int(sys.argv[2])
 variants = []
 for spec in sys.argv[3:]:
     label, rest = spec.split("=", 1)
-    parts = rest.split(":")
+    parts = rest.split(":", 1)
     env = dict(kv.split("=", 1) for kv in parts[1].split(",")) if len(parts) > 1 and parts[1] else {}
     variants.append((label, parts[0], env))
 res = {v[0]: [] for v in variants}
@@ -22,6 +23,7 @@ for r in range(rounds):
         e = dict(os.environ); e.update({k: v.replace("{run}", run_id) for k, v in env.items()})
         extra = os.environ.get("BENCH_ARGS", "").split() + [a for a in e.pop("ARGS", "").split("+") if a]
         before = e.pop("BEFORE", "")
+        binary = e.pop("BIN", binary)
         if before:
             subprocess.run(before, shell=True, check=True, env=e)
         out = subprocess.run([binary, "bench", "--deliveries", str(n), "--workers", "8", "--json", "--data-dir", d] + extra,
@@ -36,7 +38,7 @@ for r in range(rounds):
         sessions = j.get("smtp_sessions")
         row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"], sessions if sessions is not None else -1)
         res[label].append(row)
-        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]} sessions {sessions}", flush=True)
+        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]} sessions {sessions} registration {j['enqueue_s']:.1f} s", flush=True)
 print("| variant | runs | p50 ms | p99 ms | worst p99 ms | max ms | CPU s | RSS MB | missing | dup | SMTP sessions |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for label, rows in res.items():

@@ -3,7 +3,9 @@
 # machine: LocalStack's SQS, moto's DynamoDB and Secrets Manager, the tenant
 # databases on Postgres; interleaved round by round with the embedded
 # backend, through scripts/bench_ab.py (medians and the worst p99).
-#   scripts/bench_stack.sh N ROUNDS BINARY [AWS_LEAD_S]
+#   scripts/bench_stack.sh N ROUNDS BINARY [AWS_LEAD_S [LABEL:ENV=V,... ...]]
+# Each LABEL:ENV=V,... is one more aws variant with those settings (e.g.
+# cache-off:TOKI_DATABASE_STATEMENT_CACHE=off).
 # BINARY is a release `toki` with `toki-slack-standin` beside it. Needs the
 # emulators' virtualenvs that scripts/test.sh makes (.venv-tools,
 # .venv-localstack) and Postgres ($DATABASE_URL, else the local server).
@@ -15,6 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 N="$1" ROUNDS="$2" BIN="$(realpath "$3")"
 LEAD="${4:-$((10 + N / 1000 * 6))}"
+shift $(($# < 4 ? $# : 4))
 for v in .venv-tools .venv-localstack; do
   [ -x "$ROOT/$v/bin/python" ] || { echo "$v missing: run scripts/test.sh once (it makes it)" >&2; exit 2; }
 done
@@ -48,4 +51,6 @@ AWS+=",AWS_ENDPOINT_URL_SECRETS_MANAGER=http://127.0.0.1:$MOTO_PORT,AWS_REGION=u
 AWS+=",TOKI_INDEX_TABLE=i{run},TOKI_DIRECTORY_TABLE=t{run},TOKI_QUEUE_NAME=q{run},TOKI_DLQ_NAME=d{run}"
 AWS+=",ARGS=--backend+aws+--lead+$LEAD,BEFORE=$WORK/emulators.sh"
 echo "aws: LocalStack SQS :$LS_PORT, moto :$MOTO_PORT, Postgres $DATABASE_URL, lead $LEAD s" >&2
-python3 "$ROOT/scripts/bench_ab.py" "$N" "$ROUNDS" "embedded=$BIN" "aws=$BIN:$AWS"
+VARIANTS=("embedded=$BIN" "aws=$BIN:$AWS")
+for v in "$@"; do VARIANTS+=("${v%%:*}=$BIN:$AWS,${v#*:}"); done
+python3 "$ROOT/scripts/bench_ab.py" "$N" "$ROUNDS" "${VARIANTS[@]}"
