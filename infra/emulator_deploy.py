@@ -395,7 +395,7 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           "QueueUrl/DlqUrl outputs name the queues", f"{outputs.get('QueueUrl')} vs {qurl}")
 
     # ---- Lambdas
-    base = {"TOKI_BACKEND", "TOKI_INDEX_TABLE", "TOKI_DIRECTORY_TABLE", "TOKI_QUEUE_NAME", "TOKI_DLQ_NAME", "TOKI_SHARDS", "RUST_LOG"}
+    base = {"TOKI_BACKEND", "TOKI_INDEX_TABLE", "TOKI_DIRECTORY_TABLE", "TOKI_QUEUE_NAME", "TOKI_DLQ_NAME", "TOKI_SHARDS", "TOKI_LEAD_MS", "RUST_LOG"}
     db_env = {"TOKI_DATABASE_HOST": host, "TOKI_DATABASE_PORT": port, "TOKI_DATABASE_SECRET_ARN": runtime,
               "TOKI_DATABASE_SSLMODE": "verify-full"}
     if full:
