@@ -194,7 +194,7 @@ fn check(opts: &DemoOptions) -> anyhow::Result<()> {
     if opts.tenants == 0 || opts.tenants > 100 {
         bail!("--tenants: {} is out of range 1..=100", opts.tenants);
     }
-    if let Some(lead) = opts.lead.filter(|l| !(LEAD_RANGE).contains(l)) {
+    if let Some(lead) = opts.lead.filter(|l| !LEAD_RANGE.contains(l)) {
         bail!("--lead: {} s is out of range 5..=600", lead.as_secs());
     }
     Ok(())

@@ -71,14 +71,13 @@ impl Daemon {
         let Ok(messages) = receive.await else {
             return;
         };
-        for m in &messages {
-            if let Err(e) = self
-                .queue
-                .change_visibility(&m.receipt, Duration::ZERO)
-                .await
-            {
-                warn!(error = %chain(&e), "handing back a message at shutdown failed; it returns after its visibility timeout");
-            }
+        let receipts: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
+        if let Err(e) = self
+            .queue
+            .extend_visibility(&receipts, Duration::ZERO)
+            .await
+        {
+            warn!(error = %chain(&e), "handing back messages at shutdown failed; they return after their visibility timeout");
         }
         if !messages.is_empty() {
             info!(

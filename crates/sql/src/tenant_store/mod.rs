@@ -60,11 +60,6 @@ impl ConnectionBudget {
     pub fn new(connections: u32) -> Self {
         Self(Arc::new(Semaphore::new(connections.max(1) as usize)))
     }
-
-    /// Slots free now.
-    pub fn free(&self) -> usize {
-        self.0.available_permits()
-    }
 }
 
 #[cfg(feature = "sqlite")]
