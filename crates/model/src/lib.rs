@@ -19,6 +19,7 @@ pub mod recurrence;
 pub mod template;
 pub mod tenant;
 pub mod time;
+pub mod webhook_signature;
 
 pub use domain::*;
 pub use error::ValidationError;
