@@ -197,6 +197,10 @@ id_type!(
     /// A schedule (calendar event) within a tenant.
     ScheduleId, "schedule", check_entity_id
 );
+id_type!(
+    /// One of a tenant's delivery-event endpoints, named by the tenant.
+    EndpointId, "endpoint", check_entity_id
+);
 
 /// How a reminder reaches its recipient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

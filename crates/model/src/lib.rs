@@ -9,6 +9,7 @@ pub mod change;
 pub mod debounce;
 pub mod domain;
 pub mod error;
+pub mod event;
 pub mod flow_key;
 pub mod index;
 pub mod input;

@@ -6,6 +6,7 @@ pub mod channel;
 mod conditional;
 mod debounce;
 pub mod error;
+pub mod events;
 mod lease;
 pub mod message;
 #[cfg(any(test, feature = "testing"))]
@@ -15,6 +16,7 @@ pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
 pub use error::{StoreError, StoreResult};
+pub use events::{EventLog, ProgressWrite};
 pub use lease::{LeaseStore, PartitionLease};
 
 use std::collections::HashMap;
@@ -510,7 +512,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: Send + Sync {
+pub trait TenantStore: EventLog + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

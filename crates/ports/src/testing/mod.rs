@@ -5,6 +5,7 @@
 mod channel;
 mod clock;
 mod debounce;
+mod events;
 mod index;
 mod lease;
 mod queue;

@@ -19,6 +19,7 @@ use toki_model::domain::{
     Instant, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
 use toki_model::error::ValidationError;
+use toki_model::event::NewEvent;
 use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
@@ -81,6 +82,8 @@ pub struct MemoryTenantStore {
     down: AtomicBool,
     /// While set, every call first waits this long (a database that stalls).
     stall: Mutex<Option<std::time::Duration>>,
+    /// Taken after `state` when both are (outcomes and their events).
+    events: Mutex<super::events::MemoryEvents>,
 }
 
 impl MemoryTenantStore {
@@ -92,6 +95,18 @@ impl MemoryTenantStore {
     /// While `Some`, every call waits that long before it answers.
     pub fn set_stall(&self, stall: Option<std::time::Duration>) {
         *self.stall.lock().expect("stall lock") = stall;
+    }
+
+    fn events(&self) -> std::sync::MutexGuard<'_, super::events::MemoryEvents> {
+        self.events.lock().expect("events lock")
+    }
+
+    /// The event log, down and stalled when the store is.
+    pub(super) async fn enter_events(
+        &self,
+    ) -> StoreResult<std::sync::MutexGuard<'_, super::events::MemoryEvents>> {
+        drop(self.enter().await?);
+        Ok(self.events())
     }
 
     /// Waits out a stall, then takes the state as `lock` does.
@@ -337,6 +352,7 @@ impl TenantStore for MemoryTenantStore {
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
         let mut state = self.enter().await?;
+        let mut events = Vec::new();
         for o in outcomes {
             let replace = match state.deliveries.get(&o.key) {
                 None => true,
@@ -359,8 +375,11 @@ impl TenantStore for MemoryTenantStore {
                         claim_token: previous.and_then(|p| p.claim_token),
                     },
                 );
+                let failures = state.deliveries[&o.key].failures;
+                events.extend(NewEvent::of_outcome(o, failures));
             }
         }
+        self.events().append(events);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
 mod claim;
+mod events;
 mod rows;
 mod schedule_write;
 mod statement;
@@ -29,7 +30,7 @@ use crate::{begin_write, db_err};
 use rows::{
     participant, recurrence, snapshot, snapshot_json, BaselineRow, ChatRow, ContextItem,
     ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, NoticeRow, OwnedRow,
-    RuleRow, ScheduleRow, TemplateRow, UserRow,
+    RuleRow, ScheduleRow, TemplateRow, UserRow, ChangedDelivery,
 };
 use statement::Statement;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -120,6 +121,44 @@ fn claim_token(now: Instant) -> String {
     format!("{}-{}-{n}", std::process::id(), now.timestamp_millis())
 }
 
+/// The upsert of outcomes' delivery rows. A finished delivery is final,
+/// except that a send that happened is always recorded; a stale verdict
+/// never overwrites another version's send in progress (its own claim's,
+/// yes: a late change).
+fn upsert_outcomes(chunk: &[DeliveryOutcome]) -> Statement {
+    let mut s = Statement::new(
+        "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
+           version, status, due_at, finished_at, detail, attempts, failures)",
+    );
+    s.values(chunk, |r, o| {
+        let k = KeyColumns::from(&o.key);
+        r.bind(k.schedule_id)
+            .bind(k.occurrence)
+            .bind(k.minutes_before)
+            .bind(k.recipient)
+            .bind(k.channel)
+            .bind(o.version)
+            .bind(o.status.as_str())
+            .bind(o.due_at.millis())
+            .bind(o.at.timestamp_millis())
+            .bind(o.detail.clone())
+            .bind(1_i64)
+            .bind(i64::from(o.status == DeliveryStatus::Failed));
+    });
+    s.push(
+        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+          DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at,
+            detail = excluded.detail, version = excluded.version,
+            failures = deliveries.failures
+              + CASE WHEN excluded.status = 'failed' THEN 1 ELSE 0 END
+          WHERE deliveries.status IN ('failed', 'throttled', 'deferred')
+             OR (deliveries.status = 'sending'
+                 AND (excluded.status <> 'stale' OR deliveries.version = excluded.version))
+             OR (excluded.status = 'delivered' AND deliveries.status <> 'delivered')",
+    );
+    s
+}
+
 #[async_trait]
 impl<DB> TenantStore for SqlTenantStore<DB>
 where
@@ -144,6 +183,9 @@ where
     for<'r> NoticeRow: FromRow<'r, DB::Row>,
     for<'r> BaselineRow: FromRow<'r, DB::Row>,
     for<'r> TemplateRow: FromRow<'r, DB::Row>,
+    for<'r> ChangedDelivery: FromRow<'r, DB::Row>,
+    for<'r> events::EventRow: FromRow<'r, DB::Row>,
+    for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -471,42 +513,32 @@ where
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
-        for chunk in outcomes.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
-                   version, status, due_at, finished_at, detail, attempts, failures)",
-            );
-            s.values(chunk, |r, o| {
-                let k = KeyColumns::from(&o.key);
-                r.bind(k.schedule_id)
-                    .bind(k.occurrence)
-                    .bind(k.minutes_before)
-                    .bind(k.recipient)
-                    .bind(k.channel)
-                    .bind(o.version)
-                    .bind(o.status.as_str())
-                    .bind(o.due_at.millis())
-                    .bind(o.at.timestamp_millis())
-                    .bind(o.detail.clone())
-                    .bind(1_i64)
-                    .bind(i64::from(o.status == DeliveryStatus::Failed));
-            });
-            // A finished delivery is final, except that a send that happened is
-            // always recorded; a stale verdict never overwrites another
-            // version's send in progress (its own claim's, yes: a late change).
-            s.push(
-                " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
-                  DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at,
-                    detail = excluded.detail, version = excluded.version,
-                    failures = deliveries.failures
-                      + CASE WHEN excluded.status = 'failed' THEN 1 ELSE 0 END
-                  WHERE deliveries.status IN ('failed', 'throttled', 'deferred')
-                     OR (deliveries.status = 'sending'
-                         AND (excluded.status <> 'stale' OR deliveries.version = excluded.version))
-                     OR (excluded.status = 'delivered' AND deliveries.status <> 'delivered')",
-            );
-            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        let kinds = {
+            let mut conn = self.pool.acquire().await.map_err(db_err)?;
+            events::subscribed::<DB>(&mut conn).await?
+        };
+        if kinds.is_empty() {
+            for chunk in outcomes.chunks(CHUNK) {
+                let mut s = upsert_outcomes(chunk);
+                s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+            }
+            return Ok(());
         }
+        // The outcomes and their events together, or neither.
+        let mut tx = begin_write(&self.pool).await?;
+        let mut made = Vec::new();
+        for chunk in outcomes.chunks(CHUNK) {
+            let mut s = upsert_outcomes(chunk);
+            s.push(" RETURNING schedule_id, occurrence, minutes_before, recipient, channel, failures");
+            let changed: Vec<ChangedDelivery> = s
+                .query_as::<DB, ChangedDelivery>()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_err)?;
+            made.extend(ChangedDelivery::events(chunk, changed));
+        }
+        events::append::<DB>(&mut tx, kinds, &made).await?;
+        tx.commit().await.map_err(db_err)?;
         Ok(())
     }
 

@@ -112,6 +112,42 @@ impl From<&DeliveryKey> for KeyColumns {
     }
 }
 
+/// A delivery row an outcome changed, with its failures since.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ChangedDelivery {
+    pub schedule_id: String,
+    pub occurrence: i64,
+    pub minutes_before: i64,
+    pub recipient: String,
+    pub channel: String,
+    pub failures: i64,
+}
+
+impl ChangedDelivery {
+    /// The events of the outcomes in `chunk` that changed their row.
+    pub fn events(
+        chunk: &[DeliveryOutcome],
+        changed: Vec<ChangedDelivery>,
+    ) -> Vec<toki_model::event::NewEvent> {
+        let failures: std::collections::HashMap<(String, i64, i64, String, String), i64> = changed
+            .into_iter()
+            .map(|c| {
+                let key = (c.schedule_id, c.occurrence, c.minutes_before, c.recipient, c.channel);
+                (key, c.failures)
+            })
+            .collect();
+        chunk
+            .iter()
+            .filter_map(|o| {
+                let k = KeyColumns::from(&o.key);
+                let key = (k.schedule_id, k.occurrence, k.minutes_before, k.recipient, k.channel.to_owned());
+                let failures = *failures.get(&key)?;
+                toki_model::event::NewEvent::of_outcome(o, failures as u32)
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct UserRow {
     pub id: String,

@@ -1,0 +1,170 @@
+//! A tenant's event log in memory, with the SQL one's semantics.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::store::MemoryTenantStore;
+use crate::error::StoreResult;
+use crate::events::{EventLog, ProgressWrite, PURGE_BATCH};
+use toki_model::domain::{EndpointId, Instant};
+use toki_model::event::{EndpointStatus, EventEndpoint, EventKinds, NewEvent, StoredEvent};
+
+#[derive(Default)]
+pub(super) struct MemoryEvents {
+    log: BTreeMap<u64, StoredEvent>,
+    next_seq: u64,
+    endpoints: BTreeMap<EndpointId, Endpoint>,
+}
+
+struct Endpoint {
+    endpoint: EventEndpoint,
+    revision: u64,
+    held: Option<(String, Instant)>,
+}
+
+impl MemoryEvents {
+    /// What some enabled endpoint subscribes to.
+    fn subscribed(&self) -> EventKinds {
+        self.endpoints
+            .values()
+            .filter(|e| e.endpoint.progress.status == EndpointStatus::Enabled)
+            .fold(EventKinds::NONE, |all, e| all.union(e.endpoint.spec.kinds))
+    }
+
+    pub(super) fn append(&mut self, events: impl IntoIterator<Item = NewEvent>) -> usize {
+        let subscribed = self.subscribed();
+        let mut kept = 0;
+        for e in events.into_iter().filter(|e| subscribed.contains(e.kind)) {
+            self.next_seq += 1;
+            let seq = self.next_seq;
+            self.log.insert(
+                seq,
+                StoredEvent {
+                    seq,
+                    kind: e.kind,
+                    occurred_at: e.occurred_at,
+                    data: e.data,
+                },
+            );
+            kept += 1;
+        }
+        kept
+    }
+}
+
+#[async_trait]
+impl EventLog for MemoryTenantStore {
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<usize> {
+        Ok(self.enter_events().await?.append(events.iter().cloned()))
+    }
+
+    async fn events_after(&self, after: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
+        let events = self.enter_events().await?;
+        Ok(events
+            .log
+            .range(after + 1..)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn last_event_seq(&self) -> StoreResult<u64> {
+        Ok(self.enter_events().await?.next_seq)
+    }
+
+    async fn event_seq_before(&self, since: Instant) -> StoreResult<u64> {
+        let events = self.enter_events().await?;
+        Ok(events
+            .log
+            .values()
+            .filter(|e| e.occurred_at < since)
+            .map(|e| e.seq)
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn put_event_endpoint(&self, endpoint: &EventEndpoint) -> StoreResult<()> {
+        let mut events = self.enter_events().await?;
+        let entry = events
+            .endpoints
+            .entry(endpoint.id.clone())
+            .or_insert_with(|| Endpoint {
+                endpoint: endpoint.clone(),
+                revision: 0,
+                held: None,
+            });
+        entry.endpoint = endpoint.clone();
+        entry.revision += 1;
+        Ok(())
+    }
+
+    async fn event_endpoint(&self, id: &EndpointId) -> StoreResult<Option<(EventEndpoint, u64)>> {
+        let events = self.enter_events().await?;
+        Ok(events
+            .endpoints
+            .get(id)
+            .map(|e| (e.endpoint.clone(), e.revision)))
+    }
+
+    async fn event_endpoints(&self) -> StoreResult<Vec<(EventEndpoint, u64)>> {
+        let events = self.enter_events().await?;
+        Ok(events
+            .endpoints
+            .values()
+            .map(|e| (e.endpoint.clone(), e.revision))
+            .collect())
+    }
+
+    async fn delete_event_endpoint(&self, id: &EndpointId) -> StoreResult<bool> {
+        Ok(self.enter_events().await?.endpoints.remove(id).is_some())
+    }
+
+    async fn set_endpoint_progress(&self, write: ProgressWrite<'_>) -> StoreResult<bool> {
+        let mut events = self.enter_events().await?;
+        match events.endpoints.get_mut(write.id) {
+            Some(e) if e.revision == write.read_revision => {
+                e.endpoint.progress = write.progress.clone();
+                e.revision += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn hold_endpoint(
+        &self,
+        id: &EndpointId,
+        holder: &str,
+        until: Instant,
+        now: Instant,
+    ) -> StoreResult<bool> {
+        let mut events = self.enter_events().await?;
+        let Some(e) = events.endpoints.get_mut(id) else {
+            return Ok(false);
+        };
+        let free = match &e.held {
+            None => true,
+            Some((h, held_until)) => h == holder || *held_until <= now,
+        };
+        if free {
+            e.held = Some((holder.to_owned(), until));
+        }
+        Ok(free)
+    }
+
+    async fn purge_events(&self, before: Instant) -> StoreResult<u64> {
+        let mut events = self.enter_events().await?;
+        let old: Vec<u64> = events
+            .log
+            .values()
+            .filter(|e| e.occurred_at < before)
+            .map(|e| e.seq)
+            .take(PURGE_BATCH)
+            .collect();
+        for seq in &old {
+            events.log.remove(seq);
+        }
+        Ok(old.len() as u64)
+    }
+}
