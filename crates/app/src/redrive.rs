@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+use toki_model::event::{EventKind, NewEvent};
 
 use serde::Serialize;
 use toki_model::error::chain;
@@ -69,7 +70,9 @@ pub async fn redrive(toki: &Toki, opts: &RedriveOptions) -> anyhow::Result<Redri
         toki.queue.release_dead_letters(&selected).await?;
         0
     } else {
-        toki.queue.redrive(&selected).await?
+        let moved = toki.queue.redrive(&selected).await?;
+        note_redriven(toki, &selected, &stores).await;
+        moved
     };
     Ok(RedriveReport {
         groups: groups
@@ -86,6 +89,34 @@ pub async fn redrive(toki: &Toki, opts: &RedriveOptions) -> anyhow::Result<Redri
         moved,
         dry_run: opts.dry_run,
     })
+}
+
+/// Each redriven reminder's `delivery.redriven` event, for the tenants
+/// whose endpoints want it. Best effort: the redrive itself is done.
+async fn note_redriven(
+    toki: &Toki,
+    letters: &[ReceivedMessage],
+    stores: &HashMap<TenantId, Result<Arc<dyn TenantStore>, String>>,
+) {
+    let now = toki.clock.now();
+    let mut by_tenant: HashMap<&TenantId, Vec<NewEvent>> = HashMap::new();
+    let reminders: Vec<_> = letters
+        .iter()
+        .filter_map(|l| message::decode(&l.attributes).ok())
+        .collect();
+    for r in &reminders {
+        by_tenant
+            .entry(&r.key.tenant)
+            .or_default()
+            .push(NewEvent::of_reminder(EventKind::Redriven, r, None, now));
+    }
+    for (tenant, events) in by_tenant {
+        if let Some(Ok(store)) = stores.get(tenant) {
+            if let Err(e) = store.append_events(&events).await {
+                tracing::warn!(%tenant, error = %toki_model::error::chain(&e), "redriven events not recorded");
+            }
+        }
+    }
 }
 
 /// (tenant, channels, reason) of one dead letter.

@@ -6,6 +6,7 @@
 pub mod daemon;
 pub mod debounce;
 pub mod enqueue;
+pub mod events;
 pub mod notice;
 pub mod observe;
 pub mod periodic;

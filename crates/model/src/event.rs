@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, EndpointId};
+use crate::domain::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, EndpointId, Reminder};
 use crate::error::ValidationError;
 use crate::time::Instant;
 use crate::webhook_signature::WebhookSecret;
@@ -124,19 +124,27 @@ impl EventKinds {
     }
 
     pub fn iter(self) -> impl Iterator<Item = EventKind> {
-        EventKind::ALL.into_iter().filter(move |k| self.contains(*k))
+        EventKind::ALL
+            .into_iter()
+            .filter(move |k| self.contains(*k))
     }
 
     /// Stored form: the types, comma-separated.
     pub fn encode(self) -> String {
-        self.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(",")
+        self.iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Reads [`encode`](Self::encode)'s form back; the error names `field`.
     pub fn decode(field: &str, s: &str) -> Result<Self, ValidationError> {
         s.split(',')
             .filter(|k| !k.is_empty())
-            .map(|k| k.parse().map_err(|e: String| ValidationError::new(field, e)))
+            .map(|k| {
+                k.parse()
+                    .map_err(|e: String| ValidationError::new(field, e))
+            })
             .collect()
     }
 }
@@ -252,7 +260,9 @@ impl EndpointSecrets {
 pub enum EndpointStatus {
     Enabled,
     /// Turned off after repeated failures (or by the tenant); the reason says which.
-    Disabled { reason: String },
+    Disabled {
+        reason: String,
+    },
 }
 
 /// Where an endpoint's sending stands.
@@ -376,6 +386,31 @@ impl NewEvent {
     }
 }
 
+impl NewEvent {
+    /// A reminder-wide event (dead-lettered, redriven): no one recipient or channel.
+    pub fn of_reminder(
+        kind: EventKind,
+        reminder: &Reminder,
+        reason: Option<String>,
+        at: Instant,
+    ) -> NewEvent {
+        NewEvent {
+            kind,
+            occurred_at: at,
+            data: EventData {
+                delivery: None,
+                schedule_id: reminder.key.schedule.to_string(),
+                occurrence: reminder.key.occurrence.0,
+                recipient: None,
+                channel: None,
+                due_at: reminder.due_at.0,
+                reason,
+                attempt: None,
+            },
+        }
+    }
+}
+
 impl EventData {
     fn of_key(key: &DeliveryKey, due_at: Instant) -> EventData {
         EventData {
@@ -433,7 +468,9 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_and_unknown_types_are_named() {
-        let kinds: EventKinds = [EventKind::Failed, EventKind::Redriven].into_iter().collect();
+        let kinds: EventKinds = [EventKind::Failed, EventKind::Redriven]
+            .into_iter()
+            .collect();
         assert_eq!(kinds.encode(), "delivery.failed,delivery.redriven");
         assert_eq!(EventKinds::decode("types", &kinds.encode()), Ok(kinds));
         assert!(!kinds.contains(EventKind::Delivered));
@@ -465,7 +502,10 @@ mod tests {
     fn urls_are_bounded_and_carry_no_credentials() {
         assert!(EndpointUrl::parse_field("url", "https://hooks.example.com/toki").is_ok());
         for bad in ["ftp://x", "https://", "https://u:p@host/", "https://a b/"] {
-            assert_eq!(EndpointUrl::parse_field("url", bad).unwrap_err().field, "url");
+            assert_eq!(
+                EndpointUrl::parse_field("url", bad).unwrap_err().field,
+                "url"
+            );
         }
         let long = format!("https://h/{}", "a".repeat(MAX_URL_LEN));
         assert!(EndpointUrl::parse_field("url", &long).is_err());

@@ -4,8 +4,9 @@
 
 use async_trait::async_trait;
 
+use thiserror::Error;
 use toki_model::domain::{EndpointId, Instant};
-use toki_model::event::{EndpointProgress, EventEndpoint, NewEvent, StoredEvent};
+use toki_model::event::{EndpointProgress, EndpointUrl, EventEndpoint, NewEvent, StoredEvent};
 
 use crate::error::StoreResult;
 
@@ -65,4 +66,25 @@ pub trait EventLog: Send + Sync {
 
     /// Deletes up to [`PURGE_BATCH`] events that occurred before `before`; how many.
     async fn purge_events(&self, before: Instant) -> StoreResult<u64>;
+}
+
+/// A signed request to an endpoint: the Standard Webhooks headers and the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedPost {
+    pub webhook_id: String,
+    pub timestamp_s: i64,
+    pub signature: String,
+    pub body: Vec<u8>,
+}
+
+/// Why an endpoint did not take a request (what the tenant sees as `last_error`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct PostError(pub String);
+
+/// Sends a signed request to an endpoint: 2xx is taken; anything else, a
+/// refused address or no answer in time is a [`PostError`].
+#[async_trait]
+pub trait EventPoster: Send + Sync {
+    async fn post(&self, url: &EndpointUrl, request: &SignedPost) -> Result<(), PostError>;
 }

@@ -16,7 +16,7 @@ pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
 pub use error::{StoreError, StoreResult};
-pub use events::{EventLog, ProgressWrite};
+pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use lease::{LeaseStore, PartitionLease};
 
 use std::collections::HashMap;

@@ -8,6 +8,7 @@ use tracing::{debug, error, info, warn};
 
 use toki_model::domain::Channel;
 use toki_model::error::chain;
+use toki_model::event::{EventKind, NewEvent};
 use toki_ports::message::{ATTR_SCHEDULE, ATTR_TENANT};
 use toki_ports::ReceivedMessage;
 
@@ -254,6 +255,7 @@ impl Daemon {
         match self.queue.dead_letter(msg, reason).await {
             Ok(()) => {
                 self.stats.add(&self.stats.dead_lettered, 1);
+                self.note_dead_letter(msg, reason).await;
                 None
             }
             // Never deleted: it comes back after the longest backoff,
@@ -262,6 +264,28 @@ impl Daemon {
                 error!(tenant, schedule, error = %chain(&e), "dead-lettering failed; the message stays in the queue");
                 Some(self.settings.retry.cap)
             }
+        }
+    }
+
+    /// The tenant's `delivery.dead_lettered` event (if some endpoint wants it).
+    /// After the fact and best effort: the dead letter itself keeps the reason.
+    async fn note_dead_letter(&self, msg: &ReceivedMessage, reason: &str) {
+        let Ok(reminder) = toki_ports::message::decode(&msg.attributes) else {
+            return;
+        };
+        let event = NewEvent::of_reminder(
+            EventKind::DeadLettered,
+            &reminder,
+            Some(reason.to_owned()),
+            self.clock.now(),
+        );
+        let tenant = &reminder.key.tenant;
+        let appended = match self.stores.open(tenant).await {
+            Ok(store) => store.append_events(&[event]).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = appended {
+            warn!(%tenant, error = %chain(&e), "the dead letter's event was not recorded");
         }
     }
 

@@ -4,6 +4,7 @@ mod caps;
 mod change_notices;
 mod daemon;
 mod debounce;
+mod events;
 mod flow;
 mod registrar;
 mod repair;

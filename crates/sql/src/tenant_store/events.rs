@@ -69,26 +69,37 @@ impl EndpointRow {
     fn into_endpoint(self) -> StoreResult<(EventEndpoint, u64)> {
         let what = format!("event endpoint {}", self.id);
         let corrupt = |e: String| StoreError::corrupt(what.clone(), e);
-        let instant = |field: &str, ms: i64| from_millis(field, ms).map_err(|e| corrupt(e.to_string()));
+        let instant =
+            |field: &str, ms: i64| from_millis(field, ms).map_err(|e| corrupt(e.to_string()));
         let previous = match self.previous_secret {
             Some(s) => Some((
-                s.parse().map_err(|e: toki_model::webhook_signature::SecretError| corrupt(e.to_string()))?,
+                s.parse()
+                    .map_err(|e: toki_model::webhook_signature::SecretError| {
+                        corrupt(e.to_string())
+                    })?,
                 instant("previous_until", self.previous_until)?,
             )),
             None => None,
         };
         let endpoint = EventEndpoint {
-            id: self.id.parse().map_err(|e: toki_model::ValidationError| corrupt(e.to_string()))?,
+            id: self
+                .id
+                .parse()
+                .map_err(|e: toki_model::ValidationError| corrupt(e.to_string()))?,
             spec: EndpointSpec {
-                url: EndpointUrl::parse_field("url", &self.url).map_err(|e| corrupt(e.to_string()))?,
-                kinds: EventKinds::decode("kinds", &self.kinds).map_err(|e| corrupt(e.to_string()))?,
+                url: EndpointUrl::parse_field("url", &self.url)
+                    .map_err(|e| corrupt(e.to_string()))?,
+                kinds: EventKinds::decode("kinds", &self.kinds)
+                    .map_err(|e| corrupt(e.to_string()))?,
                 ordering: match self.ordering.as_str() {
                     "in_order" => EventOrdering::InOrder,
                     _ => EventOrdering::Unordered,
                 },
             },
             secrets: EndpointSecrets {
-                current: self.secret.parse().map_err(|e: toki_model::webhook_signature::SecretError| corrupt(e.to_string()))?,
+                current: self.secret.parse().map_err(
+                    |e: toki_model::webhook_signature::SecretError| corrupt(e.to_string()),
+                )?,
                 previous,
             },
             progress: EndpointProgress {
@@ -160,7 +171,8 @@ where
         return Ok(0);
     }
     let mut s = Statement::new("UPDATE event_sequence SET last = last + ");
-    s.bind(kept.len() as i64).push(" WHERE id = 1 RETURNING last");
+    s.bind(kept.len() as i64)
+        .push(" WHERE id = 1 RETURNING last");
     let (last,): (i64,) = s
         .query_as::<DB, (i64,)>()
         .fetch_one(&mut *conn)
@@ -206,9 +218,16 @@ where
 
     async fn events_after(&self, after: u64, limit: usize) -> StoreResult<Vec<StoredEvent>> {
         let _slot = self.connection_slot().await;
-        let mut s = Statement::new("SELECT seq, kind, occurred_at, data FROM delivery_events WHERE seq > ");
-        s.bind(after as i64).push(" ORDER BY seq LIMIT ").bind(limit as i64);
-        let rows: Vec<EventRow> = s.query_as::<DB, EventRow>().fetch_all(&self.pool).await.map_err(db_err)?;
+        let mut s =
+            Statement::new("SELECT seq, kind, occurred_at, data FROM delivery_events WHERE seq > ");
+        s.bind(after as i64)
+            .push(" ORDER BY seq LIMIT ")
+            .bind(limit as i64);
+        let rows: Vec<EventRow> = s
+            .query_as::<DB, EventRow>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
         rows.into_iter().map(StoredEvent::try_from).collect()
     }
 
@@ -224,9 +243,15 @@ where
 
     async fn event_seq_before(&self, since: Instant) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
-        let mut s = Statement::new("SELECT COALESCE(MAX(seq), 0) FROM delivery_events WHERE occurred_at < ");
+        let mut s = Statement::new(
+            "SELECT COALESCE(MAX(seq), 0) FROM delivery_events WHERE occurred_at < ",
+        );
         s.bind(since.timestamp_millis());
-        let (seq,): (i64,) = s.query_as::<DB, (i64,)>().fetch_one(&self.pool).await.map_err(db_err)?;
+        let (seq,): (i64,) = s
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
         Ok(seq as u64)
     }
 
@@ -268,21 +293,27 @@ where
 
     async fn event_endpoint(&self, id: &EndpointId) -> StoreResult<Option<(EventEndpoint, u64)>> {
         let _slot = self.connection_slot().await;
-        let mut s = Statement::new(&format!("SELECT {ENDPOINT_COLUMNS} FROM event_endpoints WHERE id = "));
+        let mut s = Statement::new(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM event_endpoints WHERE id = "
+        ));
         s.bind(id.as_str());
-        let row: Option<EndpointRow> =
-            s.query_as::<DB, EndpointRow>().fetch_optional(&self.pool).await.map_err(db_err)?;
+        let row: Option<EndpointRow> = s
+            .query_as::<DB, EndpointRow>()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
         row.map(EndpointRow::into_endpoint).transpose()
     }
 
     async fn event_endpoints(&self) -> StoreResult<Vec<(EventEndpoint, u64)>> {
         let _slot = self.connection_slot().await;
-        let rows: Vec<EndpointRow> =
-            Statement::new(&format!("SELECT {ENDPOINT_COLUMNS} FROM event_endpoints ORDER BY id"))
-                .query_as::<DB, EndpointRow>()
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db_err)?;
+        let rows: Vec<EndpointRow> = Statement::new(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM event_endpoints ORDER BY id"
+        ))
+        .query_as::<DB, EndpointRow>()
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
         rows.into_iter().map(EndpointRow::into_endpoint).collect()
     }
 

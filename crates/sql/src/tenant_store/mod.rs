@@ -28,9 +28,9 @@ use toki_ports::{StoreError, StoreResult};
 
 use crate::{begin_write, db_err};
 use rows::{
-    participant, recurrence, snapshot, snapshot_json, BaselineRow, ChatRow, ContextItem,
-    ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, NoticeRow, OwnedRow,
-    RuleRow, ScheduleRow, TemplateRow, UserRow, ChangedDelivery,
+    participant, recurrence, snapshot, snapshot_json, BaselineRow, ChangedDelivery, ChatRow,
+    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
+    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow,
 };
 use statement::Statement;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -529,7 +529,9 @@ where
         let mut made = Vec::new();
         for chunk in outcomes.chunks(CHUNK) {
             let mut s = upsert_outcomes(chunk);
-            s.push(" RETURNING schedule_id, occurrence, minutes_before, recipient, channel, failures");
+            s.push(
+                " RETURNING schedule_id, occurrence, minutes_before, recipient, channel, failures",
+            );
             let changed: Vec<ChangedDelivery> = s
                 .query_as::<DB, ChangedDelivery>()
                 .fetch_all(&mut *tx)

@@ -132,7 +132,13 @@ impl ChangedDelivery {
         let failures: std::collections::HashMap<(String, i64, i64, String, String), i64> = changed
             .into_iter()
             .map(|c| {
-                let key = (c.schedule_id, c.occurrence, c.minutes_before, c.recipient, c.channel);
+                let key = (
+                    c.schedule_id,
+                    c.occurrence,
+                    c.minutes_before,
+                    c.recipient,
+                    c.channel,
+                );
                 (key, c.failures)
             })
             .collect();
@@ -140,7 +146,13 @@ impl ChangedDelivery {
             .iter()
             .filter_map(|o| {
                 let k = KeyColumns::from(&o.key);
-                let key = (k.schedule_id, k.occurrence, k.minutes_before, k.recipient, k.channel.to_owned());
+                let key = (
+                    k.schedule_id,
+                    k.occurrence,
+                    k.minutes_before,
+                    k.recipient,
+                    k.channel.to_owned(),
+                );
                 let failures = *failures.get(&key)?;
                 toki_model::event::NewEvent::of_outcome(o, failures as u32)
             })

@@ -1,0 +1,335 @@
+//! Sending delivery events to their endpoints: at least once, signed, with
+//! backoff; in order where the endpoint asks for it. Each endpoint's sending
+//! is a task of its own, so a slow or failing endpoint holds up nobody else
+//! (and never a delivery: the events are read from the log, after the fact).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use futures::FutureExt;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use toki_model::domain::{EndpointId, Instant, TenantId};
+use toki_model::error::chain;
+use toki_model::event::{
+    EndpointProgress, EndpointStatus, EventEndpoint, EventOrdering, StoredEvent,
+};
+use toki_model::webhook_signature::signature_header;
+use toki_ports::events::{EventPoster, PostError, ProgressWrite, SignedPost};
+use toki_ports::{Clock, TenantDirectory, TenantStore, TenantStores};
+
+#[derive(Debug, Clone)]
+pub struct DispatchSettings {
+    /// How often the endpoints are looked at.
+    pub poll: Duration,
+    /// How long a process holds an endpoint it sends to (renewed each pass).
+    pub hold: Duration,
+    /// Events read per request to the log.
+    pub batch: usize,
+    /// Requests at once to an unordered endpoint.
+    pub unordered_concurrency: usize,
+    /// How long events are kept (listed and replayable).
+    pub window: Duration,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_secs(1),
+            hold: Duration::from_secs(60),
+            batch: 50,
+            unordered_concurrency: 8,
+            window: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// Counts since the process started (`/metrics`, `toki report`).
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    pub sent: AtomicU64,
+    pub failed: AtomicU64,
+    pub endpoints_disabled: AtomicU64,
+    pub purged: AtomicU64,
+}
+
+pub struct Dispatcher {
+    stores: Arc<dyn TenantStores>,
+    directory: Arc<dyn TenantDirectory>,
+    poster: Arc<dyn EventPoster>,
+    clock: Arc<dyn Clock>,
+    /// Names this process in endpoint holds.
+    holder: String,
+    settings: DispatchSettings,
+    busy: Mutex<HashSet<(TenantId, EndpointId)>>,
+    last_purge: Mutex<HashMap<TenantId, Instant>>,
+    pub stats: DispatchStats,
+}
+
+/// What one pass over an endpoint came to.
+enum Pass {
+    /// Everything up to the cursor is through (more may be waiting).
+    Through {
+        cursor: u64,
+        full: bool,
+    },
+    Failed {
+        cursor: u64,
+        error: PostError,
+    },
+}
+
+impl Dispatcher {
+    pub fn new(
+        stores: Arc<dyn TenantStores>,
+        directory: Arc<dyn TenantDirectory>,
+        poster: Arc<dyn EventPoster>,
+        clock: Arc<dyn Clock>,
+        holder: String,
+        settings: DispatchSettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            stores,
+            directory,
+            poster,
+            clock,
+            holder,
+            settings,
+            busy: Mutex::default(),
+            last_purge: Mutex::default(),
+            stats: DispatchStats::default(),
+        })
+    }
+
+    /// Looks at every tenant's endpoints each poll until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.clone().start_due().await {
+                warn!(error = %chain(e.as_ref()), "delivery events: reading the tenants failed");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.poll) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Starts a task for every endpoint that is due and not already being sent to.
+    async fn start_due(self: Arc<Self>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let now = self.clock.now();
+        for tenant in self.directory.list().await? {
+            let store = match self.stores.open(&tenant.id).await {
+                Ok(store) => store,
+                Err(e) => {
+                    warn!(tenant = %tenant.id, error = %chain(&e), "delivery events: opening the tenant's database failed");
+                    continue;
+                }
+            };
+            self.purge_if_due(&tenant.id, store.as_ref(), now).await;
+            let endpoints = match store.event_endpoints().await {
+                Ok(endpoints) => endpoints,
+                Err(e) => {
+                    warn!(tenant = %tenant.id, error = %chain(&e), "delivery events: reading the endpoints failed");
+                    continue;
+                }
+            };
+            for (endpoint, revision) in endpoints {
+                let due = endpoint.progress.status == EndpointStatus::Enabled
+                    && endpoint.progress.next_attempt_at <= now;
+                let key = (tenant.id.clone(), endpoint.id.clone());
+                if !due || !self.busy.lock().expect("busy lock").insert(key.clone()) {
+                    continue;
+                }
+                let this = self.clone();
+                let store = store.clone();
+                tokio::spawn(async move {
+                    this.serve(&key.0, store.as_ref(), endpoint, revision).await;
+                    this.busy.lock().expect("busy lock").remove(&key);
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what the endpoint has not had yet, if this process holds it.
+    async fn serve(
+        &self,
+        tenant: &TenantId,
+        store: &dyn TenantStore,
+        endpoint: EventEndpoint,
+        revision: u64,
+    ) {
+        let now = self.clock.now();
+        let until = now + chrono::Duration::from_std(self.settings.hold).expect("fits");
+        match store
+            .hold_endpoint(&endpoint.id, &self.holder, until, now)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: holding the endpoint failed");
+                return;
+            }
+        }
+        let mut progress = endpoint.progress.clone();
+        let mut revision = revision;
+        loop {
+            let pass = match self.pass(store, &endpoint, progress.cursor).await {
+                Ok(pass) => pass,
+                Err(e) => {
+                    warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: reading the log failed");
+                    return;
+                }
+            };
+            let now = self.clock.now();
+            let (next, more) = match pass {
+                Pass::Through { cursor, full } => (progress.succeeded(cursor, now), full),
+                Pass::Failed { cursor, error } => {
+                    let next = progress.failed(cursor, error.0, now);
+                    self.note_failure(tenant, &endpoint.id, &next);
+                    (next, false)
+                }
+            };
+            if next == progress {
+                return;
+            }
+            let write = ProgressWrite {
+                id: &endpoint.id,
+                read_revision: revision,
+                progress: &next,
+            };
+            match store.set_endpoint_progress(write).await {
+                Ok(true) => {}
+                // The tenant changed the endpoint meanwhile: its change stands.
+                Ok(false) => return,
+                Err(e) => {
+                    warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: storing progress failed; events will be sent again");
+                    return;
+                }
+            }
+            progress = next;
+            revision += 1;
+            if !more {
+                return;
+            }
+        }
+    }
+
+    fn note_failure(&self, tenant: &TenantId, endpoint: &EndpointId, next: &EndpointProgress) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        if let EndpointStatus::Disabled { reason } = &next.status {
+            self.stats
+                .endpoints_disabled
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(%tenant, %endpoint, %reason, "delivery events: endpoint disabled; the tenant re-enables it");
+        }
+    }
+
+    /// One read of the log after `cursor` and its sending.
+    async fn pass(
+        &self,
+        store: &dyn TenantStore,
+        endpoint: &EventEndpoint,
+        cursor: u64,
+    ) -> Result<Pass, toki_ports::StoreError> {
+        let events = store.events_after(cursor, self.settings.batch).await?;
+        let full = events.len() == self.settings.batch;
+        let last = events.last().map_or(cursor, |e| e.seq);
+        let wanted: Vec<&StoredEvent> = events
+            .iter()
+            .filter(|e| endpoint.spec.kinds.contains(e.kind))
+            .collect();
+        let concurrency = match endpoint.spec.ordering {
+            EventOrdering::InOrder => 1,
+            EventOrdering::Unordered => self.settings.unordered_concurrency,
+        };
+        // In order of the log; the cursor stops before the first failure.
+        // Futures start when polled: `buffered` starts `concurrency` at a time.
+        let sends: Vec<_> = wanted
+            .into_iter()
+            .map(|e| self.send(endpoint, e).map(move |r| (e.seq, r)))
+            .collect();
+        let sends = stream::iter(sends).buffered(concurrency);
+        let results = up_to_first_error(sends).await;
+        let mut through = cursor;
+        for (seq, result) in results {
+            match result {
+                Ok(()) => through = seq,
+                Err(error) => {
+                    return Ok(Pass::Failed {
+                        cursor: through,
+                        error,
+                    })
+                }
+            }
+        }
+        Ok(Pass::Through { cursor: last, full })
+    }
+
+    async fn send(&self, endpoint: &EventEndpoint, event: &StoredEvent) -> Result<(), PostError> {
+        let now = self.clock.now();
+        let body = event.body();
+        let webhook_id = event.webhook_id();
+        let timestamp_s = now.timestamp();
+        let signature = signature_header(
+            endpoint.secrets.signing(now),
+            &webhook_id,
+            timestamp_s,
+            &body,
+        );
+        let request = SignedPost {
+            webhook_id,
+            timestamp_s,
+            signature,
+            body,
+        };
+        let result = self.poster.post(&endpoint.spec.url, &request).await;
+        if result.is_ok() {
+            self.stats.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Deletes events older than the window, a batch a minute per tenant.
+    async fn purge_if_due(&self, tenant: &TenantId, store: &dyn TenantStore, now: Instant) {
+        {
+            let mut last = self.last_purge.lock().expect("purge lock");
+            match last.get(tenant) {
+                Some(at) if now - *at < chrono::Duration::minutes(1) => return,
+                _ => last.insert(tenant.clone(), now),
+            };
+        }
+        let before = now - chrono::Duration::from_std(self.settings.window).expect("fits");
+        match store.purge_events(before).await {
+            Ok(0) => {}
+            Ok(n) => {
+                self.stats.purged.fetch_add(n, Ordering::Relaxed);
+                info!(%tenant, purged = n, "delivery events older than the window purged");
+            }
+            Err(e) => warn!(%tenant, error = %chain(&e), "delivery events: purging failed"),
+        }
+    }
+}
+
+/// Collects a stream of results up to and including its first error (the
+/// requests after a failure of an ordered endpoint are never started; an
+/// unordered endpoint's already started ones are dropped and sent again).
+async fn up_to_first_error(
+    results: impl futures::Stream<Item = (u64, Result<(), PostError>)>,
+) -> Vec<(u64, Result<(), PostError>)> {
+    let mut out = Vec::new();
+    let mut results = std::pin::pin!(results);
+    while let Some((seq, result)) = results.next().await {
+        let failed = result.is_err();
+        out.push((seq, result));
+        if failed {
+            break;
+        }
+    }
+    out
+}

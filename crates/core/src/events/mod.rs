@@ -1,0 +1,197 @@
+//! Delivery events: the endpoints a tenant registers (through the API and
+//! the CLI) and, in [`dispatch`], their sending.
+
+pub mod dispatch;
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use toki_model::domain::{EndpointId, Instant, TenantId};
+use toki_model::event::{
+    EndpointProgress, EndpointSecrets, EndpointSpec, EndpointStatus, EventEndpoint, StoredEvent,
+};
+use toki_model::webhook_signature::WebhookSecret;
+use toki_ports::{Clock, StoreError, TenantStore, TenantStores};
+
+/// Endpoints one tenant may register: each is a sender's work every pass.
+pub const MAX_ENDPOINTS: usize = 10;
+/// Events one listing returns at most.
+pub const MAX_LISTED: usize = 1000;
+
+#[derive(Debug, Error)]
+pub enum EventsError {
+    #[error("no event endpoint {0}")]
+    NotFound(EndpointId),
+    #[error("a tenant has at most {MAX_ENDPOINTS} event endpoints")]
+    TooMany,
+    #[error("the tenant's database")]
+    Store(#[from] StoreError),
+}
+
+/// What a `put` did: a new endpoint comes with its secret, shown this once.
+pub enum Put {
+    Created {
+        endpoint: EventEndpoint,
+        secret: WebhookSecret,
+    },
+    Updated(EventEndpoint),
+}
+
+/// The tenant-facing operations on endpoints and the event log.
+pub struct EventEndpoints {
+    stores: Arc<dyn TenantStores>,
+    clock: Arc<dyn Clock>,
+}
+
+impl EventEndpoints {
+    pub fn new(stores: Arc<dyn TenantStores>, clock: Arc<dyn Clock>) -> Self {
+        Self { stores, clock }
+    }
+
+    async fn store(&self, tenant: &TenantId) -> Result<Arc<dyn TenantStore>, EventsError> {
+        Ok(self.stores.open(tenant).await?)
+    }
+
+    async fn existing(
+        &self,
+        store: &dyn TenantStore,
+        id: &EndpointId,
+    ) -> Result<EventEndpoint, EventsError> {
+        match store.event_endpoint(id).await? {
+            Some((e, _)) => Ok(e),
+            None => Err(EventsError::NotFound(id.clone())),
+        }
+    }
+
+    /// Registers an endpoint (it gets what occurs from now on) or changes
+    /// what it receives (its secret and progress stay).
+    pub async fn put(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+        spec: EndpointSpec,
+    ) -> Result<Put, EventsError> {
+        let store = self.store(tenant).await?;
+        let now = self.clock.now();
+        if let Some((mut endpoint, _)) = store.event_endpoint(id).await? {
+            endpoint.spec = spec;
+            store.put_event_endpoint(&endpoint).await?;
+            return Ok(Put::Updated(endpoint));
+        }
+        if store.event_endpoints().await?.len() >= MAX_ENDPOINTS {
+            return Err(EventsError::TooMany);
+        }
+        let secret = WebhookSecret::generate(&mut rand::thread_rng());
+        let endpoint = EventEndpoint {
+            id: id.clone(),
+            spec,
+            secrets: EndpointSecrets {
+                current: secret.clone(),
+                previous: None,
+            },
+            progress: EndpointProgress::starting_at(store.last_event_seq().await?, now),
+            created_at: now,
+        };
+        store.put_event_endpoint(&endpoint).await?;
+        Ok(Put::Created { endpoint, secret })
+    }
+
+    pub async fn get(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+    ) -> Result<EventEndpoint, EventsError> {
+        let store = self.store(tenant).await?;
+        self.existing(store.as_ref(), id).await
+    }
+
+    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<EventEndpoint>, EventsError> {
+        let store = self.store(tenant).await?;
+        Ok(store
+            .event_endpoints()
+            .await?
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    pub async fn delete(&self, tenant: &TenantId, id: &EndpointId) -> Result<bool, EventsError> {
+        Ok(self.store(tenant).await?.delete_event_endpoint(id).await?)
+    }
+
+    /// A new secret; the old one keeps signing for a day (both are sent).
+    pub async fn rotate_secret(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+    ) -> Result<(EventEndpoint, WebhookSecret), EventsError> {
+        self.change(tenant, id, |e, now| {
+            let fresh = WebhookSecret::generate(&mut rand::thread_rng());
+            e.secrets = e.secrets.rotate(fresh.clone(), now);
+            fresh
+        })
+        .await
+    }
+
+    /// Sends to a disabled endpoint again, from where it stopped.
+    pub async fn enable(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+    ) -> Result<EventEndpoint, EventsError> {
+        let (e, ()) = self
+            .change(tenant, id, |e, now| {
+                e.progress = EndpointProgress::starting_at(e.progress.cursor, now);
+            })
+            .await?;
+        Ok(e)
+    }
+
+    /// Sends again every event that occurred from `since` on (and enables).
+    pub async fn replay(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+        since: Instant,
+    ) -> Result<EventEndpoint, EventsError> {
+        let store = self.store(tenant).await?;
+        let cursor = store.event_seq_before(since).await?;
+        let (e, ()) = self
+            .change(tenant, id, |e, now| {
+                e.progress = EndpointProgress::starting_at(cursor, now);
+            })
+            .await?;
+        Ok(e)
+    }
+
+    /// Events after `after`, in order, at most [`MAX_LISTED`].
+    pub async fn events(
+        &self,
+        tenant: &TenantId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, EventsError> {
+        let store = self.store(tenant).await?;
+        Ok(store.events_after(after, limit.min(MAX_LISTED)).await?)
+    }
+
+    /// Reads an endpoint, changes it, writes it whole.
+    async fn change<T>(
+        &self,
+        tenant: &TenantId,
+        id: &EndpointId,
+        f: impl FnOnce(&mut EventEndpoint, Instant) -> T,
+    ) -> Result<(EventEndpoint, T), EventsError> {
+        let store = self.store(tenant).await?;
+        let mut endpoint = self.existing(store.as_ref(), id).await?;
+        let out = f(&mut endpoint, self.clock.now());
+        store.put_event_endpoint(&endpoint).await?;
+        Ok((endpoint, out))
+    }
+}
+
+/// Whether the endpoint is sent to.
+pub fn is_enabled(e: &EventEndpoint) -> bool {
+    e.progress.status == EndpointStatus::Enabled
+}

@@ -1,0 +1,287 @@
+//! Delivery events on the paused clock: every event reaches its endpoint,
+//! signed, in order, through an outage; a failing endpoint holds up no other.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::events::dispatch::{DispatchSettings, Dispatcher};
+use crate::events::{EventEndpoints, Put};
+use crate::testing::TestKit;
+use toki_model::domain::{
+    Channel, DeliveryKey, DeliveryOutcome, DeliveryPurpose, DeliveryStatus, DueAt, EndpointId,
+    Occurrence, TenantId,
+};
+use toki_model::event::{
+    EndpointSpec, EndpointStatus, EndpointUrl, EventKind, EventKinds, EventOrdering,
+};
+use toki_model::webhook_signature::{verify, WebhookSecret};
+use toki_ports::events::{EventPoster, PostError, SignedPost};
+use toki_ports::{Clock, TenantStores};
+
+/// Endpoints by URL: down until an instant, and what each received.
+#[derive(Default)]
+struct Receiver {
+    down_until: Mutex<HashMap<String, tokio::time::Instant>>,
+    got: Mutex<HashMap<String, Vec<SignedPost>>>,
+}
+
+impl Receiver {
+    fn down_for(&self, url: &str, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        self.down_until.lock().unwrap().insert(url.into(), until);
+    }
+
+    fn got(&self, url: &str) -> Vec<SignedPost> {
+        self.got
+            .lock()
+            .unwrap()
+            .get(url)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl EventPoster for Receiver {
+    async fn post(&self, url: &EndpointUrl, request: &SignedPost) -> Result<(), PostError> {
+        let down = self.down_until.lock().unwrap().get(url.as_str()).copied();
+        if down.is_some_and(|until| tokio::time::Instant::now() < until) {
+            return Err(PostError("HTTP 503".into()));
+        }
+        let mut got = self.got.lock().unwrap();
+        got.entry(url.as_str().into())
+            .or_default()
+            .push(request.clone());
+        Ok(())
+    }
+}
+
+struct Setup {
+    kit: TestKit,
+    receiver: Arc<Receiver>,
+    endpoints: EventEndpoints,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+async fn setup(tenants: &[&str]) -> Setup {
+    let kit = TestKit::new();
+    for t in tenants {
+        kit.tenant(t).await;
+    }
+    let receiver = Arc::new(Receiver::default());
+    let dispatcher = Dispatcher::new(
+        kit.stores.clone(),
+        kit.directory.clone(),
+        receiver.clone(),
+        kit.clock.clone(),
+        "test".into(),
+        DispatchSettings::default(),
+    );
+    let (shutdown, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(dispatcher.run(stop));
+    let endpoints = EventEndpoints::new(kit.stores.clone(), kit.clock.clone());
+    Setup {
+        kit,
+        receiver,
+        endpoints,
+        shutdown,
+    }
+}
+
+fn url(tenant: &str) -> String {
+    format!("https://{tenant}.example/events")
+}
+
+async fn register(
+    s: &Setup,
+    tenant: &str,
+    kinds: EventKinds,
+    ordering: EventOrdering,
+) -> WebhookSecret {
+    let spec = EndpointSpec {
+        url: EndpointUrl::parse_field("url", &url(tenant)).unwrap(),
+        kinds,
+        ordering,
+    };
+    match s
+        .endpoints
+        .put(&tenant.parse().unwrap(), &"hook".parse().unwrap(), spec)
+        .await
+        .unwrap()
+    {
+        Put::Created { secret, .. } => secret,
+        Put::Updated(_) => panic!("a new endpoint"),
+    }
+}
+
+fn outcome(i: u32, status: DeliveryStatus, at: toki_model::Instant) -> DeliveryOutcome {
+    let occurrence = Occurrence(at + chrono::Duration::minutes(5));
+    DeliveryOutcome {
+        key: DeliveryKey {
+            schedule: format!("s{i}").parse().unwrap(),
+            occurrence,
+            purpose: DeliveryPurpose::Reminder { minutes_before: 5 },
+            recipient: "u0".parse().unwrap(),
+            channel: Channel::Mail,
+        },
+        version: 1,
+        due_at: DueAt(at),
+        status,
+        at,
+        detail: (status == DeliveryStatus::Failed).then(|| "smtp: 421".to_owned()),
+    }
+}
+
+/// `n` delivered, then delivery n failing once and delivered.
+async fn record(s: &Setup, tenant: &str, n: u32) {
+    let store = s
+        .kit
+        .stores
+        .open(&tenant.parse::<TenantId>().unwrap())
+        .await
+        .unwrap();
+    let now = s.kit.clock.now();
+    let delivered: Vec<_> = (0..n)
+        .map(|i| outcome(i, DeliveryStatus::Delivered, now))
+        .collect();
+    store.record_outcomes(&delivered).await.unwrap();
+    store
+        .record_outcomes(&[outcome(n, DeliveryStatus::Failed, now)])
+        .await
+        .unwrap();
+    store
+        .record_outcomes(&[outcome(n, DeliveryStatus::Delivered, now)])
+        .await
+        .unwrap();
+}
+
+/// Each request's signature verifies; the bodies' types in order.
+fn verified_types(got: &[SignedPost], secret: &WebhookSecret) -> Vec<String> {
+    got.iter()
+        .map(|p| {
+            let ts = p.timestamp_s.to_string();
+            verify(
+                secret,
+                &p.webhook_id,
+                &ts,
+                &p.signature,
+                &p.body,
+                p.timestamp_s,
+            )
+            .expect("signed");
+            let body: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+            assert_eq!(body["id"], p.webhook_id.as_str());
+            body["type"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_receiver_down_for_two_minutes_then_gets_every_event_in_order_and_holds_up_no_other() {
+    let s = setup(&["down", "up"]).await;
+    let down = register(&s, "down", EventKinds::all(), EventOrdering::InOrder).await;
+    let up = register(&s, "up", EventKinds::all(), EventOrdering::InOrder).await;
+    s.receiver.down_for(&url("down"), Duration::from_secs(120));
+    record(&s, "down", 100).await;
+    record(&s, "up", 10).await;
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        s.receiver.got(&url("up")).len(),
+        12,
+        "the other tenant's endpoint is not held up"
+    );
+    assert!(s.receiver.got(&url("down")).is_empty());
+
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let got = s.receiver.got(&url("down"));
+    let types = verified_types(&got, &down);
+    assert_eq!(types.len(), 102, "every event, none lost and none twice");
+    assert!(types[..100].iter().all(|t| t == "delivery.delivered"));
+    assert_eq!(types[100..], ["delivery.failed", "delivery.delivered"]);
+    let ids: Vec<&str> = got.iter().map(|p| p.webhook_id.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_by_key(|id| id[4..].parse::<u64>().unwrap());
+    assert_eq!(ids, sorted, "in order of occurrence");
+    let failed: serde_json::Value = serde_json::from_slice(&got[100].body).unwrap();
+    assert_eq!(failed["data"]["attempt"], 1);
+    assert_eq!(failed["data"]["reason"], "smtp: 421");
+    verified_types(&s.receiver.got(&url("up")), &up);
+
+    let tenant: TenantId = "down".parse().unwrap();
+    let e = s
+        .endpoints
+        .get(&tenant, &"hook".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(e.progress.status, EndpointStatus::Enabled);
+    assert_eq!(e.progress.failures, 0);
+    let _ = s.shutdown.send(true);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_failing_for_long_is_disabled_with_a_reason_and_re_enabled_gets_everything() {
+    let s = setup(&["t"]).await;
+    let secret = register(&s, "t", EventKinds::all(), EventOrdering::Unordered).await;
+    s.receiver
+        .down_for(&url("t"), Duration::from_secs(3 * 3600));
+    record(&s, "t", 20).await;
+    tokio::time::sleep(Duration::from_secs(2 * 3600)).await;
+    let tenant: TenantId = "t".parse().unwrap();
+    let id: EndpointId = "hook".parse().unwrap();
+    let e = s.endpoints.get(&tenant, &id).await.unwrap();
+    let EndpointStatus::Disabled { reason } = e.progress.status else {
+        panic!(
+            "disabled after repeated failures, got {:?}",
+            e.progress.status
+        );
+    };
+    assert!(reason.contains("HTTP 503"), "{reason}");
+
+    // Back up and re-enabled: what occurred meanwhile arrives.
+    s.receiver.down_for(&url("t"), Duration::ZERO);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(
+        s.receiver.got(&url("t")).is_empty(),
+        "a disabled endpoint is not sent to"
+    );
+    s.endpoints.enable(&tenant, &id).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        verified_types(&s.receiver.got(&url("t")), &secret).len(),
+        22
+    );
+    let _ = s.shutdown.send(true);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_gets_only_its_types_and_a_replay_sends_again_under_both_secrets() {
+    let s = setup(&["t"]).await;
+    let failed_only: EventKinds = [EventKind::Failed].into_iter().collect();
+    let first = register(&s, "t", failed_only, EventOrdering::InOrder).await;
+    record(&s, "t", 5).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        verified_types(&s.receiver.got(&url("t")), &first),
+        ["delivery.failed"]
+    );
+
+    let tenant: TenantId = "t".parse().unwrap();
+    let id: EndpointId = "hook".parse().unwrap();
+    let (_, second) = s.endpoints.rotate_secret(&tenant, &id).await.unwrap();
+    let since = s.kit.clock.now() - chrono::Duration::minutes(1);
+    s.endpoints.replay(&tenant, &id, since).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got = s.receiver.got(&url("t"));
+    assert_eq!(got.len(), 2, "replayed once");
+    assert_eq!(
+        got[0].webhook_id, got[1].webhook_id,
+        "a replay keeps the event's id"
+    );
+    verified_types(&got[1..], &first);
+    verified_types(&got[1..], &second);
+    let _ = s.shutdown.send(true);
+}
