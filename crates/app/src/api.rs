@@ -2,7 +2,8 @@
 //! `POST /v1/tenants/{tenant}/schedules:batch` (many at once), a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
 //! .../occurrences/{original}`, `PUT .../occurrences/{original}/following`),
 //! `PUT/GET /v1/tenants/{tenant}/users/{id}`, reminder templates
-//! (`.../templates/{channel}/{locale}`, [`templates`]), JSON in and out, a bearer API
+//! (`.../templates/{channel}/{locale}`, [`templates`]), delivery-event
+//! endpoints and the event log ([`events`]), JSON in and out, a bearer API
 //! key per tenant; `GET /openapi.json` describes them all (see
 //! [`crate::openapi`]). Served by `toki serve` and by the registrar Lambda.
 //!
@@ -16,6 +17,7 @@
 //! - [`router`], which puts every route (the document's too) on its path.
 
 pub(crate) mod batch;
+pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod occurrences;
 mod router;

@@ -61,11 +61,13 @@ pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
     let emf = seen
         .emf_every
         .map(|every| tokio::spawn(emit_lateness(toki.clone(), every, shutdown.clone())));
+    let events = tokio::spawn(toki.event_dispatcher()?.run(shutdown.clone()));
     let task = tokio::spawn(daemon.run(shutdown));
     crate::shutdown_signal().await;
     tracing::info!("stopping; draining in-flight deliveries");
     stop.send_replace(true);
     task.await?;
+    events.await?;
     beat.await?;
     if let Some(ops) = ops {
         ops.await??;

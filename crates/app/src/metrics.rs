@@ -27,7 +27,9 @@ use toki_ports::QueueDepth;
 
 mod collect;
 mod daemon;
+mod events;
 pub use daemon::DaemonCollector;
+pub use events::EventsCollector;
 
 /// Seconds late: fine enough to tell 10 ms from 100 ms from 1 s, and wide
 /// enough for a delivery that waited out a retry.

@@ -15,7 +15,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{batch, health, occurrences, schedules, templates, users};
+use crate::api::{batch, events, health, occurrences, schedules, templates, users};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {
@@ -56,6 +56,14 @@ pub fn json() -> Bytes {
         templates::get_template,
         templates::get_default_template,
         templates::delete_template,
+        events::put_endpoint,
+        events::get_endpoint,
+        events::delete_endpoint,
+        events::list_endpoints,
+        events::rotate_secret,
+        events::enable_endpoint,
+        events::replay,
+        events::list_events,
         health::healthz,
         openapi_json,
     ),
@@ -65,6 +73,7 @@ pub fn json() -> Bytes {
         (name = "occurrences", description = "Single occurrences of a recurring schedule"),
         (name = "users", description = "The people reminders go to"),
         (name = "templates", description = "A tenant's reminder texts, per channel and locale"),
+        (name = "events", description = "Delivery events posted to the tenant's endpoints, signed (Standard Webhooks), and their log"),
         (name = "operations", description = "Health and this document"),
     )
 )]

@@ -1,4 +1,5 @@
-//! `toki serve`: registrar API + scanner + repair + daemon in one process;
+//! `toki serve`: registrar API + scanner + repair + daemon + delivery events
+//! in one process;
 //! stops on SIGTERM/Ctrl-C and drains in-flight deliveries first.
 
 use std::net::SocketAddr;
@@ -36,6 +37,7 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
     let repairer = registrar.clone();
     let tasks = [
         tokio::spawn(daemon.run(shutdown.clone())),
+        tokio::spawn(toki.event_dispatcher()?.run(shutdown.clone())),
         tokio::spawn(toki.clone().run_scanner(shutdown.clone())),
         tokio::spawn({
             let shutdown = shutdown.clone();

@@ -264,8 +264,9 @@ mod delivery {
 
     use anyhow::Context;
     use rand::RngCore;
-    use toki_channels::{ChatChannel, MailChannel, SlackChannel};
+    use toki_channels::{ChatChannel, HttpEventPoster, MailChannel, SlackChannel};
     use toki_core::daemon::{Daemon, DebounceChecks};
+    use toki_core::events::dispatch::Dispatcher;
     use toki_flow::Flow;
     use toki_ports::channel::ChannelSender;
 
@@ -364,6 +365,28 @@ mod delivery {
             self.metrics
                 .register_collector(Box::new(crate::metrics::DaemonCollector(daemon.gauges())));
             Ok(Arc::new(daemon))
+        }
+    }
+
+    impl Toki {
+        /// The sender of delivery events to the tenants' endpoints.
+        pub fn event_dispatcher(&self) -> anyhow::Result<Arc<Dispatcher>> {
+            let poster =
+                HttpEventPoster::direct().context("building the delivery events' HTTP client")?;
+            let holder = format!("{}-{}", hostname(), std::process::id());
+            let dispatcher = Dispatcher::new(
+                self.stores.clone(),
+                self.directory.clone(),
+                Arc::new(poster),
+                self.clock.clone(),
+                holder,
+                self.config.events_settings(),
+            );
+            self.metrics
+                .register_collector(Box::new(crate::metrics::EventsCollector(
+                    dispatcher.clone(),
+                )));
+            Ok(dispatcher)
         }
     }
 

@@ -2,10 +2,12 @@
 //! (a row in the tenant database), Slack through the Web API (or a JSON-lines outbox).
 
 pub mod chat;
+pub mod event_poster;
 pub mod mail;
 pub mod slack;
 
 pub use chat::ChatChannel;
+pub use event_poster::HttpEventPoster;
 pub use mail::{ses_error_verdict, MailChannel};
 pub use slack::SlackChannel;
 

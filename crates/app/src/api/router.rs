@@ -9,6 +9,10 @@ use axum::Router;
 use toki_core::registrar::Registrar;
 
 use super::batch::put_schedules;
+use super::events::{
+    delete_endpoint, enable_endpoint, get_endpoint, list_endpoints, list_events, put_endpoint,
+    replay, rotate_secret,
+};
 use super::health::healthz;
 use super::occurrences::{cancel_occurrence, list_occurrences, put_occurrence, split_series};
 use super::schedules::{delete_schedule, get_schedule, put_schedule};
@@ -77,6 +81,33 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         .route(
             "/v1/tenants/{tenant}/users/{id}",
             put(put_user).get(get_user).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/event-endpoints",
+            get(list_endpoints).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/event-endpoints/{id}",
+            put(put_endpoint)
+                .get(get_endpoint)
+                .delete(delete_endpoint)
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
+            post(rotate_secret).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/event-endpoints/{id}/enable",
+            post(enable_endpoint).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/event-endpoints/{id}/replay",
+            post(replay).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/events",
+            get(list_events).route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/templates",

@@ -118,6 +118,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_VISIBILITY_TIMEOUT_S", |c, v| {
         set(&mut c.daemon.visibility_timeout_s, v.parse()?)
     }),
+    ("TOKI_EVENTS_POLL_MS", |c, v| {
+        set(&mut c.daemon.events_poll_ms, v.parse()?)
+    }),
+    ("TOKI_EVENTS_WINDOW_H", |c, v| {
+        set(&mut c.daemon.events_window_h, v.parse()?)
+    }),
     ("TOKI_RETRY_BASE_MS", |c, v| {
         set(&mut c.daemon.retry_base_ms, v.parse()?)
     }),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
+use toki_core::events::dispatch::DispatchSettings;
 use toki_core::settings::{PipelineSettings, RepairSettings};
 use toki_model::limits::FlowSettings;
 use toki_model::quota::{ApiQuota, TenantCaps};
@@ -214,6 +215,10 @@ pub struct DaemonConfig {
     /// Before resending a delivery taken over from a daemon that died, ask
     /// the channel whether it went out (Slack: message metadata in history).
     pub reconcile_takeovers: bool,
+    /// How often the tenants' delivery-event endpoints are looked at.
+    pub events_poll_ms: u64,
+    /// How long delivery events are kept (listed and replayable).
+    pub events_window_h: u64,
 }
 
 /// How mail leaves Toki.
@@ -346,6 +351,8 @@ impl Default for DaemonConfig {
             breaker_probe_ms: d.breaker.probe_every.as_millis() as u64,
             late_change_cutoff_ms: d.late_change_cutoff.as_millis() as u64,
             reconcile_takeovers: d.reconcile_takeovers,
+            events_poll_ms: DispatchSettings::default().poll.as_millis() as u64,
+            events_window_h: DispatchSettings::default().window.as_secs() / 3600,
         }
     }
 }
@@ -414,6 +421,14 @@ impl Config {
                 pass_budget: Duration::from_secs(self.repair.pass_budget_s),
             },
             ..PipelineSettings::default()
+        }
+    }
+
+    pub fn events_settings(&self) -> DispatchSettings {
+        DispatchSettings {
+            poll: Duration::from_millis(self.daemon.events_poll_ms.max(10)),
+            window: Duration::from_secs(self.daemon.events_window_h.max(1) * 3600),
+            ..DispatchSettings::default()
         }
     }
 
