@@ -10,6 +10,7 @@ pub mod debounce;
 pub mod domain;
 pub mod error;
 pub mod flow_key;
+pub mod idempotency;
 pub mod index;
 pub mod input;
 pub mod lateness;
