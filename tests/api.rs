@@ -580,6 +580,59 @@ async fn a_batch_of_schedules_answers_per_item() {
     assert_eq!(r.status(), 401);
 }
 
+/// `Idempotency-Key` on the embedded backend, through `toki serve`: the
+/// key lives in the tenant's SQLite database (migration 0007, applied by
+/// `toki tenant create`), a repeat is replayed and writes nothing, another
+/// body under the key is a 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_batch_with_an_idempotency_key_writes_once_on_sqlite() {
+    let (server, key) = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}/v1/tenants/acme/{p}", server.base);
+    let r = http
+        .put(url("users/ana"))
+        .bearer_auth(&key)
+        .json(&json!({"name": "Ana"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let starts = (Utc::now() + ChronoDuration::days(1)).to_rfc3339();
+    let batch = |id: &str| {
+        json!({"schedules": [{"id": id, "title": "Sync", "starts_at": starts, "participants": ["ana"],
+               "reminders": [{"minutes_before": 5, "channels": ["chat"]}]}]})
+    };
+    let post = |body: Value| {
+        http.post(url("schedules:batch"))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", "import-7")
+            .json(&body)
+            .send()
+    };
+    let first = post(batch("one")).await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first = first.text().await.unwrap();
+    let again = post(batch("one")).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first, "the first answer");
+    let one: Value = http
+        .get(url("schedules/one"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["version"], 1, "written once: {one}");
+    let other = post(batch("two")).await.unwrap();
+    assert_eq!(other.status(), 422);
+    let error: Value = other.json().await.unwrap();
+    assert_eq!(error["error"]["field"], "Idempotency-Key", "{error}");
+}
+
 /// Change notices through the API, as a tenant turns them on: a schedule
 /// edited 20 times in quick succession tells each participant exactly twice
 /// per channel — at the first edit and, once the edits stop, with the final

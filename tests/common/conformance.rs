@@ -2066,6 +2066,194 @@ pub mod store {
     }
 }
 
+// ---------------------------------------------------------------- idempotency keys (a tenant store's)
+
+pub mod idempotency {
+    use super::*;
+    use toki_model::idempotency::{IdempotencyKey, KeptAnswer, RequestDigest};
+    use toki_ports::{IdempotentStart, KeyedRequest};
+
+    fn at(ms: i64) -> Instant {
+        from_millis("at", ms).unwrap()
+    }
+
+    /// A start at `now` under the API's rules: a day to expire, five
+    /// minutes in progress to be abandoned.
+    fn start<'a>(
+        key: &'a IdempotencyKey,
+        digest: &'a RequestDigest,
+        now: Instant,
+    ) -> IdempotentStart<'a> {
+        IdempotentStart {
+            key,
+            digest,
+            now,
+            expired_before: now - ChronoDuration::hours(24),
+            abandoned_before: now - ChronoDuration::minutes(5),
+        }
+    }
+
+    fn answer(status: u16, body: &str) -> KeptAnswer {
+        KeptAnswer {
+            status,
+            body: body.into(),
+        }
+    }
+
+    fn existing(digest: &RequestDigest, answer: Option<KeptAnswer>) -> KeyedRequest {
+        KeyedRequest::Existing {
+            digest: digest.clone(),
+            answer,
+        }
+    }
+
+    /// A key starts once; a repeat sees it in progress, then its first
+    /// answer (a second finish, or one of another run, changes nothing),
+    /// and another request's digest sees the first's; a day later it starts afresh.
+    pub async fn a_key_keeps_its_first_answer_for_a_day(s: Arc<dyn TenantStore>) {
+        let t0 = Utc::now().timestamp_millis();
+        let key: IdempotencyKey = "batch-1".parse().unwrap();
+        let digest = RequestDigest::of("POST", "/v1/tenants/acme/schedules:batch", b"{}");
+        let other = RequestDigest::of("POST", "/v1/tenants/acme/schedules:batch", b"{ }");
+        let go = |d: &RequestDigest, ms: i64| {
+            let (s, key, d) = (s.clone(), key.clone(), d.clone());
+            async move { s.start_idempotent(&start(&key, &d, at(ms))).await.unwrap() }
+        };
+        assert_eq!(go(&digest, t0).await, KeyedRequest::Started);
+        assert_eq!(go(&digest, t0 + 1_000).await, existing(&digest, None));
+        s.finish_idempotent(&key, at(t0 + 1), &answer(200, "{\"x\":0}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            go(&digest, t0 + 1_000).await,
+            existing(&digest, None),
+            "another run's finish"
+        );
+        s.finish_idempotent(&key, at(t0), &answer(200, "{\"x\":1}"))
+            .await
+            .unwrap();
+        s.finish_idempotent(&key, at(t0), &answer(201, "{\"x\":2}"))
+            .await
+            .unwrap();
+        s.release_idempotent(&key, at(t0)).await.unwrap();
+        let first = Some(answer(200, "{\"x\":1}"));
+        assert_eq!(
+            go(&digest, t0 + 2_000).await,
+            existing(&digest, first.clone())
+        );
+        assert_eq!(
+            go(&other, t0 + 3_000).await,
+            existing(&digest, first.clone())
+        );
+        // Still there until a day is up; gone (and taken afresh) after.
+        let day = 24 * 3_600_000;
+        assert_eq!(go(&digest, t0 + day).await, existing(&digest, first));
+        assert_eq!(go(&other, t0 + day + 1).await, KeyedRequest::Started);
+        assert_eq!(go(&digest, t0 + day + 2).await, existing(&other, None));
+    }
+
+    /// A run in progress for five minutes is taken over (and its late
+    /// finish ignored); a released key starts afresh at once.
+    pub async fn abandoned_and_released_keys_start_afresh(s: Arc<dyn TenantStore>) {
+        let t0 = Utc::now().timestamp_millis();
+        let (key, digest): (IdempotencyKey, _) =
+            ("k".parse().unwrap(), RequestDigest::of("POST", "/p", b"1"));
+        let go = |ms: i64| {
+            let s = s.clone();
+            let (key, digest) = (key.clone(), digest.clone());
+            async move {
+                s.start_idempotent(&start(&key, &digest, at(ms)))
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(go(t0).await, KeyedRequest::Started);
+        assert_eq!(go(t0 + 299_999).await, existing(&digest, None));
+        assert_eq!(go(t0 + 300_001).await, KeyedRequest::Started, "abandoned");
+        s.finish_idempotent(&key, at(t0), &answer(200, "late"))
+            .await
+            .unwrap();
+        assert_eq!(
+            go(t0 + 300_002).await,
+            existing(&digest, None),
+            "the late finish is ignored"
+        );
+        s.release_idempotent(&key, at(t0)).await.unwrap();
+        assert_eq!(
+            go(t0 + 300_003).await,
+            existing(&digest, None),
+            "not the old run's to release"
+        );
+        s.release_idempotent(&key, at(t0 + 300_001)).await.unwrap();
+        assert_eq!(go(t0 + 300_004).await, KeyedRequest::Started, "released");
+    }
+
+    /// Of many requests racing for one key, one starts.
+    pub async fn racing_starts_take_a_key_once(s: Arc<dyn TenantStore>) {
+        let now = at(Utc::now().timestamp_millis());
+        let racers = (0..8).map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let key: IdempotencyKey = "race".parse().unwrap();
+                let digest = RequestDigest::of("POST", "/p", b"");
+                s.start_idempotent(&start(&key, &digest, now))
+                    .await
+                    .unwrap()
+            })
+        });
+        let started = futures::future::join_all(racers)
+            .await
+            .into_iter()
+            .filter(|r| matches!(r.as_ref().unwrap(), KeyedRequest::Started))
+            .count();
+        assert_eq!(started, 1);
+    }
+
+    /// The purge takes keys first used before its instant, oldest first, at
+    /// most its limit at a time; younger keys stay.
+    pub async fn the_purge_is_bounded_and_oldest_first(s: Arc<dyn TenantStore>) {
+        let t0 = Utc::now().timestamp_millis();
+        let day = 24 * 3_600_000;
+        let digest = RequestDigest::of("POST", "/p", b"");
+        let keys: Vec<IdempotencyKey> = (0..4).map(|i| format!("p{i}").parse().unwrap()).collect();
+        // p0 ten days old, p1 nine, p2 eight; p3 now.
+        for (i, k) in keys.iter().enumerate() {
+            let ms = if i == 3 {
+                t0
+            } else {
+                t0 - (10 - i as i64) * day
+            };
+            let begun = s
+                .start_idempotent(&start(k, &digest, at(ms)))
+                .await
+                .unwrap();
+            assert_eq!(begun, KeyedRequest::Started);
+            s.finish_idempotent(k, at(ms), &answer(200, "{}"))
+                .await
+                .unwrap();
+        }
+        let week_ago = at(t0 - 7 * day);
+        assert_eq!(s.purge_idempotency_keys(week_ago, 2).await.unwrap(), 2);
+        // p2 is left (the youngest of the old): as it was, seen from its own day.
+        let p2 = s
+            .start_idempotent(&start(&keys[2], &digest, at(t0 - 8 * day + 1)))
+            .await
+            .unwrap();
+        assert_eq!(p2, existing(&digest, Some(answer(200, "{}"))));
+        assert_eq!(s.purge_idempotency_keys(week_ago, 2).await.unwrap(), 1);
+        assert_eq!(s.purge_idempotency_keys(week_ago, 2).await.unwrap(), 0);
+        let p3 = s
+            .start_idempotent(&start(&keys[3], &digest, at(t0 + 1)))
+            .await
+            .unwrap();
+        assert_eq!(
+            p3,
+            existing(&digest, Some(answer(200, "{}"))),
+            "a young key stays"
+        );
+    }
+}
+
 #[macro_export]
 macro_rules! store_conformance {
     ($(#[$meta:meta])* $factory:path) => {
@@ -2169,6 +2357,36 @@ macro_rules! store_conformance {
             async fn a_revoked_claim_is_recorded_stale() {
                 common::conformance::store::a_revoked_claim_is_recorded_stale($factory().await)
                     .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn a_key_keeps_its_first_answer_for_a_day() {
+                common::conformance::idempotency::a_key_keeps_its_first_answer_for_a_day(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn abandoned_and_released_keys_start_afresh() {
+                common::conformance::idempotency::abandoned_and_released_keys_start_afresh(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn racing_starts_take_a_key_once() {
+                common::conformance::idempotency::racing_starts_take_a_key_once($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn the_purge_is_bounded_and_oldest_first() {
+                common::conformance::idempotency::the_purge_is_bounded_and_oldest_first(
+                    $factory().await,
+                )
+                .await
             }
         }
     };

@@ -9,7 +9,8 @@
 //!
 //! In layers, each importing only those below it:
 //! - [`shared`], the leaf: the error body, the API-key header, tenant
-//!   authentication as an extractor ([`shared::AuthedTenant`]), reading
+//!   authentication as an extractor ([`shared::AuthedTenant`]), idempotent
+//!   writes as a middleware (`Idempotency-Key`, [`shared::idempotent_write`]), reading
 //!   inputs, and the path and schema types the handlers' annotations name;
 //! - the handlers, a module per resource: [`schedules`], [`batch`],
 //!   [`occurrences`], [`users`], [`templates`], [`health`];
@@ -28,5 +29,6 @@ pub(crate) mod users;
 
 pub use router::{router, router_with_quotas};
 pub use shared::{
-    ApiError, ApiQuotas, ApiState, API_KEY_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+    ApiError, ApiQuotas, ApiState, API_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
+    MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
 };

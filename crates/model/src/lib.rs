@@ -11,6 +11,7 @@ pub mod domain;
 pub mod error;
 pub mod event;
 pub mod flow_key;
+pub mod idempotency;
 pub mod index;
 pub mod input;
 pub mod lateness;

@@ -7,6 +7,7 @@ mod conditional;
 mod debounce;
 pub mod error;
 pub mod events;
+mod idempotency;
 mod lease;
 pub mod message;
 #[cfg(any(test, feature = "testing"))]
@@ -17,6 +18,7 @@ pub use conditional::Conditional;
 pub use debounce::DebounceStore;
 pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
+pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
 
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ use toki_model::domain::{
     Reminder, ReminderKey, Schedule, ScheduleId, TenantId, User, UserId,
 };
 use toki_model::error::ValidationError;
+use toki_model::idempotency::{IdempotencyKey, KeptAnswer};
 use toki_model::index::Partition;
 use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
@@ -676,6 +679,29 @@ pub trait TenantStore: EventLog + Send + Sync {
         &self,
         schedule: &ScheduleId,
     ) -> StoreResult<Vec<toki_model::change::ChangeNotice>>;
+
+    /// Idempotent writes: takes `start.key` for this request, in progress,
+    /// unless a live request holds it (one used since `expired_before`, or
+    /// in progress since `abandoned_before`): then that one's digest and
+    /// answer. Atomic: of requests racing for one key, one starts.
+    async fn start_idempotent(&self, start: &IdempotentStart<'_>) -> StoreResult<KeyedRequest>;
+
+    /// Keeps the answer of the request that started `key` at `started`;
+    /// nothing if the key is no longer that run's (abandoned, taken over).
+    async fn finish_idempotent(
+        &self,
+        key: &IdempotencyKey,
+        started: Instant,
+        answer: &KeptAnswer,
+    ) -> StoreResult<()>;
+
+    /// Forgets `key` if the request that started it at `started` is still
+    /// in progress (it failed in a way worth retrying under the same key).
+    async fn release_idempotent(&self, key: &IdempotencyKey, started: Instant) -> StoreResult<()>;
+
+    /// Deletes up to `limit` keys first used before `before`, oldest first;
+    /// returns how many.
+    async fn purge_idempotency_keys(&self, before: Instant, limit: u32) -> StoreResult<u64>;
 }
 
 /// What a claim got: the deliveries this caller now sends, and those another

@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use super::shared::{
     bad_body, bad_input, from_json, schedule_response, serde_field, ApiError, ApiState,
-    AuthedTenant, BatchItemDoc, BodyErrors, ErrorBody, ErrorDetail, JsonBody, ScheduleResponse,
-    TenantErrors, TenantPath, MAX_BATCH_BODY_BYTES,
+    AuthedTenant, BatchItemDoc, ErrorBody, ErrorDetail, IdempotencyKeyHeader, IdempotentBodyErrors,
+    JsonBody, ScheduleResponse, TenantErrors, TenantPath, MAX_BATCH_BODY_BYTES,
 };
 
 /// `POST .../schedules:batch`: `{"schedules": [{"id": ..., <schedule>}, ...]}`.
@@ -92,12 +92,13 @@ fn batch_item(i: usize, item: Value) -> Result<(ScheduleId, ScheduleInput), Vali
     post,
     path = "/v1/tenants/{tenant}/schedules:batch",
     tag = "schedules",
-    params(TenantPath),
+    params(TenantPath, IdempotencyKeyHeader),
     request_body = BatchInput,
     responses(
-        (status = 200, description = "Each item as its own `PUT` would have answered (`status`, the schedule or `error`, with `field` as `schedules[i].<field>`); the valid items are written, in one transaction, even when others are not", body = BatchResponse),
-        (status = 422, description = "More than 1,000 items (`field`: `schedules`); nothing written", body = ErrorBody),
-        BodyErrors,
+        (status = 200, description = "Each item as its own `PUT` would have answered (`status`, the schedule or `error`, with `field` as `schedules[i].<field>`); the valid items are written, in one transaction, even when others are not. With an `Idempotency-Key` seen before for this request: the first answer again, nothing written", body = BatchResponse,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the first answer to an earlier request with the same `Idempotency-Key`, replayed; absent otherwise"))),
+        (status = 422, description = "More than 1,000 items (`invalid`, `field`: `schedules`), or an `Idempotency-Key` used within 24 h for another request (`idempotency_key_reused`, `field`: `Idempotency-Key`); nothing written", body = ErrorBody),
+        IdempotentBodyErrors,
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))

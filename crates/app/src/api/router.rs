@@ -16,7 +16,9 @@ use super::events::{
 use super::health::healthz;
 use super::occurrences::{cancel_occurrence, list_occurrences, put_occurrence, split_series};
 use super::schedules::{delete_schedule, get_schedule, put_schedule};
-use super::shared::{tenant_quota, ApiQuotas, ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+use super::shared::{
+    idempotent_write, tenant_quota, ApiQuotas, ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+};
 use super::templates::{
     delete_template, get_default_template, get_template, list_templates, put_template,
 };
@@ -47,8 +49,11 @@ pub fn router_with_quotas(registrar: Arc<Registrar>, quotas: Arc<ApiQuotas>) -> 
 /// The `/v1/tenants/{tenant}/...` routes: authenticated, then within the
 /// tenant's quota, before the handler runs. Layered on each route's methods
 /// (not `Router::route_layer`, which also wraps the 405 of a method a path
-/// lacks, and would answer it 401).
+/// lacks, and would answer it 401). A non-idempotent write (a POST) also
+/// takes `idempotent`, inside the quota: `Idempotency-Key` (see
+/// [`super::shared::idempotent_write`]).
 fn tenant_routes(state: ApiState) -> Router<ApiState> {
+    let idempotent = axum::middleware::from_fn_with_state(state.clone(), idempotent_write);
     let quota = axum::middleware::from_fn_with_state(state, tenant_quota);
     Router::new()
         .route(
@@ -62,6 +67,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             "/v1/tenants/{tenant}/schedules:batch",
             post(put_schedules)
                 .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
+                .route_layer(idempotent)
                 .route_layer(quota.clone()),
         )
         .route(

@@ -1,13 +1,15 @@
 //! The API's leaf: what every handler module shares, and nothing else of
 //! the API. The error an API call answers ([`error`]), tenant
 //! authentication as an extractor ([`auth`]), the state and the key header
-//! ([`state`]), each tenant's share of the API ([`quota`]), reading bodies, queries and path ids ([`input`], after
+//! ([`state`]), each tenant's share of the API ([`quota`]), idempotent
+//! writes ([`idempotency`]), reading bodies, queries and path ids ([`input`], after
 //! [`strict`]), the schedule-write answer ([`written`]) and what the
 //! handlers' OpenAPI annotations name ([`schema`]).
 
 mod admission;
 mod auth;
 mod error;
+mod idempotency;
 mod input;
 mod quota;
 mod schema;
@@ -19,6 +21,8 @@ pub(crate) use admission::tenant_quota;
 pub(crate) use auth::AuthedTenant;
 pub use error::ApiError;
 pub(crate) use error::{ErrorBody, ErrorDetail};
+pub(crate) use idempotency::idempotent_write;
+pub use idempotency::IDEMPOTENT_REPLAYED_HEADER;
 pub(crate) use input::{
     bad_body, bad_input, bad_query, from_json, parse_body, path_id, serde_field, IdParam, JsonBody,
     OccurrenceParams, TemplateParams,
@@ -26,9 +30,10 @@ pub(crate) use input::{
 pub use input::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 pub use quota::ApiQuotas;
 pub(crate) use schema::{
-    BatchItemDoc, BodyErrors, OccurrenceInputDoc, OccurrencePath, OccurrenceViewDoc,
-    ScheduleInputDoc, SchedulePath, ScheduleViewDoc, TemplateInputDoc, TemplateKeyPath,
-    TenantErrors, TenantPath, UserInputDoc, UserPath, UserViewDoc,
+    BatchItemDoc, BodyErrors, IdempotencyKeyHeader, IdempotentBodyErrors, OccurrenceInputDoc,
+    OccurrencePath, OccurrenceViewDoc, ScheduleInputDoc, SchedulePath, ScheduleViewDoc,
+    TemplateInputDoc, TemplateKeyPath, TenantErrors, TenantPath, UserInputDoc, UserPath,
+    UserViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
 pub(crate) use written::{schedule_response, written, ScheduleResponse};

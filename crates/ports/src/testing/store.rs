@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use crate::error::{StoreError, StoreResult};
 use crate::{
-    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, OwnedDelivery,
-    TenantStore, TenantStores,
+    writable_schedules, ChatMessage, Claims, DeliveryContext, IdempotentStart, KeyedRequest,
+    MirrorWork, OwnedDelivery, TenantStore, TenantStores,
 };
 use toki_model::change::{ChangeNotice, NoticeEdge};
 use toki_model::domain::{
@@ -20,6 +20,7 @@ use toki_model::domain::{
 };
 use toki_model::error::ValidationError;
 use toki_model::event::NewEvent;
+use toki_model::idempotency::{IdempotencyKey, KeptAnswer, RequestDigest};
 use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
@@ -74,6 +75,23 @@ struct State {
     notices: Vec<ChangeNotice>,
     /// By channel name then locale: the SQL stores' order.
     templates: BTreeMap<(&'static str, String), ReminderTemplate>,
+    idempotency: BTreeMap<IdempotencyKey, KeyRow>,
+}
+
+/// A request under its idempotency key.
+#[derive(Debug, Clone)]
+struct KeyRow {
+    digest: RequestDigest,
+    started: Instant,
+    answer: Option<KeptAnswer>,
+}
+
+impl KeyRow {
+    /// Whether it still holds its key for a request starting `start`.
+    fn live(&self, start: &IdempotentStart<'_>) -> bool {
+        self.started >= start.expired_before
+            && (self.answer.is_some() || self.started >= start.abandoned_before)
+    }
 }
 
 #[derive(Default)]
@@ -569,6 +587,65 @@ impl TenantStore for MemoryTenantStore {
             .filter(|n| &n.schedule == schedule)
             .cloned()
             .collect())
+    }
+
+    async fn start_idempotent(&self, start: &IdempotentStart<'_>) -> StoreResult<KeyedRequest> {
+        let mut state = self.enter().await?;
+        if let Some(row) = state.idempotency.get(start.key) {
+            if row.live(start) {
+                return Ok(KeyedRequest::Existing {
+                    digest: row.digest.clone(),
+                    answer: row.answer.clone(),
+                });
+            }
+        }
+        let row = KeyRow {
+            digest: start.digest.clone(),
+            started: start.now,
+            answer: None,
+        };
+        state.idempotency.insert(start.key.clone(), row);
+        Ok(KeyedRequest::Started)
+    }
+
+    async fn finish_idempotent(
+        &self,
+        key: &IdempotencyKey,
+        started: Instant,
+        answer: &KeptAnswer,
+    ) -> StoreResult<()> {
+        let mut state = self.enter().await?;
+        if let Some(row) = state.idempotency.get_mut(key) {
+            if row.started == started && row.answer.is_none() {
+                row.answer = Some(answer.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn release_idempotent(&self, key: &IdempotencyKey, started: Instant) -> StoreResult<()> {
+        let mut state = self.enter().await?;
+        let ours = |r: &KeyRow| r.started == started && r.answer.is_none();
+        if state.idempotency.get(key).is_some_and(ours) {
+            state.idempotency.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn purge_idempotency_keys(&self, before: Instant, limit: u32) -> StoreResult<u64> {
+        let mut state = self.enter().await?;
+        let mut old: Vec<(Instant, IdempotencyKey)> = state
+            .idempotency
+            .iter()
+            .filter(|(_, r)| r.started < before)
+            .map(|(k, r)| (r.started, k.clone()))
+            .collect();
+        old.sort();
+        old.truncate(limit as usize);
+        for (_, k) in &old {
+            state.idempotency.remove(k);
+        }
+        Ok(old.len() as u64)
     }
 }
 

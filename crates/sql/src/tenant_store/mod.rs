@@ -5,6 +5,7 @@
 
 mod claim;
 mod events;
+mod idempotency;
 mod rows;
 mod schedule_write;
 mod statement;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use toki_model::change::{ChangeNotice, NoticeEdge};
+use toki_model::idempotency::{IdempotencyKey, KeptAnswer};
 use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::{
@@ -22,7 +24,8 @@ use toki_model::{
     Instant, ReminderKey, ReminderRule, Schedule, ScheduleId, User, UserId, ValidationError,
 };
 use toki_ports::{
-    writable_schedules, ChatMessage, Claims, DeliveryContext, MirrorWork, TenantStore,
+    writable_schedules, ChatMessage, Claims, DeliveryContext, IdempotentStart, KeyedRequest,
+    MirrorWork, TenantStore,
 };
 use toki_ports::{StoreError, StoreResult};
 
@@ -186,6 +189,7 @@ where
     for<'r> ChangedDelivery: FromRow<'r, DB::Row>,
     for<'r> events::EventRow: FromRow<'r, DB::Row>,
     for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
+    for<'r> idempotency::IdempotencyRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -881,6 +885,43 @@ where
             .await
             .map_err(db_err)?;
         rows.into_iter().map(ChangeNotice::try_from).collect()
+    }
+
+    async fn start_idempotent(&self, start: &IdempotentStart<'_>) -> StoreResult<KeyedRequest> {
+        let _slot = self.connection_slot().await;
+        let mut tx = begin_write(&self.pool).await?;
+        let keyed = idempotency::start::<DB>(&mut tx, start).await?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(keyed)
+    }
+
+    async fn finish_idempotent(
+        &self,
+        key: &IdempotencyKey,
+        started: Instant,
+        answer: &KeptAnswer,
+    ) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
+        let mut s = idempotency::finish(key, started, answer);
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn release_idempotent(&self, key: &IdempotencyKey, started: Instant) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
+        let mut s = idempotency::release(key, started);
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn purge_idempotency_keys(&self, before: Instant, limit: u32) -> StoreResult<u64> {
+        let _slot = self.connection_slot().await;
+        let gone: Vec<(String,)> = idempotency::purge(before, limit)
+            .query_as::<DB, (String,)>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(gone.len() as u64)
     }
 }
 

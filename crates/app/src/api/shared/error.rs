@@ -44,6 +44,8 @@ pub(crate) enum ErrorCode {
     BadJson,
     /// 400: the query string is not the route's.
     BadQuery,
+    /// 400: a header's value is not valid; `field` names the header.
+    BadHeader,
     /// 413: the body is over the route's limit.
     TooLarge,
     /// 415: the body is not declared JSON.
@@ -54,8 +56,14 @@ pub(crate) enum ErrorCode {
     TenantSuspended,
     /// 404.
     NotFound,
+    /// 409: a request with this `Idempotency-Key` is still in progress;
+    /// retry once it has finished.
+    InProgress,
     /// 422: a value is not valid; `field` names it.
     Invalid,
+    /// 422: this `Idempotency-Key` was used within 24 h for another request
+    /// (another method, path or body); use a new key for a new request.
+    IdempotencyKeyReused,
     /// 422: the write would add beyond one of the tenant's caps; `field`
     /// names it (`max_schedules`, `max_users`, `max_templates`).
     CapReached,

@@ -404,3 +404,44 @@ pub enum BodyErrors {
     #[response(status = 415)]
     UnsupportedMediaType(ErrorBody),
 }
+
+/// The header of a non-idempotent write (see [`super::idempotency`]).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKeyHeader {
+    /// Makes the write safe to retry: a repeat of the request (same method,
+    /// path and body) with the same key within 24 h gets the first answer
+    /// back (status and body, with `Idempotent-Replayed: true`) and writes
+    /// nothing. 1 to 255 printable ASCII characters; per tenant.
+    #[param(
+        rename = "Idempotency-Key",
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[ -~]{1,255}$",
+        example = "9f1c2a7e-batch-42"
+    )]
+    idempotency_key: Option<String>,
+}
+
+/// [`BodyErrors`] for a route that takes an `Idempotency-Key`, and its 409.
+/// (Its 422 for a key reused on another request is in the route's own 422.)
+#[derive(IntoResponses)]
+pub enum IdempotentBodyErrors {
+    /// The body is not JSON, or not the route's shape (`bad_json`, `field`
+    /// names what does not fit); or the `Idempotency-Key` is not 1 to 255
+    /// printable ASCII characters, or is given twice (`bad_header`, `field`:
+    /// `Idempotency-Key`). Nothing was written.
+    #[response(status = 400)]
+    BadJson(ErrorBody),
+    /// A request with this `Idempotency-Key` is still in progress
+    /// (`in_progress`, `field`: `Idempotency-Key`): retry once it has
+    /// finished. One in progress for 5 minutes is taken to have failed.
+    #[response(status = 409)]
+    InProgress(ErrorBody),
+    /// The body is larger than the route takes (256 KiB; 8 MiB for a batch).
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// The body is not declared `Content-Type: application/json`.
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
+}
