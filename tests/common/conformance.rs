@@ -1716,7 +1716,7 @@ pub mod store {
         assert_eq!(rows[0].detail.as_deref(), Some("slack: HTTP 503"));
     }
 
-    fn key(recipient: &str, channel: Channel) -> DeliveryKey {
+    pub(super) fn key(recipient: &str, channel: Channel) -> DeliveryKey {
         DeliveryKey {
             schedule: "s".parse().unwrap(),
             occurrence: Occurrence(from_millis("occurrence", 1_800_000_000_000).unwrap()),
@@ -2254,6 +2254,223 @@ pub mod idempotency {
     }
 }
 
+// ---------------------------------------------------------------- event log
+
+pub mod events {
+    use super::*;
+    use toki_model::event::{
+        EndpointProgress, EndpointSecrets, EndpointSpec, EndpointStatus, EndpointUrl,
+        EventEndpoint, EventKind, EventKinds, EventOrdering, NewEvent,
+    };
+    use toki_model::webhook_signature::WebhookSecret;
+    use toki_ports::ProgressWrite;
+
+    fn at(ms: i64) -> Instant {
+        from_millis("at", ms).unwrap()
+    }
+
+    fn secret(s: &str) -> WebhookSecret {
+        s.parse().unwrap()
+    }
+
+    fn endpoint(id: &str, kinds: EventKinds, now: Instant) -> EventEndpoint {
+        EventEndpoint {
+            id: id.parse().unwrap(),
+            spec: EndpointSpec {
+                url: EndpointUrl::parse_field("url", "https://hooks.example/toki").unwrap(),
+                kinds,
+                ordering: EventOrdering::InOrder,
+            },
+            secrets: EndpointSecrets {
+                current: secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                previous: None,
+            },
+            progress: EndpointProgress::starting_at(0, now),
+            created_at: now,
+        }
+    }
+
+    fn outcome(schedule: &str, status: DeliveryStatus, now: Instant) -> DeliveryOutcome {
+        DeliveryOutcome {
+            key: DeliveryKey {
+                schedule: schedule.parse().unwrap(),
+                ..store::key("a", Channel::Mail)
+            },
+            version: 1,
+            due_at: DueAt(now),
+            status,
+            at: now,
+            detail: (status != DeliveryStatus::Delivered).then(|| "smtp: 421".into()),
+        }
+    }
+
+    /// Events are kept only for the types an enabled endpoint wants, only
+    /// when the outcome changed the row, numbered in order; a failure's
+    /// event carries its attempt.
+    pub async fn outcomes_make_the_events_endpoints_want(s: Arc<dyn TenantStore>) {
+        let now = at(1_800_000_000_000);
+        s.record_outcomes(&[outcome("before", DeliveryStatus::Delivered, now)])
+            .await
+            .unwrap();
+        assert_eq!(
+            s.last_event_seq().await.unwrap(),
+            0,
+            "no endpoint, no event"
+        );
+        let wanted: EventKinds = [EventKind::Delivered, EventKind::Failed]
+            .into_iter()
+            .collect();
+        s.put_event_endpoint(&endpoint("hook", wanted, now))
+            .await
+            .unwrap();
+        for status in [
+            DeliveryStatus::Failed,
+            DeliveryStatus::Failed,
+            DeliveryStatus::Delivered,
+        ] {
+            s.record_outcomes(&[outcome("s1", status, now)])
+                .await
+                .unwrap();
+        }
+        // Final already: the row does not change, so no event.
+        s.record_outcomes(&[outcome("s1", DeliveryStatus::Stale, now)])
+            .await
+            .unwrap();
+        // Not wanted.
+        s.record_outcomes(&[outcome("s2", DeliveryStatus::Undeliverable, now)])
+            .await
+            .unwrap();
+        let events = s.events_after(0, 100).await.unwrap();
+        let kinds: Vec<_> = events
+            .iter()
+            .map(|e| (e.seq, e.kind, e.data.attempt))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (1, EventKind::Failed, Some(1)),
+                (2, EventKind::Failed, Some(2)),
+                (3, EventKind::Delivered, None)
+            ]
+        );
+        assert_eq!(events[0].data.reason.as_deref(), Some("smtp: 421"));
+        assert_eq!(events[2].data.schedule_id, "s1");
+        assert_eq!(s.events_after(2, 100).await.unwrap().len(), 1);
+        // Reminder-wide events go through the same filter.
+        let appended = s
+            .append_events(&[NewEvent {
+                kind: EventKind::Redriven,
+                ..NewEvent::of_outcome(&outcome("s3", DeliveryStatus::Delivered, now), 0).unwrap()
+            }])
+            .await
+            .unwrap();
+        assert_eq!(appended, 0, "redriven is not wanted");
+        assert_eq!(s.last_event_seq().await.unwrap(), 3);
+    }
+
+    /// The sender's progress is refused once the tenant changed the
+    /// endpoint; a hold is one process's until it lapses.
+    pub async fn progress_never_undoes_the_tenants_change(s: Arc<dyn TenantStore>) {
+        let now = at(1_800_000_000_000);
+        let id: EndpointId = "hook".parse().unwrap();
+        s.put_event_endpoint(&endpoint("hook", EventKinds::all(), now))
+            .await
+            .unwrap();
+        let (read, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let rotated = EventEndpoint {
+            secrets: read
+                .secrets
+                .rotate(secret("whsec_YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFh"), now),
+            ..read.clone()
+        };
+        s.put_event_endpoint(&rotated).await.unwrap();
+        let failed = read.progress.failed(0, "HTTP 503".into(), now);
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &failed,
+        };
+        assert!(
+            !s.set_endpoint_progress(write).await.unwrap(),
+            "stale revision refused"
+        );
+        let (now_read, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        assert_eq!(now_read, rotated, "secrets round-trip, rotation kept");
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &failed,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
+        let (after, _) = s.event_endpoint(&id).await.unwrap().unwrap();
+        assert_eq!(after.progress, failed);
+        let disabled = EndpointProgress {
+            status: EndpointStatus::Disabled {
+                reason: "15 failed attempts".into(),
+            },
+            ..failed
+        };
+        let (_, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &disabled,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
+        assert_eq!(s.event_endpoints().await.unwrap()[0].0.progress, disabled);
+
+        let later = now + ChronoDuration::seconds(30);
+        let until = now + ChronoDuration::seconds(60);
+        assert!(s.hold_endpoint(&id, "p1", until, now).await.unwrap());
+        assert!(
+            !s.hold_endpoint(&id, "p2", until, later).await.unwrap(),
+            "held by p1"
+        );
+        assert!(
+            s.hold_endpoint(&id, "p1", until, later).await.unwrap(),
+            "renewed"
+        );
+        let lapsed = until + ChronoDuration::seconds(1);
+        assert!(
+            s.hold_endpoint(&id, "p2", lapsed, lapsed).await.unwrap(),
+            "taken once lapsed"
+        );
+        assert!(s.delete_event_endpoint(&id).await.unwrap());
+        assert!(s.event_endpoint(&id).await.unwrap().is_none());
+        assert!(!s.delete_event_endpoint(&id).await.unwrap());
+    }
+
+    /// A replay finds where to rewind by instant; the purge deletes only
+    /// what is older than its bound.
+    pub async fn replay_point_and_purge_respect_instants(s: Arc<dyn TenantStore>) {
+        let t0 = 1_800_000_000_000;
+        s.put_event_endpoint(&endpoint("hook", EventKinds::all(), at(t0)))
+            .await
+            .unwrap();
+        for i in 0..5 {
+            let o = outcome(
+                &format!("s{i}"),
+                DeliveryStatus::Delivered,
+                at(t0 + i * 1000),
+            );
+            s.record_outcomes(&[o]).await.unwrap();
+        }
+        assert_eq!(s.event_seq_before(at(t0)).await.unwrap(), 0);
+        assert_eq!(s.event_seq_before(at(t0 + 2500)).await.unwrap(), 3);
+        assert_eq!(s.purge_events(at(t0 + 2000)).await.unwrap(), 2);
+        let left: Vec<u64> = s
+            .events_after(0, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(left, [3, 4, 5], "nothing younger than the bound");
+        assert_eq!(s.purge_events(at(t0 + 2000)).await.unwrap(), 0);
+        assert_eq!(s.last_event_seq().await.unwrap(), 5, "numbers never repeat");
+    }
+}
+
 #[macro_export]
 macro_rules! store_conformance {
     ($(#[$meta:meta])* $factory:path) => {
@@ -2387,6 +2604,24 @@ macro_rules! store_conformance {
                     $factory().await,
                 )
                 .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn outcomes_make_the_events_endpoints_want() {
+                common::conformance::events::outcomes_make_the_events_endpoints_want($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn progress_never_undoes_the_tenants_change() {
+                common::conformance::events::progress_never_undoes_the_tenants_change($factory().await)
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn replay_point_and_purge_respect_instants() {
+                common::conformance::events::replay_point_and_purge_respect_instants($factory().await)
+                    .await
             }
         }
     };

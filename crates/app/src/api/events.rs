@@ -17,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::shared::{
     bad_query, parse_body, path_id, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody,
-    IdParam, JsonBody, TenantErrors, TenantPath,
+    IdParam, IdempotencyKeyHeader, IdempotentBodyErrors, JsonBody, TenantErrors, TenantPath,
 };
 
 fn service(state: &ApiState) -> EventEndpoints {
@@ -267,10 +267,11 @@ pub(crate) async fn list_endpoints(
     post,
     path = "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
     tag = "events",
-    params(EndpointPath),
+    params(EndpointPath, IdempotencyKeyHeader),
     responses(
         (status = 200, description = "Rotated; `secret` is the new one, shown this once", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        IdempotentBodyErrors,
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
@@ -321,12 +322,12 @@ pub(crate) struct ReplayInput {
     post,
     path = "/v1/tenants/{tenant}/event-endpoints/{id}/replay",
     tag = "events",
-    params(EndpointPath),
+    params(EndpointPath, IdempotencyKeyHeader),
     request_body = ReplayInput,
     responses(
         (status = 200, description = "The endpoint, rewound", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
-        BodyErrors,
+        IdempotentBodyErrors,
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))

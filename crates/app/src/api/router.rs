@@ -67,7 +67,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             "/v1/tenants/{tenant}/schedules:batch",
             post(put_schedules)
                 .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
-                .route_layer(idempotent)
+                .route_layer(idempotent.clone())
                 .route_layer(quota.clone()),
         )
         .route(
@@ -101,7 +101,9 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
-            post(rotate_secret).route_layer(quota.clone()),
+            post(rotate_secret)
+                .route_layer(idempotent.clone())
+                .route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/event-endpoints/{id}/enable",
@@ -109,7 +111,9 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/tenants/{tenant}/event-endpoints/{id}/replay",
-            post(replay).route_layer(quota.clone()),
+            post(replay)
+                .route_layer(idempotent.clone())
+                .route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/events",
