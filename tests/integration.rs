@@ -18,6 +18,7 @@ mod conformance_aws;
 mod conformance_embedded;
 mod conformance_memory;
 mod conformance_postgres;
+mod delivery_events;
 mod demo;
 mod faults;
 mod hostile;
