@@ -51,6 +51,24 @@ const ROUTES: &[(&str, &[&str])] = &[
         &["delete", "get", "put"],
     ),
     ("/v1/templates/{channel}/{locale}", &["get"]),
+    ("/v1/tenants/{tenant}/event-endpoints", &["get"]),
+    (
+        "/v1/tenants/{tenant}/event-endpoints/{id}",
+        &["delete", "get", "put"],
+    ),
+    (
+        "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
+        &["post"],
+    ),
+    (
+        "/v1/tenants/{tenant}/event-endpoints/{id}/enable",
+        &["post"],
+    ),
+    (
+        "/v1/tenants/{tenant}/event-endpoints/{id}/replay",
+        &["post"],
+    ),
+    ("/v1/tenants/{tenant}/events", &["get"]),
     ("/healthz", &["get"]),
     ("/openapi.json", &["get"]),
 ];
@@ -586,6 +604,11 @@ async fn path_patterns_are_the_id_parsers() {
             let p = pattern(users, m, "id");
             assert_eq!(p.is_match(s), s.parse::<UserId>().is_ok(), "user {s:?}");
         }
+        for m in ["put", "get", "delete"] {
+            let p = pattern("/v1/tenants/{tenant}/event-endpoints/{id}", m, "id");
+            let parsed = s.parse::<toki_model::EndpointId>().is_ok();
+            assert_eq!(p.is_match(s), parsed, "endpoint {s:?}");
+        }
         // The ids inside bodies: participants, a batch item's and a split's new one.
         for (schema, at) in [
             (doc.schema("UserId"), "UserId"),
@@ -1034,4 +1057,49 @@ async fn malformed_requests_get_documented_errors_and_write_nothing() {
         .contains(&api::MAX_BODY_BYTES.to_string()));
     let a = call(&kit, &doc, "GET", path, None).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "nothing was written");
+}
+
+#[tokio::test(start_paused = true)]
+async fn event_endpoint_answers_match_the_document() {
+    let kit = kit_with_tenant().await;
+    let doc = document(&kit).await;
+    let base = "/v1/tenants/acme/event-endpoints";
+    let input = json!({"url": "https://hooks.example/toki", "types": ["delivery.delivered"], "ordering": "unordered"});
+    let a = call(
+        &kit,
+        &doc,
+        "PUT",
+        &format!("{base}/hook"),
+        Some(input.clone()),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let a = call(&kit, &doc, "PUT", &format!("{base}/hook"), Some(input)).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let bad = json!({"url": "gopher://x"});
+    let a = call(&kit, &doc, "PUT", &format!("{base}/hook"), Some(bad)).await;
+    assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
+    for (method, path, body) in [
+        ("GET", base.to_owned(), None),
+        ("GET", format!("{base}/hook"), None),
+        ("POST", format!("{base}/hook/rotate-secret"), None),
+        ("POST", format!("{base}/hook/enable"), None),
+        (
+            "POST",
+            format!("{base}/hook/replay"),
+            Some(json!({"since": "2026-01-01T00:00:00Z"})),
+        ),
+        (
+            "GET",
+            "/v1/tenants/acme/events?after=0&limit=10".to_owned(),
+            None,
+        ),
+    ] {
+        let a = call(&kit, &doc, method, &path, body).await;
+        assert_eq!(a.status, StatusCode::OK, "{method} {path}: {}", a.body);
+    }
+    let a = call(&kit, &doc, "GET", &format!("{base}/nope"), None).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    let a = call(&kit, &doc, "DELETE", &format!("{base}/hook"), None).await;
+    assert_eq!(a.status, StatusCode::NO_CONTENT);
 }

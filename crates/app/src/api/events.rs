@@ -145,9 +145,11 @@ impl EndpointView {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)]
 pub(crate) struct EndpointPath {
-    /// The tenant.
+    /// The tenant (lowercase letters, digits, `_` and `-`, starting with a letter).
+    #[param(pattern = "^[a-z][a-z0-9_-]{0,39}$", example = "acme")]
     tenant: String,
     /// The endpoint's id (letters, digits and `_ - . : @`), the tenant's choice.
+    #[param(pattern = "^[A-Za-z0-9_.:@-]{1,128}$", example = "ops-events")]
     id: String,
 }
 
