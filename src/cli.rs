@@ -1,12 +1,13 @@
 //! The `toki` command line: the commands and their dispatch. Each command's
 //! arguments and what it does are in a module by kind: [`dev`] (demo,
 //! bench), [`processes`] (serve, daemon, scan), [`reports`] (report,
-//! preview), [`admin`] (migrate, redrive) and [`tenant`]; [`common`] is
+//! preview), [`admin`] (migrate, redrive), [`tenant`] and [`events`]; [`common`] is
 //! what they share.
 
 mod admin;
 mod common;
 mod dev;
+mod events;
 mod processes;
 mod reports;
 mod tenant;
@@ -57,6 +58,11 @@ pub enum Command {
     Migrate(admin::MigrateArgs),
     /// Dead-lettered messages by tenant, channel and reason; then move them back to the queue.
     Redrive(admin::RedriveArgs),
+    /// A tenant's delivery-event endpoints and event log: register, list, enable, replay.
+    Events {
+        #[command(subcommand)]
+        command: events::EventsCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -73,5 +79,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Report(args) => args.run(file).await,
         Command::Redrive(args) => args.run(file).await,
         Command::Migrate(args) => args.run(file).await,
+        Command::Events { command } => command.run(file).await,
     }
 }
