@@ -218,6 +218,15 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
         through_outage.len()
     );
 
+    let report = toki_app::report::collect(&h.toki).await.unwrap();
+    let shown = &report.event_endpoints;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(
+        (shown[0].endpoint.as_str(), shown[0].status.as_str()),
+        ("hook", "enabled")
+    );
+    assert!(toki_app::report::render(&report).contains("delivery events"));
+
     stop.send(true).unwrap();
     dispatcher.await.unwrap();
     h.stop().await;

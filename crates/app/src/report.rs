@@ -4,6 +4,7 @@
 //! all print this one [`Report`], so their figures cannot disagree.
 
 use std::collections::{BTreeMap, HashMap};
+use toki_model::event::EndpointStatus;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -35,6 +36,23 @@ pub struct Report {
     pub due_instants: u64,
     /// Delivered rows per second around the busiest due instants, in time order.
     pub per_second: Vec<DueSeconds>,
+    /// Delivery-event endpoints and how far behind each is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub event_endpoints: Vec<EndpointRow>,
+}
+
+/// One delivery-event endpoint as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointRow {
+    pub tenant: String,
+    pub endpoint: String,
+    /// `enabled`, or `disabled: <reason>`.
+    pub status: String,
+    /// Failed attempts in a row.
+    pub failures: u32,
+    /// Events in the log it has not had yet.
+    pub behind: u64,
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,8 +105,10 @@ pub struct Delivered {
 pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
     let mut counts = Vec::new();
     let mut delivered = Vec::new();
+    let mut endpoints = Vec::new();
     for t in toki.directory.list().await? {
         let store = toki.stores.open(&t.id).await?;
+        endpoints.extend(endpoint_rows(&t.id, store.as_ref()).await?);
         for c in store.delivery_counts().await? {
             counts.push(ReportRow {
                 tenant: t.id.to_string(),
@@ -110,7 +130,10 @@ pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
                 }),
         );
     }
-    Ok(summarise(counts, &delivered))
+    Ok(Report {
+        event_endpoints: endpoints,
+        ..summarise(counts, &delivered)
+    })
 }
 
 /// The report from the rows read: pure, so that it is tested without a store.
@@ -132,7 +155,32 @@ pub fn summarise(counts: Vec<ReportRow>, delivered: &[Delivered]) -> Report {
             .into_iter()
             .map(|(due_at, late)| per_second(due_at, &late))
             .collect(),
+        event_endpoints: Vec::new(),
     }
+}
+
+/// A tenant's endpoints, each with how many logged events it has not had.
+async fn endpoint_rows(
+    tenant: &toki_model::TenantId,
+    store: &dyn toki_ports::TenantStore,
+) -> anyhow::Result<Vec<EndpointRow>> {
+    let last = store.last_event_seq().await?;
+    Ok(store
+        .event_endpoints()
+        .await?
+        .into_iter()
+        .map(|(e, _)| EndpointRow {
+            tenant: tenant.to_string(),
+            endpoint: e.id.to_string(),
+            status: match e.progress.status {
+                EndpointStatus::Enabled => "enabled".into(),
+                EndpointStatus::Disabled { reason } => format!("disabled: {reason}"),
+            },
+            failures: e.progress.failures,
+            behind: last.saturating_sub(e.progress.cursor),
+            last_error: e.progress.last_error,
+        })
+        .collect())
 }
 
 fn lateness_ms(d: &Delivered) -> i64 {
@@ -209,6 +257,34 @@ pub fn render(report: &Report) -> String {
         })
         .collect();
     let mut out = table(&["tenant", "channel", "status", "count"], &cells);
+    if !report.event_endpoints.is_empty() {
+        let cells: Vec<Vec<String>> = report
+            .event_endpoints
+            .iter()
+            .map(|e| {
+                vec![
+                    e.tenant.clone(),
+                    e.endpoint.clone(),
+                    e.status.clone(),
+                    e.failures.to_string(),
+                    e.behind.to_string(),
+                    e.last_error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        out.push_str("\n\ndelivery events\n");
+        out.push_str(&table(
+            &[
+                "tenant",
+                "endpoint",
+                "status",
+                "failures",
+                "behind",
+                "last error",
+            ],
+            &cells,
+        ));
+    }
     if !report.lateness.is_empty() {
         let cells: Vec<Vec<String>> = report
             .lateness
