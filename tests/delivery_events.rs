@@ -1,7 +1,9 @@
 //! Delivery events end to end on the embedded backend: a local receiver
 //! verifies every event's signature; a burst gives a `delivery.delivered`
 //! per delivery, a channel outage `delivery.failed` then
-//! `delivery.delivered`, and a receiver that was down gets every event.
+//! `delivery.delivered`, and a receiver that was down gets every event;
+//! on the AWS backend (Postgres, SQS and DynamoDB on the emulator) two
+//! daemons' dispatchers send each event once between them.
 
 use crate::common;
 
@@ -230,4 +232,95 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
     stop.send(true).unwrap();
     dispatcher.await.unwrap();
     h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the AWS emulator (moto) and Postgres: scripts/test.sh runs it"]
+async fn on_the_aws_backend_two_daemons_send_every_event_once_in_order() {
+    let (receiver, url) = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::aws_support::backend_config("ev", dir.path());
+    config.pipeline.lead_ms = 1000;
+    config.daemon.workers = 2;
+    config.daemon.events_poll_ms = 100;
+    config.validate().unwrap();
+    let registrar_side = toki_app::Toki::open(config.clone()).await.unwrap();
+    let tenant: toki_model::TenantId = "events".parse().unwrap();
+    registrar_side.create_tenant(&tenant, true).await.unwrap();
+    for j in 0..4 {
+        let id = format!("u{j}").parse().unwrap();
+        registrar_side
+            .registrar()
+            .put_user(&tenant, &id, &common::pipeline::user(j))
+            .await
+            .unwrap();
+    }
+    let endpoints =
+        EventEndpoints::new(registrar_side.stores.clone(), registrar_side.clock.clone());
+    let spec = EndpointSpec {
+        url: EndpointUrl::parse_field("url", &url).unwrap(),
+        kinds: EventKinds::all(),
+        ordering: EventOrdering::InOrder,
+    };
+    let Put::Created { secret, .. } = endpoints
+        .put(&tenant, &"hook".parse().unwrap(), spec)
+        .await
+        .unwrap()
+    else {
+        panic!("a new endpoint");
+    };
+    *receiver.secret.lock().unwrap() = Some(secret);
+    let mut meeting = common::pipeline::meeting(common::pipeline::due_in(4));
+    meeting.participants = (0..4).map(|j| format!("u{j}")).collect();
+    registrar_side
+        .registrar()
+        .put_schedule(&tenant, &common::pipeline::sid("review"), &meeting)
+        .await
+        .unwrap();
+    let expected = meeting.participants.len() * meeting.reminders[0].channels.len();
+
+    // Two daemon processes' worth: each with its daemon and its dispatcher.
+    let (stop, shutdown) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let side = toki_app::Toki::open(config.clone()).await.unwrap();
+        tasks.push(tokio::spawn(
+            side.daemon().await.unwrap().run(shutdown.clone()),
+        ));
+        tasks.push(tokio::spawn(
+            side.event_dispatcher().unwrap().run(shutdown.clone()),
+        ));
+    }
+    receiver
+        .wait_for(Duration::from_secs(60), |got| {
+            got.iter()
+                .filter(|(_, k, _)| k == "delivery.delivered")
+                .count()
+                >= expected
+        })
+        .await;
+    stop.send(true).unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let store = registrar_side.stores.open(&tenant).await.unwrap();
+    let logged: Vec<String> = store
+        .events_after(0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.webhook_id())
+        .collect();
+    let got = receiver.got.lock().unwrap().clone();
+    let ids: Vec<&str> = got.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(receiver.bad_signatures.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        logged.len(),
+        expected,
+        "one delivered event per delivery: {got:?}"
+    );
+    assert_eq!(
+        ids, logged,
+        "every event once, in order, across two dispatchers"
+    );
 }

@@ -373,7 +373,14 @@ mod delivery {
         pub fn event_dispatcher(&self) -> anyhow::Result<Arc<Dispatcher>> {
             let poster =
                 HttpEventPoster::direct().context("building the delivery events' HTTP client")?;
-            let holder = format!("{}-{}", hostname(), std::process::id());
+            // Unique per dispatcher, not per process: two in one process
+            // (tests) must not share a hold.
+            let holder = format!(
+                "{}-{}-{:08x}",
+                hostname(),
+                std::process::id(),
+                rand::thread_rng().next_u32()
+            );
             let dispatcher = Dispatcher::new(
                 self.stores.clone(),
                 self.directory.clone(),
