@@ -517,17 +517,16 @@ where
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
-        let kinds = {
-            let mut conn = self.pool.acquire().await.map_err(db_err)?;
-            events::subscribed::<DB>(&mut conn).await?
-        };
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let kinds = events::subscribed::<DB>(&mut conn).await?;
         if kinds.is_empty() {
             for chunk in outcomes.chunks(CHUNK) {
                 let mut s = upsert_outcomes(chunk);
-                s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+                s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
             }
             return Ok(());
         }
+        drop(conn);
         // The outcomes and their events together, or neither.
         let mut tx = begin_write(&self.pool).await?;
         let mut made = Vec::new();
