@@ -410,6 +410,7 @@ fn fully_populated_inputs() -> (ScheduleInput, UserInput, OccurrenceInput) {
         name: "Ana".into(),
         email: Some("ana@example.com".into()),
         slack_user_id: Some("U024BE7LH".into()),
+        webhook_url: None,
         time_zone: "Europe/Paris".into(),
         locale: "fr".into(),
         channels: [
