@@ -15,7 +15,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{batch, health, occurrences, schedules, templates, users};
+use crate::api::{batch, health, occurrences, schedules, templates, users, webhook};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {
@@ -56,6 +56,9 @@ pub fn json() -> Bytes {
         templates::get_template,
         templates::get_default_template,
         templates::delete_template,
+        webhook::get_webhook,
+        webhook::put_webhook,
+        webhook::rotate_webhook_secret,
         health::healthz,
         openapi_json,
     ),
@@ -65,6 +68,7 @@ pub fn json() -> Bytes {
         (name = "occurrences", description = "Single occurrences of a recurring schedule"),
         (name = "users", description = "The people reminders go to"),
         (name = "templates", description = "A tenant's reminder texts, per channel and locale"),
+        (name = "webhooks", description = "The webhook channel: the tenant's default endpoint and signing secret"),
         (name = "operations", description = "Health and this document"),
     )
 )]

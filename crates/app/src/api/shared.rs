@@ -28,7 +28,8 @@ pub use quota::ApiQuotas;
 pub(crate) use schema::{
     BatchItemDoc, BodyErrors, OccurrenceInputDoc, OccurrencePath, OccurrenceViewDoc,
     ScheduleInputDoc, SchedulePath, ScheduleViewDoc, TemplateInputDoc, TemplateKeyPath,
-    TenantErrors, TenantPath, UserInputDoc, UserPath, UserViewDoc,
+    TenantErrors, TenantPath, UserInputDoc, UserPath, UserViewDoc, WebhookSettingsInputDoc,
+    WebhookSettingsViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
 pub(crate) use written::{schedule_response, written, ScheduleResponse};
