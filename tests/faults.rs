@@ -195,7 +195,11 @@ async fn webhook_endpoint_down_then_back_loses_nothing_and_holds_up_no_other_cha
     assert_eq!(m.duplicated, 0);
     assert_not_early(&m);
     assert_done_before(&m, &burst, &[Channel::Chat, Channel::Mail], back);
-    assert_eq!(sinks.webhook.receiver_stats().refused, 0, "every signature verified");
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
     assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
     let resumed = m.channel(Channel::Webhook).max_late_ms - down.as_millis() as i64;
     report(
@@ -226,7 +230,11 @@ async fn webhook_misbehaves(fault: &str, behaviour: WebhookBehaviour) {
     assert_eq!(m.duplicated, 0);
     assert_not_early(&m);
     assert_done_before(&m, &burst, &[Channel::Chat, Channel::Mail], back);
-    assert_eq!(sinks.webhook.receiver_stats().refused, 0, "every signature verified");
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
     assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
     let resumed = m.channel(Channel::Webhook).max_late_ms - span.as_millis() as i64;
     report(
@@ -803,7 +811,11 @@ async fn kill_9_mid_burst_loses_no_webhook_and_duplicates_carry_the_same_ids() {
     assert_eq!(m.lost, 0, "{m:?}\n{log}");
     assert_eq!(m.channel(Channel::Chat).duplicated, 0, "chat exactly once");
     assert_not_early(&m);
-    assert_eq!(sinks.webhook.receiver_stats().refused, 0, "every signature verified");
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
     let dups = sinks.webhook.duplicate_ids();
     assert!(
         dups.iter().all(|(_, keys, ids)| *keys == 1 && *ids == 1),

@@ -69,17 +69,28 @@ async fn every_request_is_signed_and_a_retry_carries_the_same_ids() {
     standin.add_secret("acme", s.secret.clone());
     let webhook = channel(local_policy());
     let n = to(&format!("{base}/hook"), 0, &s);
-    assert!(webhook.send(&[n.clone(), to(&format!("{base}/hook"), 1, &s)]).await.iter().all(Result::is_ok));
+    assert!(webhook
+        .send(&[n.clone(), to(&format!("{base}/hook"), 1, &s)])
+        .await
+        .iter()
+        .all(Result::is_ok));
     // The same delivery again, as a retry after a lost answer would send it.
     assert!(webhook.send(&[n]).await[0].is_ok());
     let stats = standin.stats();
     assert_eq!((stats.unique, stats.duplicates), (2, 1), "{stats:?}");
-    assert_eq!(standin.receiver_stats().refused, 0, "every signature verified");
+    assert_eq!(
+        standin.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
     // One Idempotency-Key and one webhook-id across both copies.
     let dups = standin.duplicate_ids();
     assert_eq!(dups.len(), 1);
     assert_eq!((dups[0].1, dups[0].2), (1, 1), "{dups:?}");
-    assert_eq!(standin.texts("acme", "u0"), vec!["review starts in 5 minutes"; 2]);
+    assert_eq!(
+        standin.texts("acme", "u0"),
+        vec!["review starts in 5 minutes"; 2]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,14 +102,20 @@ async fn a_rotation_signs_with_both_secrets_and_a_receiver_with_either_verifies(
     // The receiver still knows only the old secret.
     standin.add_secret("acme", old);
     let webhook = channel(local_policy());
-    let r = webhook.send(&[to(&format!("{base}/hook"), 0, &Arc::new(s))]).await;
+    let r = webhook
+        .send(&[to(&format!("{base}/hook"), 0, &Arc::new(s))])
+        .await;
     assert!(r[0].is_ok(), "{r:?}");
     assert_eq!(standin.receiver_stats().refused, 0);
     // A receiver with no matching secret refuses, and that is permanent.
-    let r = webhook.send(&[to(&format!("{base}/hook"), 1, &settings())]).await;
+    let r = webhook
+        .send(&[to(&format!("{base}/hook"), 1, &settings())])
+        .await;
     assert_eq!(
         r[0],
-        Err(SendError::Permanent("webhook: HTTP 401 Unauthorized".into()))
+        Err(SendError::Permanent(
+            "webhook: HTTP 401 Unauthorized".into()
+        ))
     );
 }
 
@@ -141,7 +158,8 @@ async fn endless_endpoint() -> String {
         "/hook",
         axum::routing::post(|| async {
             let chunk = axum::body::Bytes::from(vec![b'x'; 64 * 1024]);
-            let stream = futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+            let stream =
+                futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
             axum::body::Body::from_stream(stream)
         }),
     );
@@ -187,11 +205,18 @@ async fn private_addresses_are_refused_when_connecting_whatever_the_url_says() {
     assert_eq!(standin.receiver_stats().requests, 0, "nothing reached it");
     // https only: an http endpoint is refused, saying why.
     let https_only = channel(EgressPolicy::default());
-    let r = https_only.send(&[to("http://hooks.example.com/", 0, &s)]).await;
-    assert!(matches!(&r[0], Err(SendError::Permanent(why)) if why.contains("https")), "{r:?}");
+    let r = https_only
+        .send(&[to("http://hooks.example.com/", 0, &s)])
+        .await;
+    assert!(
+        matches!(&r[0], Err(SendError::Permanent(why)) if why.contains("https")),
+        "{r:?}"
+    );
     // With the exception, the same name gets through (its ::1 dropped).
     let allowed = channel(local_policy());
-    let r = allowed.send(&[to(&format!("http://localhost:{port}/hook"), 0, &s)]).await;
+    let r = allowed
+        .send(&[to(&format!("http://localhost:{port}/hook"), 0, &s)])
+        .await;
     assert!(r[0].is_ok(), "{r:?}");
 }
 
@@ -206,11 +231,31 @@ async fn the_api_refuses_private_endpoints_naming_the_field() {
     let url = |p: &str| format!("{base}/v1/tenants/acme/{p}");
     let put = |p: &str, body: Value| http.put(url(p)).bearer_auth(&key).json(&body).send();
     for (path, field, body) in [
-        ("users/ana", "webhook_url", json!({"name": "Ana", "webhook_url": "https://10.0.0.5/hook"})),
-        ("users/ana", "webhook_url", json!({"name": "Ana", "webhook_url": "http://[fd00::1]/hook"})),
-        ("users/ana", "webhook_url", json!({"name": "Ana", "webhook_url": "https://user:pw@example.com/"})),
-        ("webhook", "default_url", json!({"default_url": "https://169.254.169.254/latest"})),
-        ("webhook", "default_url", json!({"default_url": "http://127.0.0.1:9/hook"})),
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://10.0.0.5/hook"}),
+        ),
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "http://[fd00::1]/hook"}),
+        ),
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://user:pw@example.com/"}),
+        ),
+        (
+            "webhook",
+            "default_url",
+            json!({"default_url": "https://169.254.169.254/latest"}),
+        ),
+        (
+            "webhook",
+            "default_url",
+            json!({"default_url": "http://127.0.0.1:9/hook"}),
+        ),
     ] {
         let r = put(path, body.clone()).await.unwrap();
         assert_eq!(r.status(), 422, "{body}");
@@ -218,14 +263,32 @@ async fn the_api_refuses_private_endpoints_naming_the_field() {
         assert_eq!(answer["error"]["field"], field, "{answer}");
     }
     // Nothing was written: no settings, no user.
-    let r = http.get(url("webhook")).bearer_auth(&key).send().await.unwrap();
+    let r = http
+        .get(url("webhook"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     // A public endpoint is taken; the secret is shown once.
-    let r = put("webhook", json!({"default_url": "https://hooks.example.com/toki"})).await.unwrap();
+    let r = put(
+        "webhook",
+        json!({"default_url": "https://hooks.example.com/toki"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 200);
     let made: Value = r.json().await.unwrap();
-    assert!(made["secret"].as_str().unwrap().starts_with("whsec_"), "{made}");
-    let again: Value = put("webhook", json!({"default_url": null})).await.unwrap().json().await.unwrap();
+    assert!(
+        made["secret"].as_str().unwrap().starts_with("whsec_"),
+        "{made}"
+    );
+    let again: Value = put("webhook", json!({"default_url": null}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(again.get("secret").is_none(), "shown once: {again}");
     let rotated: Value = http
         .post(url("webhook/secret:rotate"))
@@ -266,18 +329,35 @@ async fn a_reminder_reaches_the_tenants_endpoint_and_a_users_own() {
     own_hook.add_secret("acme", secret);
     let mut u2 = common::pipeline::user(2);
     u2.webhook_url = Some(format!("{own_base}/hook"));
-    registrar.put_user(&t, &"u2".parse().unwrap(), &u2).await.unwrap();
     registrar
-        .put_schedule(&t, &common::pipeline::sid("review"), &meeting_by(due_in(3), &["webhook"]))
+        .put_user(&t, &"u2".parse().unwrap(), &u2)
+        .await
+        .unwrap();
+    registrar
+        .put_schedule(
+            &t,
+            &common::pipeline::sid("review"),
+            &meeting_by(due_in(3), &["webhook"]),
+        )
         .await
         .unwrap();
     let delivered = h.wait_delivered(&t, 3, Duration::from_secs(30)).await;
     assert_eq!(delivered.len(), 3, "{:?}", h.outcomes(&t).await);
-    assert_eq!(tenant_hook.stats().unique, 2, "u0 and u1 at the tenant's default");
+    assert_eq!(
+        tenant_hook.stats().unique,
+        2,
+        "u0 and u1 at the tenant's default"
+    );
     assert_eq!(own_hook.stats().unique, 1, "u2 at its own endpoint");
-    assert_eq!(tenant_hook.receiver_stats().refused + own_hook.receiver_stats().refused, 0);
+    assert_eq!(
+        tenant_hook.receiver_stats().refused + own_hook.receiver_stats().refused,
+        0
+    );
     let text = own_hook.texts("acme", "u2");
-    assert!(text.len() == 1 && text[0].contains("Design review"), "{text:?}");
+    assert!(
+        text.len() == 1 && text[0].contains("Design review"),
+        "{text:?}"
+    );
     h.stop().await;
 }
 
@@ -287,7 +367,11 @@ async fn without_an_endpoint_a_webhook_delivery_is_undeliverable_with_the_reason
     let t = h.tenant("acme", true).await;
     h.toki
         .registrar()
-        .put_schedule(&t, &common::pipeline::sid("review"), &meeting_by(due_in(3), &["webhook", "chat"]))
+        .put_schedule(
+            &t,
+            &common::pipeline::sid("review"),
+            &meeting_by(due_in(3), &["webhook", "chat"]),
+        )
         .await
         .unwrap();
     h.wait_delivered(&t, 3, Duration::from_secs(30)).await;
@@ -298,8 +382,12 @@ async fn without_an_endpoint_a_webhook_delivery_is_undeliverable_with_the_reason
         .collect();
     assert_eq!(webhook.len(), 3, "{outcomes:?}");
     assert!(
-        webhook.iter().all(|o| o.status == toki_model::DeliveryStatus::Undeliverable
-            && o.detail.as_deref().is_some_and(|d| d.contains("webhook settings"))),
+        webhook
+            .iter()
+            .all(|o| o.status == toki_model::DeliveryStatus::Undeliverable
+                && o.detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("webhook settings"))),
         "{webhook:?}"
     );
     h.stop().await;

@@ -17,7 +17,9 @@ pub use toki_model::egress::{classify, Cidr, EgressPolicy, EndpointUrl, Refused,
 pub enum EgressRefused {
     #[error("the endpoint's address is {0}, which Toki does not send to (SSRF policy)")]
     Address(Refused),
-    #[error("the endpoint's host resolves only to addresses Toki does not send to ({0}; SSRF policy)")]
+    #[error(
+        "the endpoint's host resolves only to addresses Toki does not send to ({0}; SSRF policy)"
+    )]
     Resolved(Refused),
     #[error("the endpoint is http, and this deployment allows https only")]
     Scheme,
@@ -73,9 +75,8 @@ impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = self.policy.clone();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
             let (admitted, refused) = admit(&policy, found);
             match (admitted.is_empty(), refused) {
                 (false, _) => Ok(Box::new(admitted.into_iter()) as Addrs),

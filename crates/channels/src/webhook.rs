@@ -9,11 +9,13 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use reqwest::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
-use toki_model::webhook_signature::{signature_header, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use toki_model::webhook_signature::{
+    signature_header, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+};
 use toki_model::{Channel, Instant};
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::Clock;
+use tokio::sync::Semaphore;
 
 use crate::egress::{self, EgressPolicy};
 
@@ -99,7 +101,11 @@ impl WebhookChannel {
             .map_err(|e| SendError::Permanent(format!("webhook: {e}")))?;
         let host = self.host_permits(&target.url.host());
         let _host = host.acquire().await.expect("semaphore never closed");
-        let _request = self.requests.acquire().await.expect("semaphore never closed");
+        let _request = self
+            .requests
+            .acquire()
+            .await
+            .expect("semaphore never closed");
         // Made once the permits are held: a batch waiting for them holds no bodies.
         let body = body(n)?;
         let now = self.clock.now();

@@ -317,6 +317,9 @@ async fn arrivals(State(s): State<WebhookStandin>) -> Json<Vec<Arrival>> {
 }
 
 /// Serves the receiver on `listener` until the future is dropped.
-pub async fn serve(standin: WebhookStandin, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+pub async fn serve(
+    standin: WebhookStandin,
+    listener: tokio::net::TcpListener,
+) -> std::io::Result<()> {
     axum::serve(listener, standin.router()).await
 }

@@ -265,7 +265,10 @@ impl EndpointUrl {
     pub fn host(&self) -> String {
         self.parsed()
             .host_str()
-            .map(|h| h.trim_matches(|c| c == '[' || c == ']').to_ascii_lowercase())
+            .map(|h| {
+                h.trim_matches(|c| c == '[' || c == ']')
+                    .to_ascii_lowercase()
+            })
             .unwrap_or_default()
     }
 }

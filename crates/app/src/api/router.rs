@@ -81,9 +81,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/tenants/{tenant}/webhook",
-            put(put_webhook)
-                .get(get_webhook)
-                .route_layer(quota.clone()),
+            put(put_webhook).get(get_webhook).route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/webhook/secret:rotate",

@@ -52,7 +52,10 @@ pub(crate) async fn put_webhook(
 ) -> Result<Json<WebhookSettingsView>, ApiError> {
     let input: WebhookSettingsInput = parse_body(body)?;
     Ok(Json(
-        state.registrar.put_webhook_settings(&tenant, &input).await?,
+        state
+            .registrar
+            .put_webhook_settings(&tenant, &input)
+            .await?,
     ))
 }
 

@@ -132,7 +132,11 @@ impl Daemon {
         let now = self.clock.now();
         let stamp = RowStamp { version, due_at };
         let users = notice_recipients(store.as_ref(), claimed).await?;
-        let webhook = match claimed.owned.iter().any(|o| o.key.channel == Channel::Webhook) {
+        let webhook = match claimed
+            .owned
+            .iter()
+            .any(|o| o.key.channel == Channel::Webhook)
+        {
             true => store.webhook_settings().await?.map(Arc::new),
             false => None,
         };

@@ -1,6 +1,5 @@
 //! The tenant's webhook channel settings through the registrar: the default endpoint, the signing secret made and rotated.
 
-
 use toki_model::egress::EndpointUrl;
 use toki_model::webhook::{WebhookSettings, WebhookSettingsInput, WebhookSettingsView};
 use toki_model::{TenantId, User};

@@ -140,7 +140,8 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
         (Channel::Webhook, _) => {
             let (g, url) = start_webhook_standin()?;
             // The receiver is on this machine: the operator's exception.
-            config.webhook.allow_addresses = vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];
+            config.webhook.allow_addresses =
+                vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];
             config.webhook.allow_http = true;
             (Some(g), Sink::Webhook(url))
         }
@@ -162,7 +163,9 @@ async fn webhook_endpoints(toki: &Toki, tenants: &[TenantId], url: &str) -> anyh
             default_url: Some(format!("{url}/hook")),
         };
         let view = registrar.put_webhook_settings(t, &input).await?;
-        let secret = view.secret.context("new webhook settings show their secret")?;
+        let secret = view
+            .secret
+            .context("new webhook settings show their secret")?;
         http.post(format!("{url}/control/secret"))
             .json(&crate::webhook_standin::TenantSecret {
                 tenant: t.to_string(),

@@ -69,7 +69,10 @@ fn the_operator_allows_ranges_explicitly_and_nothing_else() {
     assert_eq!(EgressPolicy::default().admits(ip("8.8.8.8")), Ok(()));
     assert!("10.0.0.0/33".parse::<Cidr>().is_err());
     assert!("ten/8".parse::<Cidr>().is_err());
-    assert_eq!("10.0.0.0/8".parse::<Cidr>().unwrap().to_string(), "10.0.0.0/8");
+    assert_eq!(
+        "10.0.0.0/8".parse::<Cidr>().unwrap().to_string(),
+        "10.0.0.0/8"
+    );
 }
 
 #[test]
@@ -110,5 +113,8 @@ fn urls_are_checked_for_form_scheme_and_literal_addresses() {
     };
     assert!(check(&tests, "http://127.0.0.1:8080/hook").is_ok());
     assert!(check(&tests, "http://10.0.0.1/hook").is_err());
-    assert_eq!(url("https://Hooks.Example.com/x").unwrap().host(), "hooks.example.com");
+    assert_eq!(
+        url("https://Hooks.Example.com/x").unwrap().host(),
+        "hooks.example.com"
+    );
 }

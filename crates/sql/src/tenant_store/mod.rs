@@ -31,8 +31,8 @@ use rows::{
     ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow, NoticeRow, OwnedRow,
     RuleRow, ScheduleRow, TemplateRow, UserRow, WebhookRow,
 };
-use toki_model::webhook::WebhookSettings;
 use statement::Statement;
+use toki_model::webhook::WebhookSettings;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/tenant");
@@ -560,7 +560,11 @@ where
                 .bind(w.secret.expose())
                 .bind(w.previous.as_ref().map(|(p, _)| p.expose()))
                 // 0 (long past) without a previous secret: the binder has no nullable integer.
-                .bind(w.previous.as_ref().map_or(0, |(_, until)| until.timestamp_millis()))
+                .bind(
+                    w.previous
+                        .as_ref()
+                        .map_or(0, |(_, until)| until.timestamp_millis()),
+                )
                 .bind(now.timestamp_millis());
         });
         s.push(
