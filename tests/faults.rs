@@ -28,6 +28,7 @@ use common::process::{Process, TOKI};
 use toki_app::{Config, Toki};
 use toki_devtools::slack_standin::Behaviour;
 use toki_devtools::smtp_standin::SmtpBehaviour;
+use toki_devtools::webhook_standin::Behaviour as WebhookBehaviour;
 use toki_model::{Channel, DeliveryStatus};
 use toki_ports::OutgoingMessage;
 
@@ -157,6 +158,105 @@ async fn slack_answering_5xx_is_retried_until_it_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_answering_ok_false_is_retried_until_it_recovers() {
     slack_misbehaves("Slack ok:false", Behaviour::NotOk("internal_error".into())).await;
+}
+
+/// Chat, mail and webhook: the webhook tests' burst.
+fn with_webhook(_: usize) -> Vec<Channel> {
+    vec![Channel::Chat, Channel::Webhook, Channel::Mail]
+}
+
+/// A tenant's endpoint has no circuit breaker of its own (one tenant's dead
+/// endpoint must not park every tenant's webhooks): its deliveries back off
+/// one by one, so the budget is set to outlast the outage (the fast
+/// settings' 10 failures last about 15 s).
+fn outlasts_the_outage(c: &mut Config) {
+    c.daemon.max_failures = 40;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_endpoint_down_then_back_loses_nothing_and_holds_up_no_other_channel() {
+    let sinks = Sinks::start().await;
+    // The receiver's port refuses connections until it comes up.
+    let sinks = Sinks {
+        webhook: toki_devtools::webhook_standin::WebhookStandin::new(),
+        webhook_addr: common::faults::free_addr().to_string(),
+        ..sinks
+    };
+    let h = pipeline(&sinks, outlasts_the_outage).await;
+    let t = tenants(&h.toki, &["hookdown"]).await;
+    sinks.webhook_endpoints(&h.toki, &t).await;
+    let down = outage(15);
+    let burst = register_burst(&h.toki, &t, 20, 3, with_webhook, LEAD).await;
+    at(burst.due + ChronoDuration::from_std(down).unwrap()).await;
+    let back = chrono::Utc::now();
+    sinks.webhook_up().await;
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_not_early(&m);
+    assert_done_before(&m, &burst, &[Channel::Chat, Channel::Mail], back);
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
+    assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
+    let resumed = m.channel(Channel::Webhook).max_late_ms - down.as_millis() as i64;
+    report(
+        "Webhook endpoint down",
+        &format!(
+            "connection refused from before due to due + {} s",
+            down.as_secs()
+        ),
+        &m,
+        &format!("webhooks sent {resumed} ms after the endpoint came back; chat and mail on time"),
+    );
+    h.stop().await;
+}
+
+async fn webhook_misbehaves(fault: &str, behaviour: WebhookBehaviour) {
+    let sinks = Sinks::start().await;
+    let h = pipeline(&sinks, outlasts_the_outage).await;
+    let t = tenants(&h.toki, &["hookerr"]).await;
+    sinks.webhook_endpoints(&h.toki, &t).await;
+    let span = outage(10);
+    sinks.webhook.set_behaviour(behaviour.clone());
+    let burst = register_burst(&h.toki, &t, 20, 3, with_webhook, LEAD).await;
+    at(burst.due + ChronoDuration::from_std(span).unwrap()).await;
+    let back = chrono::Utc::now();
+    sinks.webhook.set_behaviour(WebhookBehaviour::Ok);
+    let m = wait_all(&h.toki, &sinks, &burst, Duration::from_secs(60)).await;
+    assert_eq!(m.lost, 0, "{m:?} {:?}", statuses(&h.toki, &t).await);
+    assert_eq!(m.duplicated, 0);
+    assert_not_early(&m);
+    assert_done_before(&m, &burst, &[Channel::Chat, Channel::Mail], back);
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
+    assert_eq!(h.daemon.stats.snapshot().dead_lettered, 0);
+    let resumed = m.channel(Channel::Webhook).max_late_ms - span.as_millis() as i64;
+    report(
+        fault,
+        &format!(
+            "the endpoint answers {behaviour:?} until due + {} s",
+            span.as_secs()
+        ),
+        &m,
+        &format!("webhooks resumed {resumed} ms after recovery; chat and mail on time"),
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_answering_5xx_is_retried_until_it_recovers() {
+    webhook_misbehaves("Webhook 5xx", WebhookBehaviour::HttpError(503)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_429_storm_with_retry_after_loses_nothing() {
+    webhook_misbehaves("Webhook 429 storm", WebhookBehaviour::Throttle(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -670,6 +770,67 @@ async fn kill_9_mid_burst(fault: &str, reconcile: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_burst_loses_nothing() {
     kill_9_mid_burst("kill -9 mid-burst", true).await;
+}
+
+/// `toki daemon` killed 30 ms after 1,600 deliveries fell due (800 chat, 800
+/// webhook), restarted 1 s later: nothing lost; a webhook sent twice was in
+/// flight at the kill, and its copies carry one `Idempotency-Key` and one `webhook-id`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_burst_loses_no_webhook_and_duplicates_carry_the_same_ids() {
+    let sinks = Sinks::start().await;
+    let dir = tempfile::tempdir().unwrap().keep();
+    let mut config = Config {
+        data_dir: dir.clone(),
+        ..Config::default()
+    };
+    sinks.configure(&mut config);
+    config.validate().unwrap();
+    let toki = Toki::open(config).await.unwrap();
+    let daemon = || {
+        let mut cmd = Command::new(TOKI);
+        cmd.args(["daemon", "--data-dir", dir.to_str().unwrap()]);
+        for (k, v) in sinks.env() {
+            cmd.env(k, v);
+        }
+        Process::spawn(cmd, "daemon started", Duration::from_secs(30)).0
+    };
+    let first = daemon();
+    let t = tenants(&toki, &["hookcrash-a", "hookcrash-b"]).await;
+    sinks.webhook_endpoints(&toki, &t).await;
+    let channels = |_: usize| vec![Channel::Chat, Channel::Webhook];
+    let burst = register_burst(&toki, &t, 200, 4, channels, Duration::from_secs(12)).await;
+    assert_eq!(burst.total(), 1_600);
+    at(burst.due + ChronoDuration::milliseconds(30)).await;
+    first.signal("KILL");
+    drop(first);
+    at(burst.due + ChronoDuration::milliseconds(1_030)).await;
+    let second = daemon();
+    let m = wait_all(&toki, &sinks, &burst, Duration::from_secs(90)).await;
+    let log = second.log();
+    drop(second);
+    assert_eq!(m.lost, 0, "{m:?}\n{log}");
+    assert_eq!(m.channel(Channel::Chat).duplicated, 0, "chat exactly once");
+    assert_not_early(&m);
+    assert_eq!(
+        sinks.webhook.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
+    let dups = sinks.webhook.duplicate_ids();
+    assert!(
+        dups.iter().all(|(_, keys, ids)| *keys == 1 && *ids == 1),
+        "a delivery's copies carry one Idempotency-Key and one webhook-id: {dups:?}"
+    );
+    report(
+        "kill -9 mid-burst (webhook)",
+        "kill -9 30 ms after 1,600 deliveries fell due (800 chat, 800 webhook); restart 1 s later; default settings",
+        &m,
+        &format!(
+            "webhook duplicates {} (each with its delivery's one Idempotency-Key and webhook-id), chat {}",
+            m.channel(Channel::Webhook).duplicated,
+            m.channel(Channel::Chat).duplicated
+        ),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

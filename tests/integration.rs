@@ -35,3 +35,4 @@ mod secrets;
 mod tls_postgres;
 mod traces;
 mod version_identity;
+mod webhooks;

@@ -86,7 +86,7 @@ pub struct BenchArgs {
     lead: Option<u64>,
     #[arg(long, value_parser = clap::value_parser!(BackendKind), default_value_t = BackendKind::Embedded)]
     backend: BackendKind,
-    /// slack (to the Slack stand-in process), chat (tenant database rows) or mail (to the SMTP stand-in process, or --smtp-url).
+    /// slack (to the Slack stand-in process), chat (tenant database rows), mail (to the SMTP stand-in process, or --smtp-url) or webhook (to the webhook receiver stand-in process, which verifies every signature).
     #[arg(long, default_value = "slack", value_parser = clap::value_parser!(Channel))]
     channel: Channel,
     /// Runs per point; the median run is reported.

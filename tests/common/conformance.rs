@@ -1132,6 +1132,7 @@ pub mod store {
             name: format!("User {id}"),
             email: Some(format!("{id}@example.com")),
             slack_user_id: Some(format!("U{}", id.to_uppercase())),
+            webhook_url: None,
             time_zone: "Asia/Tokyo".into(),
             locale: "en".into(),
             channels: Default::default(),

@@ -17,6 +17,7 @@ use toki_devtools::progress::Progress;
 use toki_devtools::scenario::{register, Meeting};
 use toki_devtools::slack_standin::{Standin, StandinOptions};
 use toki_devtools::smtp_standin::SmtpStandin;
+use toki_devtools::webhook_standin::WebhookStandin;
 use toki_model::input::{RuleInput, ScheduleInput};
 use toki_model::{Channel, DeliveryStatus, TenantId};
 use toki_ports::TenantStores;
@@ -27,6 +28,9 @@ pub struct Sinks {
     pub slack_url: String,
     pub smtp: SmtpStandin,
     pub smtp_addr: String,
+    /// The tenants' webhook receiver: every signature verified.
+    pub webhook: WebhookStandin,
+    pub webhook_addr: String,
 }
 
 /// A 127.0.0.1 port nothing listens on (bound, then let go).
@@ -41,12 +45,16 @@ impl Sinks {
     pub async fn start() -> Sinks {
         let (slack, slack_url) = super::services::slack_standin(StandinOptions::default()).await;
         let (smtp, smtp_addr) = toki_devtools::smtp_standin::start().await.unwrap();
-        Sinks {
+        let sinks = Sinks {
             slack,
             slack_url,
             smtp,
             smtp_addr,
-        }
+            webhook: WebhookStandin::new(),
+            webhook_addr: free_addr().to_string(),
+        };
+        sinks.webhook_up().await;
+        sinks
     }
 
     /// Receivers on ports nothing listens on yet: connections are refused
@@ -57,6 +65,36 @@ impl Sinks {
             slack_url: format!("http://{}/api", free_addr()),
             smtp: SmtpStandin::new(),
             smtp_addr: free_addr().to_string(),
+            webhook: WebhookStandin::new(),
+            webhook_addr: free_addr().to_string(),
+        }
+    }
+
+    /// Starts the webhook receiver on its (so far refused) port.
+    pub async fn webhook_up(&self) {
+        let listener = tokio::net::TcpListener::bind(&self.webhook_addr)
+            .await
+            .unwrap();
+        tokio::spawn(toki_devtools::webhook_standin::serve(
+            self.webhook.clone(),
+            listener,
+        ));
+    }
+
+    /// Points each tenant's default webhook endpoint at the receiver, and
+    /// tells the receiver the secret Toki made for it.
+    pub async fn webhook_endpoints(&self, toki: &Toki, tenants: &[TenantId]) {
+        for t in tenants {
+            let input = toki_model::webhook::WebhookSettingsInput {
+                default_url: Some(format!("http://{}/hook", self.webhook_addr)),
+            };
+            let made = toki
+                .registrar()
+                .put_webhook_settings(t, &input)
+                .await
+                .unwrap();
+            self.webhook
+                .add_secret(t.as_str(), made.secret.unwrap().parse().unwrap());
         }
     }
 
@@ -87,6 +125,9 @@ impl Sinks {
         c.slack.token = Some("xoxb-fault-suite-token".into());
         c.slack.api_url = self.slack_url.clone();
         c.mail.smtp_url = Some(format!("smtp://{}", self.smtp_addr).into());
+        // The receiver is on this machine: the operator's exception.
+        c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
+        c.webhook.allow_http = true;
         // The stand-ins take everything at once; the faults are measured
         // without pacing (flow control is the fleet simulation's, crates/core/src/tests/sim/).
         c.flow.limits.clear();
@@ -99,6 +140,8 @@ impl Sinks {
             ("TOKI_SLACK_API_URL", self.slack_url.clone()),
             ("TOKI_SMTP_URL", format!("smtp://{}", self.smtp_addr)),
             ("TOKI_FLOW_LIMITS", "{}".into()),
+            ("TOKI_WEBHOOK_ALLOW_ADDRESSES", "127.0.0.1/32".into()),
+            ("TOKI_WEBHOOK_ALLOW_HTTP", "true".into()),
         ]
     }
 }
@@ -351,6 +394,16 @@ pub async fn measure(toki: &Toki, sinks: &Sinks, burst: &Burst) -> Measured {
         .map(|(_, v)| v)
         .collect();
     add(&mut m, Channel::Mail, mail);
+    let webhook: Vec<(i64, u64)> = sinks
+        .webhook
+        .arrivals()
+        .into_iter()
+        .filter(|a| ours(&a.delivery, &burst.tenants))
+        .map(|a| (a.arrived_ms, a.copies))
+        .collect();
+    if burst.expected.contains_key(&Channel::Webhook) {
+        add(&mut m, Channel::Webhook, webhook);
+    }
     let mut chat = Vec::new();
     for t in &burst.tenants {
         let store = toki.stores.open(t).await.unwrap();
@@ -396,6 +449,9 @@ pub async fn wait_all(toki: &Toki, sinks: &Sinks, burst: &Burst, timeout: Durati
     }
     if let Some(n) = burst.expected.get(&Channel::Mail) {
         sinks.smtp.wait_unique(*n, left()).await;
+    }
+    if let Some(n) = burst.expected.get(&Channel::Webhook) {
+        sinks.webhook.wait_unique(*n, left()).await;
     }
     loop {
         let m = measure(toki, sinks, burst).await;

@@ -74,9 +74,11 @@ pub fn notification(i: usize, slack: &str) -> toki_ports::channel::Notification 
             time_zone: chrono_tz::UTC,
             locale: "en".into(),
             channels_off: Default::default(),
+            webhook_url: None,
         }),
         subject: "Reminder: review".into(),
         text: "review starts in 5 minutes".into(),
         html: None,
+        webhook: None,
     }
 }

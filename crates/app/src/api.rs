@@ -2,8 +2,9 @@
 //! `POST /v1/tenants/{tenant}/schedules:batch` (many at once), a series' occurrences (`GET .../occurrences?from=&to=`, `PUT/DELETE
 //! .../occurrences/{original}`, `PUT .../occurrences/{original}/following`),
 //! `PUT/GET /v1/tenants/{tenant}/users/{id}`, reminder templates
-//! (`.../templates/{channel}/{locale}`, [`templates`]), delivery-event
-//! endpoints and the event log ([`events`]), JSON in and out, a bearer API
+//! (`.../templates/{channel}/{locale}`, [`templates`]), the webhook channel's
+//! settings (`.../webhook`, [`webhook`]), delivery-event endpoints and the
+//! event log ([`events`]), JSON in and out, a bearer API
 //! key per tenant; `GET /openapi.json` describes them all (see
 //! [`crate::openapi`]). Served by `toki serve` and by the registrar Lambda.
 //!
@@ -13,7 +14,7 @@
 //!   writes as a middleware (`Idempotency-Key`, [`shared::idempotent_write`]), reading
 //!   inputs, and the path and schema types the handlers' annotations name;
 //! - the handlers, a module per resource: [`schedules`], [`batch`],
-//!   [`occurrences`], [`users`], [`templates`], [`health`];
+//!   [`occurrences`], [`users`], [`templates`], [`webhook`], [`health`];
 //! - [`crate::openapi`], the document, over the handlers;
 //! - [`router`], which puts every route (the document's too) on its path.
 
@@ -26,6 +27,7 @@ pub(crate) mod schedules;
 pub(crate) mod shared;
 pub(crate) mod templates;
 pub(crate) mod users;
+pub(crate) mod webhook;
 
 pub use router::{router, router_with_quotas};
 pub use shared::{

@@ -15,7 +15,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{batch, events, health, occurrences, schedules, templates, users};
+use crate::api::{batch, events, health, occurrences, schedules, templates, users, webhook};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {
@@ -64,6 +64,9 @@ pub fn json() -> Bytes {
         events::enable_endpoint,
         events::replay,
         events::list_events,
+        webhook::get_webhook,
+        webhook::put_webhook,
+        webhook::rotate_webhook_secret,
         health::healthz,
         openapi_json,
     ),
@@ -74,6 +77,7 @@ pub fn json() -> Bytes {
         (name = "users", description = "The people reminders go to"),
         (name = "templates", description = "A tenant's reminder texts, per channel and locale"),
         (name = "events", description = "Delivery events posted to the tenant's endpoints, signed (Standard Webhooks), and their log"),
+        (name = "webhooks", description = "The webhook channel: the tenant's default endpoint and signing secret"),
         (name = "operations", description = "Health and this document"),
     )
 )]

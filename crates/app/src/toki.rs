@@ -264,7 +264,9 @@ mod delivery {
 
     use anyhow::Context;
     use rand::RngCore;
-    use toki_channels::{ChatChannel, HttpEventPoster, MailChannel, SlackChannel};
+    use toki_channels::{
+        ChatChannel, HttpEventPoster, MailChannel, SlackChannel, WebhookChannel, WebhookOptions,
+    };
     use toki_core::daemon::{Daemon, DebounceChecks};
     use toki_core::events::dispatch::Dispatcher;
     use toki_flow::Flow;
@@ -274,7 +276,8 @@ mod delivery {
     use crate::config::MailTransport;
 
     impl Toki {
-        /// The three channels as configured: real transports when configured, outboxes otherwise.
+        /// The channels as configured: real transports when configured,
+        /// outboxes otherwise; webhooks always (each tenant configures its endpoints).
         pub async fn channels(&self) -> anyhow::Result<Vec<Arc<dyn ChannelSender>>> {
             let outbox = self.config.data_dir.join("outbox");
             let clock = self.clock.clone();
@@ -314,8 +317,23 @@ mod delivery {
                     .await
                     .context("opening the Slack outbox")?,
             };
+            let w = &self.config.webhook;
+            let webhook = WebhookChannel::new(
+                WebhookOptions {
+                    concurrency: w.concurrency,
+                    per_host: w.per_host,
+                    timeout: std::time::Duration::from_millis(w.timeout_ms.max(1)),
+                    policy: w.egress_policy(),
+                },
+                clock.clone(),
+            )?;
             let chat = ChatChannel::new(self.stores.clone(), clock);
-            Ok(vec![Arc::new(mail), Arc::new(chat), Arc::new(slack)])
+            Ok(vec![
+                Arc::new(mail),
+                Arc::new(chat),
+                Arc::new(slack),
+                Arc::new(webhook),
+            ])
         }
 
         /// This process's flow control: gates on the configured limits,

@@ -45,6 +45,8 @@ const ROUTES: &[(&str, &[&str])] = &[
         &["put"],
     ),
     ("/v1/tenants/{tenant}/users/{id}", &["get", "put"]),
+    ("/v1/tenants/{tenant}/webhook", &["get", "put"]),
+    ("/v1/tenants/{tenant}/webhook/secret:rotate", &["post"]),
     ("/v1/tenants/{tenant}/templates", &["get"]),
     (
         "/v1/tenants/{tenant}/templates/{channel}/{locale}",
@@ -428,12 +430,14 @@ fn fully_populated_inputs() -> (ScheduleInput, UserInput, OccurrenceInput) {
         name: "Ana".into(),
         email: Some("ana@example.com".into()),
         slack_user_id: Some("U024BE7LH".into()),
+        webhook_url: Some("https://hooks.example.com/toki".into()),
         time_zone: "Europe/Paris".into(),
         locale: "fr".into(),
         channels: [
             ("mail".into(), true),
             ("chat".into(), true),
             ("slack".into(), false),
+            ("webhook".into(), true),
         ]
         .into(),
     };

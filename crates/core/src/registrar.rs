@@ -2,6 +2,8 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+mod webhook;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -134,6 +136,7 @@ impl Registrar {
         input: &UserInput,
     ) -> Result<User, RegistrarError> {
         let user = input.validate(id)?;
+        self.check_user_endpoint(&user)?;
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         self.check_cap(&record, store.as_ref(), Counted::Users, 1, || async {

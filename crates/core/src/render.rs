@@ -21,7 +21,7 @@ pub fn change_texts(change: &RecipientChange, user: &User, channel: Channel) -> 
             html: Some(text_to_html(&text)),
             text,
         },
-        Channel::Chat => Texts {
+        Channel::Chat | Channel::Webhook => Texts {
             subject,
             text,
             html: None,

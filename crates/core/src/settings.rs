@@ -23,6 +23,9 @@ pub struct PipelineSettings {
     /// How many schedules, users and templates a tenant may store, unless
     /// its contract says otherwise.
     pub caps: toki_model::quota::TenantCaps,
+    /// Where tenants' endpoints may point (the webhook channel's SSRF policy),
+    /// checked when they are set.
+    pub egress: toki_model::egress::EgressPolicy,
     /// How the repair pass spreads over the tenants.
     pub repair: RepairSettings,
 }
@@ -66,6 +69,7 @@ impl Default for PipelineSettings {
             retention: Duration::from_secs(24 * 3600),
             horizon: Duration::from_secs(7 * 24 * 3600),
             caps: toki_model::quota::TenantCaps::default(),
+            egress: toki_model::egress::EgressPolicy::default(),
             repair: RepairSettings::default(),
         }
     }

@@ -1,7 +1,8 @@
 //! Toki's dev tools: `toki demo` and `toki bench` (the 09:00-on-a-Monday
 //! scenario, registered, delivered and verified; `--plot` draws each run's
-//! lateness), and stand-ins for Slack's Web API and for an SMTP server, each
-//! able to fail on request. Not linked by the production binaries.
+//! lateness), and stand-ins for Slack's Web API, an SMTP server and a
+//! tenant's webhook receiver, each able to fail on request. Not linked by the
+//! production binaries.
 
 pub mod bench;
 pub mod demo;
@@ -10,3 +11,4 @@ pub mod progress;
 pub mod scenario;
 pub mod slack_standin;
 pub mod smtp_standin;
+pub mod webhook_standin;

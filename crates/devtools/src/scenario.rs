@@ -100,6 +100,7 @@ pub fn user_input(tenant: &TenantId, j: usize) -> UserInput {
             "U{}{j:04}",
             tenant.as_str().to_uppercase().replace(['-', '_'], "")
         )),
+        webhook_url: None,
         time_zone: ZONES[j % ZONES.len()].into(),
         locale: if j.is_multiple_of(5) {
             "ja".into()

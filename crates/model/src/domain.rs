@@ -209,16 +209,24 @@ pub enum Channel {
     Mail,
     Chat,
     Slack,
+    /// An HTTPS endpoint of the tenant's (per user, else the tenant's default), signed.
+    Webhook,
 }
 
 impl Channel {
-    pub const ALL: [Channel; 3] = [Channel::Mail, Channel::Chat, Channel::Slack];
+    pub const ALL: [Channel; 4] = [
+        Channel::Mail,
+        Channel::Chat,
+        Channel::Slack,
+        Channel::Webhook,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Channel::Mail => "mail",
             Channel::Chat => "chat",
             Channel::Slack => "slack",
+            Channel::Webhook => "webhook",
         }
     }
 }
@@ -236,8 +244,9 @@ impl FromStr for Channel {
             "mail" => Ok(Channel::Mail),
             "chat" => Ok(Channel::Chat),
             "slack" => Ok(Channel::Slack),
+            "webhook" => Ok(Channel::Webhook),
             other => Err(format!(
-                "unknown channel {other:?} (expected mail, chat or slack)"
+                "unknown channel {other:?} (expected mail, chat, slack or webhook)"
             )),
         }
     }
@@ -290,6 +299,9 @@ pub struct User {
     pub name: String,
     pub email: Option<String>,
     pub slack_user_id: Option<String>,
+    /// Where the webhook channel posts this user's reminders; none: the tenant's default endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<crate::egress::EndpointUrl>,
     pub time_zone: Tz,
     pub locale: String,
     /// Channels the user turned off: nothing is sent to them there.

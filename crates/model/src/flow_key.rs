@@ -14,6 +14,8 @@ use crate::error::ValidationError;
 pub enum FlowKind {
     Slack,
     Smtp,
+    /// A webhook endpoint's host.
+    Webhook,
     TenantDb,
     /// A tenant's own cap on a channel.
     Tenant,
@@ -24,6 +26,7 @@ impl FlowKind {
         match self {
             FlowKind::Slack => "slack",
             FlowKind::Smtp => "smtp",
+            FlowKind::Webhook => "webhook",
             FlowKind::TenantDb => "tenantdb",
             FlowKind::Tenant => "tenant",
         }
@@ -55,6 +58,8 @@ pub enum FlowKey {
     SlackChannel { workspace: String, channel: String },
     /// A mail account (`smtp:<account>`).
     Smtp(String),
+    /// A webhook endpoint's host (`webhook:<host>`; an IPv6 host's `:` written `-`).
+    WebhookHost(String),
     /// A tenant's database (`tenantdb:<tenant>`).
     TenantDb(String),
     /// A tenant's own cap on one channel (`tenant:<tenant>:slack|mail`).
@@ -65,10 +70,16 @@ pub enum FlowKey {
 }
 
 impl FlowKey {
+    /// The key of a webhook endpoint's host: one text part, whatever the host.
+    pub fn webhook_host(host: &str) -> Self {
+        FlowKey::WebhookHost(host.replace(':', "-"))
+    }
+
     pub fn kind(&self) -> FlowKind {
         match self {
             FlowKey::SlackWorkspace(_) | FlowKey::SlackChannel { .. } => FlowKind::Slack,
             FlowKey::Smtp(_) => FlowKind::Smtp,
+            FlowKey::WebhookHost(_) => FlowKind::Webhook,
             FlowKey::TenantDb(_) => FlowKind::TenantDb,
             FlowKey::TenantCap { .. } => FlowKind::Tenant,
         }
@@ -91,7 +102,10 @@ impl FlowKey {
     pub fn parts(&self) -> Vec<&str> {
         let kind = self.kind().as_str();
         match self {
-            FlowKey::SlackWorkspace(a) | FlowKey::Smtp(a) | FlowKey::TenantDb(a) => vec![kind, a],
+            FlowKey::SlackWorkspace(a)
+            | FlowKey::Smtp(a)
+            | FlowKey::WebhookHost(a)
+            | FlowKey::TenantDb(a) => vec![kind, a],
             FlowKey::SlackChannel { workspace, channel } => vec![kind, workspace, channel],
             FlowKey::TenantCap { tenant, channel } => vec![kind, tenant, channel.as_str()],
         }
@@ -128,6 +142,7 @@ impl FromStr for FlowKey {
                 channel: own(ch),
             },
             ["smtp", account] => FlowKey::Smtp(own(account)),
+            ["webhook", host] => FlowKey::WebhookHost(own(host)),
             ["tenantdb", tenant] => FlowKey::TenantDb(own(tenant)),
             ["tenant", tenant, "slack"] => FlowKey::TenantCap {
                 tenant: own(tenant),
@@ -152,6 +167,7 @@ mod tests {
             "slack:T1",
             "slack:T1:U2",
             "smtp:ses",
+            "webhook:hooks.example.com",
             "tenantdb:acme",
             "tenant:acme:slack",
             "tenant:acme:mail",

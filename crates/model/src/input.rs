@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{
     Channel, ChannelSet, Instant, Recurrence, ReminderRule, Schedule, ScheduleId, User, UserId,
 };
+use crate::egress::EndpointUrl;
 use crate::error::ValidationError;
 use crate::recurrence::{
     apply_policy, parse_local, resolve_local, DstPolicy, LocalTime, OccurrenceAt, RecurrenceRule,
@@ -66,6 +67,9 @@ pub struct UserInput {
     pub email: Option<String>,
     #[serde(default)]
     pub slack_user_id: Option<String>,
+    /// The user's own endpoint for the webhook channel (https; unset: the tenant's default).
+    #[serde(default)]
+    pub webhook_url: Option<String>,
     #[serde(default = "default_tz")]
     pub time_zone: String,
     #[serde(default = "default_locale")]
@@ -197,6 +201,10 @@ impl UserInput {
                 ))
             }
         };
+        let webhook_url = match self.webhook_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(u) => Some(EndpointUrl::parse("webhook_url", u)?),
+        };
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
         let locale = non_empty("locale", &self.locale, 35)?;
         let mut channels_off = std::collections::BTreeSet::new();
@@ -213,6 +221,7 @@ impl UserInput {
             name,
             email,
             slack_user_id,
+            webhook_url,
             time_zone,
             locale,
             channels_off,
@@ -729,6 +738,8 @@ pub struct UserView {
     pub name: String,
     pub email: Option<String>,
     pub slack_user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
     pub time_zone: String,
     pub locale: String,
     /// Every channel, on or off for this user.
@@ -742,6 +753,7 @@ impl From<&User> for UserView {
             name: u.name.clone(),
             email: u.email.clone(),
             slack_user_id: u.slack_user_id.clone(),
+            webhook_url: u.webhook_url.as_ref().map(|w| w.to_string()),
             time_zone: u.time_zone.name().to_owned(),
             locale: u.locale.clone(),
             channels: Channel::ALL
@@ -923,6 +935,7 @@ mod tests {
             name: "Ana".into(),
             email: Some("ana@example.com".into()),
             slack_user_id: Some("U024BE7LH".into()),
+            webhook_url: None,
             time_zone: "Europe/Paris".into(),
             locale: "fr".into(),
             channels: Default::default(),
@@ -942,7 +955,8 @@ mod tests {
             [
                 ("chat".into(), true),
                 ("mail".into(), true),
-                ("slack".into(), false)
+                ("slack".into(), false),
+                ("webhook".into(), true)
             ]
             .into()
         );
@@ -984,6 +998,16 @@ mod tests {
             .unwrap_err()
             .field,
             "slack_user_id"
+        );
+        assert_eq!(
+            UserInput {
+                webhook_url: Some("ftp://hooks.example.com/".into()),
+                ..u.clone()
+            }
+            .validate(&"ana".parse().unwrap())
+            .unwrap_err()
+            .field,
+            "webhook_url"
         );
         assert_eq!(
             UserInput {

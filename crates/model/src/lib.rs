@@ -8,6 +8,7 @@ pub mod api_key;
 pub mod change;
 pub mod debounce;
 pub mod domain;
+pub mod egress;
 pub mod error;
 pub mod event;
 pub mod flow_key;
@@ -21,6 +22,7 @@ pub mod recurrence;
 pub mod template;
 pub mod tenant;
 pub mod time;
+pub mod webhook;
 pub mod webhook_signature;
 
 pub use domain::*;

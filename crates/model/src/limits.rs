@@ -191,13 +191,13 @@ impl FlowSettings {
             if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
                 return Err(ValidationError::new(
                     field,
-                    "a key is kind:part[:part] (slack:<workspace>[:<channel>], smtp:<account>, tenantdb:<tenant>, tenant:<tenant>:slack|mail)",
+                    "a key is kind:part[:part] (slack:<workspace>[:<channel>], smtp:<account>, webhook:<host>, tenantdb:<tenant>, tenant:<tenant>:slack|mail)",
                 ));
             }
-            if !["slack", "smtp", "tenantdb", "tenant"].contains(&parts[0]) {
+            if !["slack", "smtp", "webhook", "tenantdb", "tenant"].contains(&parts[0]) {
                 return Err(ValidationError::new(
                     field,
-                    "the kind must be slack, smtp, tenantdb or tenant",
+                    "the kind must be slack, smtp, webhook, tenantdb or tenant",
                 ));
             }
             if parts[0] == "tenant"

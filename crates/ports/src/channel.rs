@@ -23,6 +23,8 @@ pub struct Notification {
     pub text: String,
     /// Mail's HTML part, when it has one.
     pub html: Option<String>,
+    /// The webhook channel's endpoint and signing secrets (other channels: None).
+    pub webhook: Option<toki_model::webhook::WebhookTarget>,
 }
 
 /// Why a send failed.

@@ -500,6 +500,8 @@ pub struct DeliveryContext {
     pub schedules: HashMap<ScheduleId, ScheduleSnapshot>,
     /// Shared: each of the user's notifications in a batch points here.
     pub users: HashMap<UserId, Arc<User>>,
+    /// The tenant's webhook channel settings, if it made them.
+    pub webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
 }
 
 /// A chat message: a row in the tenant's database.
@@ -611,6 +613,16 @@ pub trait TenantStore: EventLog + Send + Sync {
 
     /// Records outcomes (delivered, stale, failed, undeliverable), one row each.
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()>;
+
+    /// The tenant's webhook channel settings, if it made them.
+    async fn webhook_settings(&self) -> StoreResult<Option<toki_model::webhook::WebhookSettings>>;
+
+    /// Creates or replaces the tenant's webhook channel settings.
+    async fn put_webhook_settings(
+        &self,
+        settings: &toki_model::webhook::WebhookSettings,
+        now: Instant,
+    ) -> StoreResult<()>;
 
     /// Inserts chat messages (idempotent on the delivery key).
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()>;

@@ -23,6 +23,7 @@ use super::templates::{
     delete_template, get_default_template, get_template, list_templates, put_template,
 };
 use super::users::{get_user, put_user};
+use super::webhook::{get_webhook, put_webhook, rotate_webhook_secret};
 use crate::openapi::openapi_json;
 
 /// The API with the default quotas ([`ApiQuotas::default`]).
@@ -118,6 +119,14 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         .route(
             "/v1/tenants/{tenant}/events",
             get(list_events).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/webhook",
+            put(put_webhook).get(get_webhook).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/webhook/secret:rotate",
+            post(rotate_webhook_secret).route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/templates",

@@ -33,7 +33,7 @@ pub(crate) use schema::{
     BatchItemDoc, BodyErrors, IdempotencyKeyHeader, IdempotentBodyErrors, OccurrenceInputDoc,
     OccurrencePath, OccurrenceViewDoc, ScheduleInputDoc, SchedulePath, ScheduleViewDoc,
     TemplateInputDoc, TemplateKeyPath, TenantErrors, TenantPath, UserInputDoc, UserPath,
-    UserViewDoc,
+    UserViewDoc, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
 pub(crate) use written::{schedule_response, written, ScheduleResponse};

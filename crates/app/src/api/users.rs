@@ -19,7 +19,7 @@ use super::shared::{
     request_body = UserInputDoc,
     responses(
         (status = 200, description = "Written", body = UserViewDoc),
-        (status = 422, description = "A value is not valid (`field` names it: `id`, `name`, `email`, `slack_user_id`, `time_zone`, `locale`); nothing written", body = ErrorBody),
+        (status = 422, description = "A value is not valid (`field` names it: `id`, `name`, `email`, `slack_user_id`, `webhook_url`, `time_zone`, `locale`); nothing written", body = ErrorBody),
         BodyErrors,
         TenantErrors,
     ),

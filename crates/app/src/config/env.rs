@@ -167,6 +167,31 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_SLACK_HTTP2_PRIOR_KNOWLEDGE", |c, v| {
         set(&mut c.slack.http2_prior_knowledge, v.parse()?)
     }),
+    ("TOKI_WEBHOOK_CONCURRENCY", |c, v| {
+        set(&mut c.webhook.concurrency, v.parse()?)
+    }),
+    ("TOKI_WEBHOOK_PER_HOST", |c, v| {
+        set(&mut c.webhook.per_host, v.parse()?)
+    }),
+    ("TOKI_WEBHOOK_TIMEOUT_MS", |c, v| {
+        set(&mut c.webhook.timeout_ms, v.parse()?)
+    }),
+    // Comma-separated ranges: `127.0.0.1/32,fd00::/8`.
+    ("TOKI_WEBHOOK_ALLOW_ADDRESSES", |c, v| {
+        let ranges = v
+            .text
+            .split(',')
+            .filter(|r| !r.trim().is_empty())
+            .map(|r| {
+                r.parse()
+                    .map_err(|e| anyhow::anyhow!("TOKI_WEBHOOK_ALLOW_ADDRESSES: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        set(&mut c.webhook.allow_addresses, ranges)
+    }),
+    ("TOKI_WEBHOOK_ALLOW_HTTP", |c, v| {
+        set(&mut c.webhook.allow_http, v.parse()?)
+    }),
     // JSON, the whole table: {"slack:T0123": {"rate": 50, "burst": 10}};
     // `{}` turns every limit off.
     ("TOKI_FLOW_LIMITS", |c, v| {

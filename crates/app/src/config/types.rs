@@ -98,6 +98,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub mail: MailConfig,
     pub slack: SlackConfig,
+    /// The webhook channel: its concurrency and the egress (SSRF) policy.
+    pub webhook: WebhookConfig,
     pub aws: AwsConfig,
     /// Limits on Slack, mail and tenant databases, shared by the fleet.
     pub flow: FlowSettings,
@@ -275,6 +277,47 @@ pub struct SlackConfig {
     pub http2_prior_knowledge: bool,
 }
 
+/// Requests to tenants' endpoints: how many at once, how long each may take,
+/// and which non-public addresses the operator allows (none by default:
+/// loopback, private, link-local and metadata addresses are refused).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Requests in flight across every endpoint.
+    pub concurrency: usize,
+    /// Requests in flight to one host.
+    pub per_host: usize,
+    pub timeout_ms: u64,
+    /// Address ranges allowed although not public (`127.0.0.1/32`).
+    pub allow_addresses: Vec<toki_model::egress::Cidr>,
+    /// Plain http endpoints allowed (tests, stand-ins); https only by default.
+    pub allow_http: bool,
+}
+
+impl WebhookConfig {
+    pub fn egress_policy(&self) -> toki_model::egress::EgressPolicy {
+        toki_model::egress::EgressPolicy {
+            allow: self.allow_addresses.clone(),
+            schemes: match self.allow_http {
+                true => toki_model::egress::Schemes::HttpAllowed,
+                false => toki_model::egress::Schemes::HttpsOnly,
+            },
+        }
+    }
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        WebhookConfig {
+            concurrency: 64,
+            per_host: 16,
+            timeout_ms: 5_000,
+            allow_addresses: Vec::new(),
+            allow_http: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AwsConfig {
@@ -302,6 +345,7 @@ impl Default for Config {
             daemon: DaemonConfig::default(),
             mail: MailConfig::default(),
             slack: SlackConfig::default(),
+            webhook: WebhookConfig::default(),
             aws: AwsConfig::default(),
             flow: FlowSettings::default(),
             api_quota: ApiQuota::default(),
@@ -415,6 +459,7 @@ impl Config {
             claim_lease: Duration::from_secs(self.pipeline.claim_lease_s),
             horizon: Duration::from_secs(self.pipeline.horizon_s),
             caps: self.caps,
+            egress: self.webhook.egress_policy(),
             repair: RepairSettings {
                 concurrency: self.repair.concurrency,
                 tenant_deadline: Duration::from_secs(self.repair.tenant_deadline_s),

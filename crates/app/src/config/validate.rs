@@ -20,6 +20,7 @@ pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
     repair(config)?;
     daemon_capacity(config)?;
     mail(config)?;
+    webhook(config)?;
     daemon_failures(config)?;
     databases(config)?;
     default_tenant_database_template(config);
@@ -107,6 +108,31 @@ fn daemon_capacity(config: &Config) -> anyhow::Result<()> {
             "pipeline.lead_ms: {} ms must be shorter than daemon.visibility_timeout_s ({} s)",
             config.pipeline.lead_ms,
             config.daemon.visibility_timeout_s
+        );
+    }
+    Ok(())
+}
+
+/// The webhook channel's requests in flight and timeout.
+fn webhook(config: &Config) -> anyhow::Result<()> {
+    let w = &config.webhook;
+    if !(1..=4096).contains(&w.concurrency) {
+        bail!(
+            "webhook.concurrency: {} is out of range 1..=4096",
+            w.concurrency
+        );
+    }
+    if !(1..=w.concurrency).contains(&w.per_host) {
+        bail!(
+            "webhook.per_host: {} is out of range 1..=webhook.concurrency ({})",
+            w.per_host,
+            w.concurrency
+        );
+    }
+    if !(100..=60_000).contains(&w.timeout_ms) {
+        bail!(
+            "webhook.timeout_ms: {} is out of range 100..=60000",
+            w.timeout_ms
         );
     }
     Ok(())

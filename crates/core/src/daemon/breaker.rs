@@ -63,10 +63,13 @@ impl Breakers {
         &self.settings
     }
 
-    /// In-app chat is a row in the tenant's own database: a failure there is
-    /// that tenant's, not the channel's, so it never opens a circuit.
+    /// In-app chat is a row in the tenant's own database, and a webhook an
+    /// endpoint of the tenant's: a failure there is that tenant's, not the
+    /// channel's, so it never opens a circuit (one tenant's dead endpoint
+    /// would park every tenant's webhooks). Their deliveries back off and
+    /// are dead-lettered one by one.
     fn breaks(channel: Channel) -> bool {
-        channel != Channel::Chat
+        !matches!(channel, Channel::Chat | Channel::Webhook)
     }
 
     pub fn open_channels(&self) -> BTreeSet<Channel> {

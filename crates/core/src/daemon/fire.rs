@@ -233,6 +233,7 @@ impl Daemon {
         let gated = self.flow.as_ref().filter(|flow| match channel {
             Channel::Slack => flow.limits_kind(FlowKind::Slack),
             Channel::Mail => flow.limits_kind(FlowKind::Smtp),
+            Channel::Webhook => flow.limits_kind(FlowKind::Webhook),
             Channel::Chat => false,
         });
         if let Some(flow) = gated {

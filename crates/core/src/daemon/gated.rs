@@ -26,6 +26,7 @@ impl Daemon {
             flow.limits_kind(FlowKind::Slack),
             flow.limits_kind(FlowKind::Smtp),
         );
+        // A webhook's key is its endpoint's host: local, nothing to expect.
         if !slack && !mail {
             return;
         }
@@ -47,7 +48,7 @@ impl Daemon {
         let limited = |channel| match channel {
             Channel::Slack => slack,
             Channel::Mail => mail,
-            Channel::Chat => false,
+            Channel::Chat | Channel::Webhook => false,
         };
         let keys: Vec<FlowKey> = spent
             .into_iter()
@@ -136,18 +137,18 @@ impl Daemon {
 }
 
 /// The recipient's own key on `channel`, if it has one: its Slack channel
-/// (a DM).
+/// (a DM), its webhook endpoint's host.
 pub(super) fn recipient_flow_key(
     settings: &FlowSettings,
     channel: Channel,
     n: &Notification,
 ) -> Option<FlowKey> {
-    let user = n.recipient.slack_user_id.as_deref();
-    match (channel, user) {
-        (Channel::Slack, Some(user)) => Some(FlowKey::SlackChannel {
+    match channel {
+        Channel::Slack => Some(FlowKey::SlackChannel {
             workspace: settings.slack_workspace.clone(),
-            channel: user.to_owned(),
+            channel: n.recipient.slack_user_id.as_deref()?.to_owned(),
         }),
+        Channel::Webhook => Some(FlowKey::webhook_host(&n.webhook.as_ref()?.url.host())),
         _ => None,
     }
 }

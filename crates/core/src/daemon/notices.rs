@@ -17,13 +17,14 @@ use toki_model::domain::{
     UserId,
 };
 use toki_model::error::chain;
+use toki_model::webhook::WebhookSettings;
 use toki_ports::channel::Notification;
 use toki_ports::error::StoreError;
 use toki_ports::message::NoticeMessage;
 use toki_ports::{Claims, ReceivedMessage, TenantStore};
 
 use super::holdings::Held;
-use super::plan::{undeliverable, ToSend};
+use super::plan::{undeliverable, webhook_target, ToSend};
 use super::settle::{answer_row, held_back_row, MessageOutcome, RowStamp};
 use super::work::MessageFate;
 use super::{overdue, Daemon};
@@ -131,7 +132,16 @@ impl Daemon {
         let now = self.clock.now();
         let stamp = RowStamp { version, due_at };
         let users = notice_recipients(store.as_ref(), claimed).await?;
-        let (group, mut outcomes) = self.notice_group(n, &users, changes, claimed, stamp, now);
+        let webhook = match claimed
+            .owned
+            .iter()
+            .any(|o| o.key.channel == Channel::Webhook)
+        {
+            true => store.webhook_settings().await?.map(Arc::new),
+            false => None,
+        };
+        let (group, mut outcomes) =
+            self.notice_group(n, (&users, webhook.as_ref()), changes, claimed, stamp, now);
         let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
         // The reminders' path: open circuits respected, answers fed to the
         // breakers, a taken-over delivery looked up before it is sent again.
@@ -173,7 +183,7 @@ impl Daemon {
     fn notice_group(
         &self,
         n: &NoticeMessage,
-        users: &HashMap<UserId, Arc<User>>,
+        (users, webhook): (&HashMap<UserId, Arc<User>>, Option<&Arc<WebhookSettings>>),
         changes: &HashMap<DeliveryKey, RecipientChange>,
         claimed: &Claims,
         stamp: RowStamp,
@@ -185,6 +195,11 @@ impl Daemon {
         for (i, o) in claimed.owned.iter().enumerate() {
             let user = users.get(&o.key.recipient).cloned();
             let why = undeliverable(&o.key, user.as_deref(), &configured);
+            let target = user.as_deref().map(|u| webhook_target(&o.key, u, webhook));
+            let (why, target) = match (why, target) {
+                (None, Some(Err(e))) => (Some(e), None),
+                (why, target) => (why, target.and_then(Result::ok).flatten()),
+            };
             match (why, user, changes.get(&o.key)) {
                 (None, Some(user), Some(change)) => {
                     let texts = change_texts(change, &user, o.key.channel);
@@ -200,6 +215,7 @@ impl Daemon {
                             subject: texts.subject,
                             text: texts.text,
                             html: texts.html,
+                            webhook: target,
                         },
                         taken_over: o.taken_over,
                     });

@@ -2,12 +2,14 @@
 //! now and what the claim got, a verdict for every delivery.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryKey, DueAt, Reminder, ReminderKey, ScheduleId,
     ScheduleSnapshot, TenantId, User, UserId,
 };
 use toki_model::template::Templates;
+use toki_model::webhook::{WebhookSettings, WebhookTarget};
 use toki_ports::channel::Notification;
 use toki_ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
 
@@ -148,6 +150,22 @@ pub(super) fn undeliverable(
     }
 }
 
+/// Where a webhook delivery goes (the recipient's endpoint, else the
+/// tenant's default) and what signs it; None on other channels; why not if
+/// it has nowhere to go.
+pub(super) fn webhook_target(
+    key: &DeliveryKey,
+    user: &User,
+    settings: Option<&Arc<WebhookSettings>>,
+) -> Result<Option<WebhookTarget>, String> {
+    if key.channel != Channel::Webhook {
+        return Ok(None);
+    }
+    WebhookTarget::resolve(user.webhook_url.as_ref(), settings)
+        .map(Some)
+        .map_err(str::to_owned)
+}
+
 /// Decides every delivery of a tenant's work.
 pub fn plan_batch(
     tenant: TenantId,
@@ -273,6 +291,10 @@ impl Planner<'_> {
                     reminder.due_at,
                     user,
                 );
+                let webhook = match webhook_target(key, user, self.ctx.webhook.as_ref()) {
+                    Ok(webhook) => webhook,
+                    Err(why) => return Verdict::Undeliverable(why),
+                };
                 // Over a limit it would be again on every attempt: not retried.
                 let texts = match rendered {
                     Ok(texts) => texts,
@@ -292,6 +314,7 @@ impl Planner<'_> {
                         subject: texts.subject,
                         text: texts.text,
                         html: texts.html,
+                        webhook,
                     },
                     taken_over: claim.taken_over,
                 });

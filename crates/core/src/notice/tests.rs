@@ -47,6 +47,7 @@ fn user(id: &str, zone: chrono_tz::Tz, locale: &str) -> User {
         time_zone: zone,
         locale: locale.into(),
         channels_off: Default::default(),
+        webhook_url: None,
     }
 }
 

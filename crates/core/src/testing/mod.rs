@@ -279,6 +279,7 @@ pub fn user(j: usize) -> UserInput {
         name: format!("User {j}"),
         email: Some(format!("u{j}@example.com")),
         slack_user_id: Some(format!("U{j:04}")),
+        webhook_url: None,
         time_zone: "Asia/Tokyo".into(),
         locale: "en".into(),
         channels: Default::default(),

@@ -23,6 +23,8 @@ pub(super) enum Sink {
     Slack(String),
     /// The SMTP stand-in (its HTTP base).
     Smtp(String),
+    /// The webhook receiver stand-in (its HTTP base).
+    Webhook(String),
     /// The delivery rows (and a Maildir's files for duplicates, if given).
     Rows,
 }
@@ -104,7 +106,7 @@ impl Watch<'_> {
     /// Deliveries arrived (or delivered) so far.
     async fn done(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
         Ok(match self.sink {
-            Sink::Slack(url) => {
+            Sink::Slack(url) | Sink::Webhook(url) => {
                 get_json::<StandinStats>(self.http, &format!("{url}/stats"))
                     .await?
                     .unique
@@ -239,6 +241,22 @@ impl Watch<'_> {
         if let Some(large) = large_tenant {
             by_group(&arrivals, large, &mut m);
         }
+        Ok(m)
+    }
+
+    /// Measures the run at the webhook receiver, by its arrival clock.
+    pub(super) async fn at_webhook(&self, url: &str) -> anyhow::Result<Measured> {
+        let arrivals: Vec<Arrival> = get_json(self.http, &format!("{url}/arrivals")).await?;
+        let stats: StandinStats = get_json(self.http, &format!("{url}/stats")).await?;
+        let at_sink = arrivals.iter().map(|a| (a.arrived_ms, a.due_at_ms));
+        let mut m = self.at_sink(at_sink, stats.unique, stats.duplicates);
+        m.samples_ms.push((
+            "all deliveries".into(),
+            arrivals
+                .iter()
+                .map(|a| a.arrived_ms - a.due_at_ms)
+                .collect(),
+        ));
         Ok(m)
     }
 

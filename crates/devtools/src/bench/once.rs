@@ -13,7 +13,8 @@ use toki_model::{Channel, DeliveryKey, TenantId};
 use super::measure::{Measured, RowsOptions, Sink, Watch};
 use super::options::BenchOptions;
 use super::processes::{
-    fleet_usage, spawn_daemons, start_smtp_standin, start_standin, stop_fleet, DaemonArgs, Guard,
+    fleet_usage, spawn_daemons, start_smtp_standin, start_standin, start_webhook_standin,
+    stop_fleet, DaemonArgs, Guard,
 };
 use super::results::BenchRun;
 use crate::progress::Progress;
@@ -42,11 +43,19 @@ pub async fn run_once(
         Sink::Slack(url) => Some(url.as_str()),
         _ => None,
     };
+    let webhook_url = match &sink {
+        Sink::Webhook(url) => {
+            webhook_endpoints(&toki, &tenants, url).await?;
+            Some(url.as_str())
+        }
+        _ => None,
+    };
     let args = DaemonArgs {
         dir,
         workers,
         limits: &opts.limits,
         slack_url,
+        webhook_url,
     };
     let fleet = spawn_daemons(daemons, &config, &args)?;
     let pids: Vec<u32> = fleet.iter().map(Guard::pid).collect();
@@ -128,12 +137,45 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
             config.mail.smtp_url = Some(smtp.into());
             (Some(g), Sink::Smtp(http))
         }
+        (Channel::Webhook, _) => {
+            let (g, url) = start_webhook_standin()?;
+            // The receiver is on this machine: the operator's exception.
+            config.webhook.allow_addresses =
+                vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];
+            config.webhook.allow_http = true;
+            (Some(g), Sink::Webhook(url))
+        }
         (Channel::Mail, Some(url)) => {
             config.mail.smtp_url = Some(url.clone().into());
             (None, Sink::Rows)
         }
         _ => (None, Sink::Rows),
     })
+}
+
+/// Points each tenant's default webhook endpoint at the receiver and tells
+/// the receiver the secret Toki made for it.
+async fn webhook_endpoints(toki: &Toki, tenants: &[TenantId], url: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let registrar = toki.registrar();
+    for t in tenants {
+        let input = toki_model::webhook::WebhookSettingsInput {
+            default_url: Some(format!("{url}/hook")),
+        };
+        let view = registrar.put_webhook_settings(t, &input).await?;
+        let secret = view
+            .secret
+            .context("new webhook settings show their secret")?;
+        http.post(format!("{url}/control/secret"))
+            .json(&crate::webhook_standin::TenantSecret {
+                tenant: t.to_string(),
+                secret,
+            })
+            .send()
+            .await?
+            .error_for_status()?;
+    }
+    Ok(())
 }
 
 /// The run's tenants, created empty (on the aws backend under names of
@@ -204,6 +246,7 @@ async fn measure(
     match watch.sink {
         Sink::Slack(url) => watch.at_slack(url, large_tenant).await,
         Sink::Smtp(url) => watch.at_smtp(url).await,
+        Sink::Webhook(url) => watch.at_webhook(url).await,
         Sink::Rows => {
             let rows = RowsOptions {
                 maildir: opts.maildir.as_ref(),

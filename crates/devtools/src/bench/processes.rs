@@ -88,6 +88,15 @@ pub(super) fn start_standin(limit: Option<(u32, u32)>) -> anyhow::Result<(Guard,
     Ok((guard, base))
 }
 
+/// Starts the webhook receiver stand-in process; returns it and its base URL.
+pub(super) fn start_webhook_standin() -> anyhow::Result<(Guard, String)> {
+    let (guard, base) = start_process("toki-webhook-standin", &[])?;
+    if !base.starts_with("http://") {
+        bail!("the webhook stand-in did not print its address (got {base:?})");
+    }
+    Ok((guard, base))
+}
+
 /// Starts the SMTP stand-in process; returns it, its SMTP URL and its HTTP base URL.
 pub(super) fn start_smtp_standin() -> anyhow::Result<(Guard, String, String)> {
     let (guard, line) = start_process("toki-smtp-standin", &[])?;
@@ -108,6 +117,8 @@ pub(super) struct DaemonArgs<'a> {
     pub limits: &'a str,
     /// The Slack stand-in's base URL, when Slack deliveries go to it.
     pub slack_url: Option<&'a str>,
+    /// The webhook receiver's base URL, when webhook deliveries go to it.
+    pub webhook_url: Option<&'a str>,
 }
 
 /// Starts `count` daemon processes (`toki daemon`), each configured through
@@ -139,6 +150,11 @@ pub(super) fn spawn_daemons(
         if let Some(url) = args.slack_url {
             cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
                 .env("TOKI_SLACK_API_URL", format!("{url}/api"));
+        }
+        if args.webhook_url.is_some() {
+            // The receiver is on this machine: the operator's exception.
+            cmd.env("TOKI_WEBHOOK_ALLOW_ADDRESSES", "127.0.0.1/32")
+                .env("TOKI_WEBHOOK_ALLOW_HTTP", "true");
         }
         if let Some(s) = &config.mail.smtp_url {
             cmd.env("TOKI_SMTP_URL", s.expose());

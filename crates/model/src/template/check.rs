@@ -54,6 +54,7 @@ fn samples() -> Vec<(User, &'static str, &'static str, i64)> {
         time_zone: zone,
         locale: locale.into(),
         channels_off: Default::default(),
+        webhook_url: None,
     };
     vec![
         (

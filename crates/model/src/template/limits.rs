@@ -44,6 +44,7 @@ fn max_output(channel: Channel, part: Part) -> (usize, &'static str) {
         (Part::Text, Channel::Mail) => (MAX_MAIL_OUTPUT, "mail text"),
         (Part::Text, Channel::Slack) => (MAX_CHAT_OUTPUT, "Slack text"),
         (Part::Text, Channel::Chat) => (MAX_CHAT_OUTPUT, "chat text"),
+        (Part::Text, Channel::Webhook) => (MAX_CHAT_OUTPUT, "webhook text"),
     }
 }
 

@@ -14,6 +14,7 @@ fn user(locale: &str, zone: chrono_tz::Tz) -> User {
         time_zone: zone,
         locale: locale.into(),
         channels_off: Default::default(),
+        webhook_url: None,
     }
 }
 

@@ -75,6 +75,7 @@ struct State {
     notices: Vec<ChangeNotice>,
     /// By channel name then locale: the SQL stores' order.
     templates: BTreeMap<(&'static str, String), ReminderTemplate>,
+    webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
     idempotency: BTreeMap<IdempotencyKey, KeyRow>,
 }
 
@@ -284,7 +285,21 @@ impl TenantStore for MemoryTenantStore {
                 },
             );
         }
+        ctx.webhook = state.webhook.clone();
         Ok(ctx)
+    }
+
+    async fn webhook_settings(&self) -> StoreResult<Option<toki_model::webhook::WebhookSettings>> {
+        Ok(self.enter().await?.webhook.as_deref().cloned())
+    }
+
+    async fn put_webhook_settings(
+        &self,
+        settings: &toki_model::webhook::WebhookSettings,
+        _now: Instant,
+    ) -> StoreResult<()> {
+        self.enter().await?.webhook = Some(Arc::new(settings.clone()));
+        Ok(())
     }
 
     async fn claim_deliveries(

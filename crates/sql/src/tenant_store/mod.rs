@@ -33,9 +33,10 @@ use crate::{begin_write, db_err};
 use rows::{
     participant, recurrence, snapshot, snapshot_json, BaselineRow, ChangedDelivery, ChatRow,
     ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
-    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow,
+    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow, WebhookRow,
 };
 use statement::Statement;
+use toki_model::webhook::WebhookSettings;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/tenant");
@@ -190,6 +191,7 @@ where
     for<'r> events::EventRow: FromRow<'r, DB::Row>,
     for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
     for<'r> idempotency::IdempotencyRow: FromRow<'r, DB::Row>,
+    for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
@@ -197,13 +199,14 @@ where
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
         let mut s = Statement::new(
-            "INSERT INTO users (id, name, email, slack_user_id, time_zone, locale, channels_off, updated_at)",
+            "INSERT INTO users (id, name, email, slack_user_id, webhook_url, time_zone, locale, channels_off, updated_at)",
         );
         s.values([u], |r, u| {
             r.bind(u.id.as_str())
                 .bind(u.name.clone())
                 .bind(u.email.clone())
                 .bind(u.slack_user_id.clone())
+                .bind(u.webhook_url.as_ref().map(|w| w.to_string()))
                 .bind(u.time_zone.name())
                 .bind(u.locale.clone())
                 .bind(encode_channels_off(&u.channels_off))
@@ -211,7 +214,8 @@ where
         });
         s.push(
             " ON CONFLICT (id) DO UPDATE SET name = excluded.name, email = excluded.email,
-               slack_user_id = excluded.slack_user_id, time_zone = excluded.time_zone,
+               slack_user_id = excluded.slack_user_id, webhook_url = excluded.webhook_url,
+               time_zone = excluded.time_zone,
                locale = excluded.locale, channels_off = excluded.channels_off,
                updated_at = excluded.updated_at",
         );
@@ -222,7 +226,7 @@ where
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>> {
         let _slot = self.connection_slot().await;
         let mut s = Statement::new(
-            "SELECT id, name, email, slack_user_id, time_zone, locale, channels_off FROM users WHERE id = ",
+            "SELECT id, name, email, slack_user_id, webhook_url, time_zone, locale, channels_off FROM users WHERE id = ",
         );
         s.bind(id.as_str());
         let row = s
@@ -238,7 +242,7 @@ where
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(CHUNK) {
             let mut s = Statement::new(
-                "SELECT id, name, email, slack_user_id, time_zone, locale, channels_off FROM users WHERE id IN ",
+                "SELECT id, name, email, slack_user_id, webhook_url, time_zone, locale, channels_off FROM users WHERE id IN ",
             );
             s.list(chunk.iter().map(UserId::as_str));
             let rows = s
@@ -409,17 +413,31 @@ where
             "SELECT 'schedule' AS kind, id AS schedule_id, title, body, recurrence, version,
                     CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
                     CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
+                    CAST(NULL AS TEXT) AS webhook_url,
                     CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
                     CAST(NULL AS TEXT) AS channels_off, CAST(-1 AS BIGINT) AS position
              FROM schedules WHERE id IN ",
         );
         s.list(ids());
+        // The tenant's webhook settings ride in the schedule's columns (rows::ContextItem::Webhook).
+        s.push(
+            " UNION ALL
+             SELECT 'webhook' AS kind, '' AS schedule_id, default_url AS title, secret AS body,
+                    previous_secret AS recurrence, previous_until AS version,
+                    CAST(NULL AS TEXT) AS user_id, CAST(NULL AS TEXT) AS name,
+                    CAST(NULL AS TEXT) AS email, CAST(NULL AS TEXT) AS slack_user_id,
+                    CAST(NULL AS TEXT) AS webhook_url,
+                    CAST(NULL AS TEXT) AS time_zone, CAST(NULL AS TEXT) AS locale,
+                    CAST(NULL AS TEXT) AS channels_off, CAST(-1 AS BIGINT) AS position
+             FROM webhook_settings",
+        );
         s.push(
             " UNION ALL
              SELECT 'participant' AS kind, p.schedule_id, CAST(NULL AS TEXT) AS title,
                     CAST(NULL AS TEXT) AS body, CAST(NULL AS TEXT) AS recurrence,
                     CAST(NULL AS BIGINT) AS version, u.id AS user_id, u.name, u.email,
-                    u.slack_user_id, u.time_zone, u.locale, u.channels_off, p.position
+                    u.slack_user_id, u.webhook_url, u.time_zone, u.locale, u.channels_off,
+                    p.position
              FROM participants p JOIN users u ON u.id = p.user_id
              WHERE p.schedule_id IN ",
         );
@@ -440,6 +458,7 @@ where
                     participants.push((schedule, user.id.clone()));
                     ctx.users.insert(user.id.clone(), std::sync::Arc::new(user));
                 }
+                ContextItem::Webhook(settings) => ctx.webhook = Some(std::sync::Arc::new(settings)),
             }
         }
         for (schedule, user) in participants {
@@ -544,6 +563,53 @@ where
         }
         events::append::<DB>(&mut tx, kinds, &made).await?;
         tx.commit().await.map_err(db_err)?;
+        Ok(())
+    }
+
+    async fn webhook_settings(&self) -> StoreResult<Option<WebhookSettings>> {
+        let _slot = self.connection_slot().await;
+        let row = Statement::new(
+            "SELECT default_url, secret, previous_secret, previous_until FROM webhook_settings",
+        )
+        .query_as::<DB, WebhookRow>()
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_err)?;
+        row.map(|r| {
+            rows::webhook_settings(
+                r.default_url.as_deref(),
+                &r.secret,
+                r.previous_secret.as_deref(),
+                r.previous_until,
+            )
+        })
+        .transpose()
+    }
+
+    async fn put_webhook_settings(&self, w: &WebhookSettings, now: Instant) -> StoreResult<()> {
+        let _slot = self.connection_slot().await;
+        let mut s = Statement::new(
+            "INSERT INTO webhook_settings (id, default_url, secret, previous_secret, previous_until, updated_at)",
+        );
+        s.values([w], |r, w| {
+            r.bind(1_i64)
+                .bind(w.default_url.as_ref().map(|u| u.to_string()))
+                .bind(w.secret.expose())
+                .bind(w.previous.as_ref().map(|(p, _)| p.expose()))
+                // 0 (long past) without a previous secret: the binder has no nullable integer.
+                .bind(
+                    w.previous
+                        .as_ref()
+                        .map_or(0, |(_, until)| until.timestamp_millis()),
+                )
+                .bind(now.timestamp_millis());
+        });
+        s.push(
+            " ON CONFLICT (id) DO UPDATE SET default_url = excluded.default_url,
+               secret = excluded.secret, previous_secret = excluded.previous_secret,
+               previous_until = excluded.previous_until, updated_at = excluded.updated_at",
+        );
+        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
         Ok(())
     }
 

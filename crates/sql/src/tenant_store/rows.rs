@@ -2,6 +2,9 @@
 //! A row that does not convert is corrupt data, named by its column.
 
 use chrono_tz::Tz;
+use toki_model::egress::EndpointUrl;
+use toki_model::webhook::WebhookSettings;
+use toki_model::webhook_signature::WebhookSecret;
 use toki_model::ScheduleSnapshot;
 use toki_model::{
     from_millis, Channel, ChannelSet, DeliveryCount, DeliveryKey, DeliveryOutcome, DeliveryPurpose,
@@ -166,6 +169,7 @@ pub(crate) struct UserRow {
     pub name: String,
     pub email: Option<String>,
     pub slack_user_id: Option<String>,
+    pub webhook_url: Option<String>,
     pub time_zone: String,
     pub locale: String,
     pub channels_off: String,
@@ -179,6 +183,7 @@ impl TryFrom<UserRow> for User {
             name: r.name,
             email: r.email,
             slack_user_id: r.slack_user_id,
+            webhook_url: webhook_url(r.webhook_url.as_deref())?,
             time_zone: time_zone(&r.time_zone)?,
             locale: r.locale,
             channels_off: channels_off(&r.channels_off)?,
@@ -267,6 +272,7 @@ pub(crate) struct ContextRow {
     pub name: Option<String>,
     pub email: Option<String>,
     pub slack_user_id: Option<String>,
+    pub webhook_url: Option<String>,
     pub time_zone: Option<String>,
     pub locale: Option<String>,
     pub channels_off: Option<String>,
@@ -276,12 +282,55 @@ pub(crate) enum ContextItem {
     Schedule(ScheduleSnapshot),
     /// A participant of a schedule, in order.
     Participant(ScheduleId, User),
+    /// The tenant's webhook settings: the schedule's columns carry them
+    /// (title: default_url, body: secret, recurrence: previous_secret,
+    /// version: previous_until), so they come in the same round trip.
+    Webhook(WebhookSettings),
+}
+
+/// A stored endpoint URL (checked when written).
+pub(crate) fn webhook_url(s: Option<&str>) -> StoreResult<Option<EndpointUrl>> {
+    s.map(|u| EndpointUrl::parse("webhook_url", u).map_err(|e| corrupt("webhook_url", e)))
+        .transpose()
+}
+
+/// The `webhook_settings` row's columns read back.
+pub(crate) fn webhook_settings(
+    default_url: Option<&str>,
+    secret: &str,
+    previous_secret: Option<&str>,
+    previous_until: Option<i64>,
+) -> StoreResult<WebhookSettings> {
+    let secret_of = |s: &str| {
+        s.parse::<WebhookSecret>()
+            .map_err(|e| corrupt("webhook secret", e))
+    };
+    let previous = match (previous_secret, previous_until) {
+        (Some(s), Some(until)) => Some((secret_of(s)?, instant("previous_until", until)?)),
+        _ => None,
+    };
+    Ok(WebhookSettings {
+        default_url: default_url
+            .map(|u| EndpointUrl::parse("default_url", u).map_err(|e| corrupt("default_url", e)))
+            .transpose()?,
+        secret: secret_of(secret)?,
+        previous,
+    })
 }
 
 impl TryFrom<ContextRow> for ContextItem {
     type Error = StoreError;
     fn try_from(r: ContextRow) -> StoreResult<Self> {
         let need = |column: &str, v: Option<String>| v.ok_or_else(|| corrupt(column, "is null"));
+        if r.kind == "webhook" {
+            let secret = need("body", r.body)?;
+            return Ok(ContextItem::Webhook(webhook_settings(
+                r.title.as_deref(),
+                &secret,
+                r.recurrence.as_deref(),
+                r.version,
+            )?));
+        }
         let schedule = schedule_id(&r.schedule_id)?;
         Ok(match r.kind.as_str() {
             "schedule" => ContextItem::Schedule(ScheduleSnapshot {
@@ -301,6 +350,7 @@ impl TryFrom<ContextRow> for ContextItem {
                     name: need("name", r.name)?,
                     email: r.email,
                     slack_user_id: r.slack_user_id,
+                    webhook_url: webhook_url(r.webhook_url.as_deref())?,
                     time_zone: time_zone(&need("time_zone", r.time_zone)?)?,
                     locale: need("locale", r.locale)?,
                     channels_off: channels_off(&r.channels_off.unwrap_or_default())?,
@@ -352,6 +402,14 @@ impl TryFrom<CountRow> for DeliveryCount {
             count: u64::try_from(r.n).map_err(|e| corrupt("count", e))?,
         })
     }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct WebhookRow {
+    pub default_url: Option<String>,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_until: Option<i64>,
 }
 
 #[derive(Debug, sqlx::FromRow)]

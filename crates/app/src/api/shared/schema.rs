@@ -114,6 +114,12 @@ pub struct UserInputDoc {
     /// Slack reminders' member id (like `U024BE7LH`).
     #[serde(default)]
     slack_user_id: Option<String>,
+    /// The webhook channel's endpoint for this user (https, at most 2,048
+    /// characters; not an address the operator's egress policy refuses);
+    /// unset: the tenant's default endpoint.
+    #[serde(default)]
+    #[schema(max_length = 2048)]
+    webhook_url: Option<String>,
     /// An IANA time zone.
     #[serde(default)]
     #[schema(default = "UTC")]
@@ -123,7 +129,7 @@ pub struct UserInputDoc {
     #[schema(default = "en")]
     locale: String,
     /// Channels turned on or off (`{"slack": false}`): `mail`, `chat`,
-    /// `slack`; one not named is on.
+    /// `slack`, `webhook`; one not named is on.
     #[serde(default)]
     channels: Option<ChannelSwitchesDoc>,
 }
@@ -136,6 +142,7 @@ pub struct ChannelSwitchesDoc {
     mail: Option<bool>,
     chat: Option<bool>,
     slack: Option<bool>,
+    webhook: Option<bool>,
 }
 
 /// Every channel, on (`true`) or off, for a user.
@@ -145,6 +152,34 @@ pub struct UserChannelsDoc {
     mail: bool,
     chat: bool,
     slack: bool,
+    webhook: bool,
+}
+
+/// `PUT /v1/tenants/{tenant}/webhook`.
+#[derive(ToSchema)]
+#[schema(as = WebhookSettingsInput)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettingsInputDoc {
+    /// Where webhook reminders go for users without an endpoint of their
+    /// own (https, at most 2,048 characters, not an address the operator's
+    /// egress policy refuses); null or absent: none.
+    #[serde(default)]
+    #[schema(max_length = 2048)]
+    default_url: Option<String>,
+}
+
+/// The tenant's webhook settings.
+#[derive(ToSchema)]
+#[schema(as = WebhookSettings)]
+pub struct WebhookSettingsViewDoc {
+    #[schema(required = true)]
+    default_url: Option<String>,
+    /// RFC 3339: while a rotated-out secret still signs (beside the new one), until when.
+    previous_secret_until: Option<String>,
+    /// `whsec_…`, the signing secret: only in the answer that made it (the
+    /// first `PUT`, or a rotation). Toki never shows it again.
+    #[schema(pattern = "^whsec_[A-Za-z0-9+/=]+$")]
+    secret: Option<String>,
 }
 
 /// A channel reminders go by.
@@ -155,6 +190,7 @@ pub enum ChannelDoc {
     Mail,
     Chat,
     Slack,
+    Webhook,
 }
 
 /// A reminder rule: so many minutes before each occurrence, by these channels.
@@ -357,6 +393,8 @@ pub struct UserViewDoc {
     email: Option<String>,
     #[schema(required = true)]
     slack_user_id: Option<String>,
+    /// Absent when the user has none.
+    webhook_url: Option<String>,
     time_zone: String,
     locale: String,
     /// Every channel, on (`true`) or off for this user.

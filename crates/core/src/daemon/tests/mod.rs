@@ -57,6 +57,7 @@ pub(super) fn user(id: &str, email: bool, slack: bool) -> User {
         time_zone: chrono_tz::Asia::Tokyo,
         locale: "en".into(),
         channels_off: Default::default(),
+        webhook_url: None,
     }
 }
 
@@ -84,6 +85,7 @@ pub(super) fn context(schedules: &[(&str, i64, &[&str])], users: &[User]) -> Del
             .iter()
             .map(|u| (u.id.clone(), Arc::new(u.clone())))
             .collect(),
+        webhook: None,
     }
 }
 

@@ -1,0 +1,411 @@
+//! The webhook channel against a local receiver that verifies every signature: what a request carries, what each answer means, the egress (SSRF) policy at the API and when connecting, and a reminder through the pipeline.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::faults::free_addr;
+use common::pipeline::{due_in, Harness};
+use toki_channels::egress::{EgressPolicy, Schemes};
+use toki_channels::{WebhookChannel, WebhookOptions};
+use toki_devtools::webhook_standin::{Behaviour, WebhookStandin};
+use toki_model::egress::EndpointUrl;
+use toki_model::input::{RuleInput, ScheduleInput};
+use toki_model::webhook::{WebhookSettings, WebhookTarget};
+use toki_model::Channel;
+use toki_ports::channel::{ChannelSender, Notification, SendError};
+
+/// A receiver on a free port; its base URL.
+pub async fn receiver() -> (WebhookStandin, String) {
+    let standin = WebhookStandin::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(toki_devtools::webhook_standin::serve(
+        standin.clone(),
+        listener,
+    ));
+    (standin, url)
+}
+
+/// The policy the tests run under: 127.0.0.1 allowed, http allowed.
+fn local_policy() -> EgressPolicy {
+    EgressPolicy {
+        allow: vec!["127.0.0.1/32".parse().unwrap()],
+        schemes: Schemes::HttpAllowed,
+    }
+}
+
+fn channel(policy: EgressPolicy) -> WebhookChannel {
+    let options = WebhookOptions {
+        policy,
+        timeout: Duration::from_secs(5),
+        ..WebhookOptions::default()
+    };
+    WebhookChannel::new(options, Arc::new(toki_ports::SystemClock)).unwrap()
+}
+
+/// Notification `i` on the webhook channel to `url`, signed by `settings`.
+fn to(url: &str, i: usize, settings: &Arc<WebhookSettings>) -> Notification {
+    let mut n = common::notification(i, "U0");
+    n.key.channel = Channel::Webhook;
+    n.webhook = Some(WebhookTarget {
+        url: EndpointUrl::parse("url", url).unwrap(),
+        settings: settings.clone(),
+    });
+    n
+}
+
+fn settings() -> Arc<WebhookSettings> {
+    Arc::new(WebhookSettings::new(None, &mut rand::thread_rng()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_is_signed_and_a_retry_carries_the_same_ids() {
+    let (standin, base) = receiver().await;
+    let s = settings();
+    standin.add_secret("acme", s.secret.clone());
+    let webhook = channel(local_policy());
+    let n = to(&format!("{base}/hook"), 0, &s);
+    assert!(webhook
+        .send(&[n.clone(), to(&format!("{base}/hook"), 1, &s)])
+        .await
+        .iter()
+        .all(Result::is_ok));
+    // The same delivery again, as a retry after a lost answer would send it.
+    assert!(webhook.send(&[n]).await[0].is_ok());
+    let stats = standin.stats();
+    assert_eq!((stats.unique, stats.duplicates), (2, 1), "{stats:?}");
+    assert_eq!(
+        standin.receiver_stats().refused,
+        0,
+        "every signature verified"
+    );
+    // One Idempotency-Key and one webhook-id across both copies.
+    let dups = standin.duplicate_ids();
+    assert_eq!(dups.len(), 1);
+    assert_eq!((dups[0].1, dups[0].2), (1, 1), "{dups:?}");
+    assert_eq!(
+        standin.texts("acme", "u0"),
+        vec!["review starts in 5 minutes"; 2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_signs_with_both_secrets_and_a_receiver_with_either_verifies() {
+    let (standin, base) = receiver().await;
+    let mut s = WebhookSettings::new(None, &mut rand::thread_rng());
+    let old = s.secret.clone();
+    s.rotate(&mut rand::thread_rng(), chrono::Utc::now());
+    // The receiver still knows only the old secret.
+    standin.add_secret("acme", old);
+    let webhook = channel(local_policy());
+    let r = webhook
+        .send(&[to(&format!("{base}/hook"), 0, &Arc::new(s))])
+        .await;
+    assert!(r[0].is_ok(), "{r:?}");
+    assert_eq!(standin.receiver_stats().refused, 0);
+    // A receiver with no matching secret refuses, and that is permanent.
+    let r = webhook
+        .send(&[to(&format!("{base}/hook"), 1, &settings())])
+        .await;
+    assert_eq!(
+        r[0],
+        Err(SendError::Permanent(
+            "webhook: HTTP 401 Unauthorized".into()
+        ))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_decide_between_throttled_transient_and_permanent() {
+    let (standin, base) = receiver().await;
+    let s = settings();
+    standin.add_secret("acme", s.secret.clone());
+    let webhook = channel(local_policy());
+    let hook = format!("{base}/hook");
+    standin.set_behaviour(Behaviour::Throttle(7));
+    assert_eq!(
+        webhook.send(&[to(&hook, 0, &s)]).await[0],
+        Err(SendError::Throttled {
+            retry_after: Duration::from_secs(7)
+        })
+    );
+    standin.set_behaviour(Behaviour::HttpError(503));
+    assert!(matches!(
+        &webhook.send(&[to(&hook, 0, &s)]).await[0],
+        Err(SendError::Transient(r)) if r.contains("503")
+    ));
+    standin.set_behaviour(Behaviour::HttpError(404));
+    assert_eq!(
+        webhook.send(&[to(&hook, 0, &s)]).await[0],
+        Err(SendError::Permanent("webhook: HTTP 404 Not Found".into()))
+    );
+    standin.set_behaviour(Behaviour::Ok);
+    let closed = format!("http://{}/hook", free_addr());
+    assert!(matches!(
+        &webhook.send(&[to(&closed, 0, &s)]).await[0],
+        Err(SendError::Transient(_))
+    ));
+    assert_eq!(standin.stats().unique, 0);
+}
+
+/// An endpoint that answers 200 and then streams a body without end.
+async fn endless_endpoint() -> String {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async {
+            let chunk = axum::body::Bytes::from(vec![b'x'; 64 * 1024]);
+            let stream =
+                futures::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+            axum::body::Body::from_stream(stream)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_reply_is_read_bounded_and_the_delivery_counts_as_sent() {
+    let url = endless_endpoint().await;
+    let webhook = channel(local_policy());
+    // Read to its end, the reply would run into the timeout (a transient failure).
+    let r = webhook.send(&[to(&url, 0, &settings())]).await;
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_addresses_are_refused_when_connecting_whatever_the_url_says() {
+    let (standin, base) = receiver().await;
+    let s = settings();
+    standin.add_secret("acme", s.secret.clone());
+    let port = base.rsplit(':').next().unwrap();
+    // Plain http allowed, but no address exception: the operator's default.
+    let strict = channel(EgressPolicy {
+        allow: Vec::new(),
+        schemes: Schemes::HttpAllowed,
+    });
+    for url in [
+        format!("http://127.0.0.1:{port}/hook"),
+        // A name that resolves to loopback: refused where it resolves.
+        format!("http://localhost:{port}/hook"),
+        "http://169.254.169.254/latest/meta-data".to_owned(),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+    ] {
+        let r = strict.send(&[to(&url, 0, &s)]).await;
+        assert!(
+            matches!(&r[0], Err(SendError::Permanent(why)) if why.contains("SSRF policy")),
+            "{url}: {r:?}"
+        );
+    }
+    assert_eq!(standin.receiver_stats().requests, 0, "nothing reached it");
+    // https only: an http endpoint is refused, saying why.
+    let https_only = channel(EgressPolicy::default());
+    let r = https_only
+        .send(&[to("http://hooks.example.com/", 0, &s)])
+        .await;
+    assert!(
+        matches!(&r[0], Err(SendError::Permanent(why)) if why.contains("https")),
+        "{r:?}"
+    );
+    // With the exception, the same name gets through (its ::1 dropped).
+    let allowed = channel(local_policy());
+    let r = allowed
+        .send(&[to(&format!("http://localhost:{port}/hook"), 0, &s)])
+        .await;
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_refuses_private_endpoints_naming_the_field() {
+    let data = tempfile::tempdir().unwrap().keep();
+    let key = common::process::create_tenant(&data, "acme");
+    let (_server, base) = common::process::serve(&data, |cmd| {
+        cmd.env("TOKI_WEBHOOK_ALLOW_HTTP", "true");
+    });
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{base}/v1/tenants/acme/{p}");
+    let put = |p: &str, body: Value| http.put(url(p)).bearer_auth(&key).json(&body).send();
+    for (path, field, body) in [
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://10.0.0.5/hook"}),
+        ),
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "http://[fd00::1]/hook"}),
+        ),
+        (
+            "users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://user:pw@example.com/"}),
+        ),
+        (
+            "webhook",
+            "default_url",
+            json!({"default_url": "https://169.254.169.254/latest"}),
+        ),
+        (
+            "webhook",
+            "default_url",
+            json!({"default_url": "http://127.0.0.1:9/hook"}),
+        ),
+    ] {
+        let r = put(path, body.clone()).await.unwrap();
+        assert_eq!(r.status(), 422, "{body}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    // Nothing was written: no settings, no user.
+    let r = http
+        .get(url("webhook"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // A public endpoint is taken; the secret is shown once.
+    let r = put(
+        "webhook",
+        json!({"default_url": "https://hooks.example.com/toki"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let made: Value = r.json().await.unwrap();
+    assert!(
+        made["secret"].as_str().unwrap().starts_with("whsec_"),
+        "{made}"
+    );
+    let again: Value = put("webhook", json!({"default_url": null}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(again.get("secret").is_none(), "shown once: {again}");
+    let rotated: Value = http
+        .post(url("webhook/secret:rotate"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(rotated["secret"], made["secret"]);
+    assert!(rotated["previous_secret_until"].is_string(), "{rotated}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_reaches_the_tenants_endpoint_and_a_users_own() {
+    let (tenant_hook, tenant_base) = receiver().await;
+    let (own_hook, own_base) = receiver().await;
+    let h = Harness::start(|c| {
+        c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
+        c.webhook.allow_http = true;
+    })
+    .await;
+    let t = h.tenant("acme", true).await;
+    let registrar = h.toki.registrar();
+    let made = registrar
+        .put_webhook_settings(
+            &t,
+            &toki_model::webhook::WebhookSettingsInput {
+                default_url: Some(format!("{tenant_base}/hook")),
+            },
+        )
+        .await
+        .unwrap();
+    let secret: toki_model::webhook_signature::WebhookSecret =
+        made.secret.unwrap().parse().unwrap();
+    tenant_hook.add_secret("acme", secret.clone());
+    own_hook.add_secret("acme", secret);
+    let mut u2 = common::pipeline::user(2);
+    u2.webhook_url = Some(format!("{own_base}/hook"));
+    registrar
+        .put_user(&t, &"u2".parse().unwrap(), &u2)
+        .await
+        .unwrap();
+    registrar
+        .put_schedule(
+            &t,
+            &common::pipeline::sid("review"),
+            &meeting_by(due_in(3), &["webhook"]),
+        )
+        .await
+        .unwrap();
+    let delivered = h.wait_delivered(&t, 3, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 3, "{:?}", h.outcomes(&t).await);
+    assert_eq!(
+        tenant_hook.stats().unique,
+        2,
+        "u0 and u1 at the tenant's default"
+    );
+    assert_eq!(own_hook.stats().unique, 1, "u2 at its own endpoint");
+    assert_eq!(
+        tenant_hook.receiver_stats().refused + own_hook.receiver_stats().refused,
+        0
+    );
+    let text = own_hook.texts("acme", "u2");
+    assert!(
+        text.len() == 1 && text[0].contains("Design review"),
+        "{text:?}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_endpoint_a_webhook_delivery_is_undeliverable_with_the_reason() {
+    let h = Harness::start(|_| {}).await;
+    let t = h.tenant("acme", true).await;
+    h.toki
+        .registrar()
+        .put_schedule(
+            &t,
+            &common::pipeline::sid("review"),
+            &meeting_by(due_in(3), &["webhook", "chat"]),
+        )
+        .await
+        .unwrap();
+    h.wait_delivered(&t, 3, Duration::from_secs(30)).await;
+    let outcomes = h.outcomes(&t).await;
+    let webhook: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.key.channel == Channel::Webhook)
+        .collect();
+    assert_eq!(webhook.len(), 3, "{outcomes:?}");
+    assert!(
+        webhook
+            .iter()
+            .all(|o| o.status == toki_model::DeliveryStatus::Undeliverable
+                && o.detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("webhook settings"))),
+        "{webhook:?}"
+    );
+    h.stop().await;
+}
+
+/// A meeting of u0, u1 and u2 whose reminder is due at `due`, by `channels`.
+fn meeting_by(due: chrono::DateTime<chrono::Utc>, channels: &[&str]) -> ScheduleInput {
+    ScheduleInput {
+        title: "Design review".into(),
+        body: "Room 3".into(),
+        starts_at: (due + chrono::Duration::minutes(5)).to_rfc3339(),
+        time_zone: "Asia/Tokyo".into(),
+        participants: vec!["u0".into(), "u1".into(), "u2".into()],
+        reminders: vec![RuleInput {
+            minutes_before: 5,
+            channels: channels.iter().map(|c| c.to_string()).collect(),
+        }],
+        recurrence: None,
+        dst: None,
+    }
+}
