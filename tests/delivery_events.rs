@@ -19,7 +19,8 @@ use chrono::Duration as ChronoDuration;
 use common::faults::{at, fast, outage, register_burst, tenants, wait_all, Sinks};
 use common::pipeline::Harness;
 use toki_core::events::{EventEndpoints, Put};
-use toki_model::event::{EndpointSpec, EndpointUrl, EventKinds, EventOrdering};
+use toki_model::egress::EndpointUrl;
+use toki_model::event::{EndpointSpec, EventKinds, EventOrdering};
 use toki_model::webhook_signature::{verify, WebhookSecret};
 use toki_model::Channel;
 use toki_ports::TenantStores;
@@ -114,6 +115,8 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
         fast(c);
         sinks.configure(c);
         c.daemon.events_poll_ms = 100;
+        c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
+        c.webhook.allow_http = true;
     })
     .await;
     let (stop, shutdown) = watch::channel(false);
@@ -122,7 +125,7 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
     let t = tenants(&h.toki, &["events"]).await;
     let endpoints = EventEndpoints::new(h.toki.stores.clone(), h.toki.clock.clone());
     let spec = EndpointSpec {
-        url: EndpointUrl::parse_field("url", &url).unwrap(),
+        url: EndpointUrl::parse("url", &url).unwrap(),
         kinds: EventKinds::all(),
         ordering: EventOrdering::InOrder,
     };
@@ -243,6 +246,8 @@ async fn on_the_aws_backend_two_daemons_send_every_event_once_in_order() {
     config.pipeline.lead_ms = 1000;
     config.daemon.workers = 2;
     config.daemon.events_poll_ms = 100;
+    config.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
+    config.webhook.allow_http = true;
     config.validate().unwrap();
     let registrar_side = toki_app::Toki::open(config.clone()).await.unwrap();
     let tenant: toki_model::TenantId = "events".parse().unwrap();
@@ -258,7 +263,7 @@ async fn on_the_aws_backend_two_daemons_send_every_event_once_in_order() {
     let endpoints =
         EventEndpoints::new(registrar_side.stores.clone(), registrar_side.clock.clone());
     let spec = EndpointSpec {
-        url: EndpointUrl::parse_field("url", &url).unwrap(),
+        url: EndpointUrl::parse("url", &url).unwrap(),
         kinds: EventKinds::all(),
         ordering: EventOrdering::InOrder,
     };

@@ -168,7 +168,7 @@ impl PutArgs {
             self.types.into_iter().collect()
         };
         let spec = EndpointSpec {
-            url: EndpointUrl::parse_field("--url", &self.url)?,
+            url: EndpointUrl::parse("--url", &self.url)?,
             kinds,
             ordering: if self.unordered {
                 EventOrdering::Unordered

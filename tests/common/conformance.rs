@@ -2278,7 +2278,7 @@ pub mod events {
         EventEndpoint {
             id: id.parse().unwrap(),
             spec: EndpointSpec {
-                url: EndpointUrl::parse_field("url", "https://hooks.example/toki").unwrap(),
+                url: EndpointUrl::parse("url", "https://hooks.example/toki").unwrap(),
                 kinds,
                 ordering: EventOrdering::InOrder,
             },

@@ -389,8 +389,8 @@ mod delivery {
     impl Toki {
         /// The sender of delivery events to the tenants' endpoints.
         pub fn event_dispatcher(&self) -> anyhow::Result<Arc<Dispatcher>> {
-            let poster =
-                HttpEventPoster::direct().context("building the delivery events' HTTP client")?;
+            let poster = HttpEventPoster::new(self.config.webhook.egress_policy())
+                .context("building the delivery events' HTTP client")?;
             // Unique per dispatcher, not per process: two in one process
             // (tests) must not share a hold.
             let holder = format!(

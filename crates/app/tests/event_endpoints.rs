@@ -206,3 +206,28 @@ async fn the_log_lists_in_pages_and_a_replay_rewinds() {
     let (status, _) = call(&kit, "POST", &format!("{ENDPOINTS}/nope/enable"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn private_loopback_and_metadata_endpoints_are_refused() {
+    let kit = kit_with_tenant().await;
+    for url in [
+        "https://127.0.0.1/hook",
+        "https://10.0.0.7/hook",
+        "https://169.254.169.254/latest/meta-data/",
+        "https://[::1]/hook",
+        "https://[::ffff:192.168.1.1]/hook",
+        "http://hooks.example/plain-http",
+    ] {
+        let (status, answer) = call(
+            &kit,
+            "PUT",
+            &format!("{ENDPOINTS}/ssrf"),
+            Some(json!({"url": url})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {answer}");
+        assert_eq!(answer["error"]["field"], "url", "{url}: {answer}");
+    }
+    let (_, list) = call(&kit, "GET", ENDPOINTS, None).await;
+    assert_eq!(list["endpoints"], json!([]), "nothing written");
+}

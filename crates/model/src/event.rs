@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Channel, DeliveryKey, DeliveryOutcome, DeliveryStatus, EndpointId, Reminder};
+pub use crate::egress::EndpointUrl;
 use crate::error::ValidationError;
 use crate::time::Instant;
 use crate::webhook_signature::WebhookSecret;
@@ -163,56 +164,6 @@ impl FromIterator<EventKind> for EventKinds {
 pub enum EventOrdering {
     InOrder,
     Unordered,
-}
-
-/// Where an endpoint is: `https://host[:port]/path`, at most
-/// [`MAX_URL_LEN`] bytes, no credentials in it. Whether its address may be
-/// reached is the egress policy's question, asked where the request is made.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct EndpointUrl(String);
-
-pub const MAX_URL_LEN: usize = 2048;
-
-impl EndpointUrl {
-    pub fn parse_field(field: &str, s: &str) -> Result<Self, ValidationError> {
-        let bad = |problem: &str| ValidationError::new(field, problem);
-        if s.len() > MAX_URL_LEN {
-            return Err(bad("must be at most 2048 bytes"));
-        }
-        let rest = s
-            .strip_prefix("https://")
-            .or_else(|| s.strip_prefix("http://"))
-            .ok_or_else(|| bad("must be an https:// URL"))?;
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        if authority.is_empty() {
-            return Err(bad("must name a host"));
-        }
-        if authority.contains('@') {
-            return Err(bad("must not carry credentials (user@host)"));
-        }
-        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("must not contain spaces or control characters"));
-        }
-        Ok(Self(s.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for EndpointUrl {
-    type Error = ValidationError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Self::parse_field("url", &s)
-    }
-}
-
-impl From<EndpointUrl> for String {
-    fn from(u: EndpointUrl) -> String {
-        u.0
-    }
 }
 
 /// What a tenant says about an endpoint.
@@ -496,19 +447,6 @@ mod tests {
         p = p.failed(0, "HTTP 503".into(), now);
         assert!(matches!(p.status, EndpointStatus::Disabled { .. }));
         assert_eq!(p.succeeded(3, now).failures, 0);
-    }
-
-    #[test]
-    fn urls_are_bounded_and_carry_no_credentials() {
-        assert!(EndpointUrl::parse_field("url", "https://hooks.example.com/toki").is_ok());
-        for bad in ["ftp://x", "https://", "https://u:p@host/", "https://a b/"] {
-            assert_eq!(
-                EndpointUrl::parse_field("url", bad).unwrap_err().field,
-                "url"
-            );
-        }
-        let long = format!("https://h/{}", "a".repeat(MAX_URL_LEN));
-        assert!(EndpointUrl::parse_field("url", &long).is_err());
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub(crate) struct EndpointInput {
 
 impl EndpointInput {
     fn spec(self) -> Result<EndpointSpec, ValidationError> {
-        let url = EndpointUrl::parse_field("url", &self.url)?;
+        let url = EndpointUrl::parse("url", &self.url)?;
         let kinds = match self.types {
             None => EventKinds::all(),
             Some(types) => {
@@ -178,6 +178,7 @@ pub(crate) async fn put_endpoint(
     let id: EndpointId = path_id(&id)?;
     let input: EndpointInput = parse_body(body)?;
     let spec = input.spec()?;
+    state.registrar.settings.egress.check("url", &spec.url)?;
     Ok(match service(&state).put(&tenant, &id, spec).await? {
         Put::Created { endpoint, secret } => (
             StatusCode::CREATED,

@@ -102,7 +102,7 @@ async fn register(
     ordering: EventOrdering,
 ) -> WebhookSecret {
     let spec = EndpointSpec {
-        url: EndpointUrl::parse_field("url", &url(tenant)).unwrap(),
+        url: EndpointUrl::parse("url", &url(tenant)).unwrap(),
         kinds,
         ordering,
     };

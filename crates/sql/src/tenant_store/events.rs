@@ -87,8 +87,7 @@ impl EndpointRow {
                 .parse()
                 .map_err(|e: toki_model::ValidationError| corrupt(e.to_string()))?,
             spec: EndpointSpec {
-                url: EndpointUrl::parse_field("url", &self.url)
-                    .map_err(|e| corrupt(e.to_string()))?,
+                url: EndpointUrl::parse("url", &self.url).map_err(|e| corrupt(e.to_string()))?,
                 kinds: EventKinds::decode("kinds", &self.kinds)
                     .map_err(|e| corrupt(e.to_string()))?,
                 ordering: match self.ordering.as_str() {
