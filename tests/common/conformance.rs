@@ -1344,6 +1344,40 @@ pub mod store {
         assert_eq!(ctx.users.get(&u.id).map(|u| u.as_ref()), Some(&u3));
     }
 
+    /// The webhook settings and a user's endpoint: kept, rotated, and read
+    /// with the delivery context.
+    pub async fn webhook_settings_round_trip(s: Arc<dyn TenantStore>) {
+        use toki_model::egress::EndpointUrl;
+        use toki_model::webhook::WebhookSettings;
+        assert_eq!(s.webhook_settings().await.unwrap(), None);
+        let url = |u: &str| EndpointUrl::parse("url", u).unwrap();
+        let mut w = WebhookSettings::new(
+            Some(url("https://hooks.example.com/t?k=1")),
+            &mut rand::thread_rng(),
+        );
+        s.put_webhook_settings(&w, Utc::now()).await.unwrap();
+        assert_eq!(s.webhook_settings().await.unwrap(), Some(w.clone()));
+        // Rotated (the instant to the millisecond, as stored).
+        let now = toki_model::from_millis("now", Utc::now().timestamp_millis()).unwrap();
+        w.rotate(&mut rand::thread_rng(), now);
+        w.default_url = None;
+        s.put_webhook_settings(&w, Utc::now()).await.unwrap();
+        assert_eq!(s.webhook_settings().await.unwrap(), Some(w.clone()));
+        let mut u = user("hooked");
+        u.webhook_url = Some(url("https://own.example.com/hook"));
+        s.put_user(&u, Utc::now()).await.unwrap();
+        assert_eq!(s.get_user(&u.id).await.unwrap(), Some(u.clone()));
+        let sch = schedule("hooks", &["hooked"]);
+        s.put_schedule(&sch, Utc::now()).await.unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
+        assert_eq!(ctx.users.get(&u.id).map(|u| u.as_ref()), Some(&u));
+        assert_eq!(ctx.webhook.as_deref(), Some(&w));
+        assert_eq!(ctx.schedules.len(), 1, "the settings are no schedule");
+    }
+
     pub async fn templates_round_trip(s: Arc<dyn TenantStore>) {
         use toki_model::template::ReminderTemplate;
         assert!(s.templates().await.unwrap().is_empty());
@@ -2481,6 +2515,11 @@ macro_rules! store_conformance {
             $(#[$meta])*
             async fn users_round_trip() {
                 common::conformance::store::users_round_trip($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn webhook_settings_round_trip() {
+                common::conformance::store::webhook_settings_round_trip($factory().await).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*

@@ -32,7 +32,8 @@ const MAX_TRACKED_HOSTS: usize = 4096;
 pub struct WebhookOptions {
     /// Requests in flight across every endpoint (and pooled connections per host).
     pub concurrency: usize,
-    /// Requests in flight to one host: a slow endpoint holds at most these.
+    /// Requests in flight to one host, and of one tenant: a slow endpoint
+    /// (or a tenant's slow endpoints) holds at most these.
     pub per_host: usize,
     /// A request not answered within this is a transient failure.
     pub timeout: Duration,
@@ -78,7 +79,7 @@ impl WebhookChannel {
         })
     }
 
-    /// The permits of one host's requests.
+    /// The permits of one host's (or one tenant's) requests.
     fn host_permits(&self, host: &str) -> Arc<Semaphore> {
         let mut hosts = self.hosts.lock().expect("hosts lock");
         if hosts.len() >= MAX_TRACKED_HOSTS {
@@ -99,6 +100,10 @@ impl WebhookChannel {
         let url = target.url.parsed();
         egress::check_url(&self.policy, &url)
             .map_err(|e| SendError::Permanent(format!("webhook: {e}")))?;
+        // A tenant's requests, then its host's: a tenant whose endpoints
+        // hang holds at most `per_host` of the channel's permits.
+        let tenant = self.host_permits(&format!("tenant {}", n.tenant));
+        let _tenant = tenant.acquire().await.expect("semaphore never closed");
         let host = self.host_permits(&target.url.host());
         let _host = host.acquire().await.expect("semaphore never closed");
         let _request = self
