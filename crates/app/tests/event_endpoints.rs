@@ -67,7 +67,7 @@ async fn an_endpoint_is_registered_with_its_secret_shown_once() {
     let (status, rotated) = call(
         &kit,
         "POST",
-        &format!("{ENDPOINTS}/ops/rotate-secret"),
+        &format!("{ENDPOINTS}/ops/secret:rotate"),
         None,
     )
     .await;

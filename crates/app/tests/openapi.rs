@@ -59,7 +59,7 @@ const ROUTES: &[(&str, &[&str])] = &[
         &["delete", "get", "put"],
     ),
     (
-        "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
+        "/v1/tenants/{tenant}/event-endpoints/{id}/secret:rotate",
         &["post"],
     ),
     (
@@ -1086,7 +1086,7 @@ async fn event_endpoint_answers_match_the_document() {
     for (method, path, body) in [
         ("GET", base.to_owned(), None),
         ("GET", format!("{base}/hook"), None),
-        ("POST", format!("{base}/hook/rotate-secret"), None),
+        ("POST", format!("{base}/hook/secret:rotate"), None),
         ("POST", format!("{base}/hook/enable"), None),
         (
             "POST",

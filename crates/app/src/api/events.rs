@@ -1,4 +1,4 @@
-//! Delivery events: `…/event-endpoints[/{id}[/rotate-secret|/enable|/replay]]`
+//! Delivery events: `…/event-endpoints[/{id}[/secret:rotate|/enable|/replay]]`
 //! and `…/events`.
 
 use axum::extract::rejection::QueryRejection;
@@ -268,7 +268,7 @@ pub(crate) async fn list_endpoints(
 /// signatures are sent), so the receiver can switch without losing events.
 #[utoipa::path(
     post,
-    path = "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
+    path = "/v1/tenants/{tenant}/event-endpoints/{id}/secret:rotate",
     tag = "events",
     params(EndpointPath, IdempotencyKeyHeader),
     responses(

@@ -101,7 +101,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
                 .route_layer(quota.clone()),
         )
         .route(
-            "/v1/tenants/{tenant}/event-endpoints/{id}/rotate-secret",
+            "/v1/tenants/{tenant}/event-endpoints/{id}/secret:rotate",
             post(rotate_secret)
                 .route_layer(idempotent.clone())
                 .route_layer(quota.clone()),
@@ -126,7 +126,9 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/tenants/{tenant}/webhook/secret:rotate",
-            post(rotate_webhook_secret).route_layer(quota.clone()),
+            post(rotate_webhook_secret)
+                .route_layer(idempotent.clone())
+                .route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/templates",

@@ -5,8 +5,9 @@ use axum::Json;
 use toki_model::webhook::{WebhookSettingsInput, WebhookSettingsView};
 
 use super::shared::{
-    parse_body, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody, JsonBody, TenantErrors,
-    TenantPath, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
+    parse_body, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody, IdempotencyKeyHeader,
+    IdempotentBodyErrors, JsonBody, TenantErrors, TenantPath, WebhookSettingsInputDoc,
+    WebhookSettingsViewDoc,
 };
 
 /// The tenant's webhook settings (never the secret).
@@ -65,10 +66,11 @@ pub(crate) async fn put_webhook(
     post,
     path = "/v1/tenants/{tenant}/webhook/secret:rotate",
     tag = "webhooks",
-    params(TenantPath),
+    params(TenantPath, IdempotencyKeyHeader),
     responses(
         (status = 200, description = "Rotated; `secret` is the new one", body = WebhookSettingsViewDoc),
         (status = 404, description = "The tenant has not set its webhook settings", body = ErrorBody),
+        IdempotentBodyErrors,
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
