@@ -109,7 +109,7 @@ impl Dispatcher {
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
             if let Err(e) = self.clone().start_due().await {
-                warn!(error = %chain(e.as_ref()), "delivery events: reading the tenants failed");
+                warn!(error = %chain(&e), "delivery events: reading the tenants failed");
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.settings.poll) => {}
@@ -119,7 +119,7 @@ impl Dispatcher {
     }
 
     /// Starts a task for every endpoint that is due and not already being sent to.
-    async fn start_due(self: Arc<Self>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    async fn start_due(self: Arc<Self>) -> Result<(), toki_ports::StoreError> {
         let now = self.clock.now();
         for tenant in self.directory.list().await? {
             let store = match self.stores.open(&tenant.id).await {
