@@ -1,57 +1,13 @@
 //! A tenant's event log in memory, with the SQL one's semantics.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
+use super::event_log::Endpoint;
 use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
 use crate::events::{EventLog, ProgressWrite, PURGE_BATCH};
 use toki_model::domain::{EndpointId, Instant};
-use toki_model::event::{EndpointStatus, EventEndpoint, EventKinds, NewEvent, StoredEvent};
-
-#[derive(Default)]
-pub(super) struct MemoryEvents {
-    log: BTreeMap<u64, StoredEvent>,
-    next_seq: u64,
-    endpoints: BTreeMap<EndpointId, Endpoint>,
-}
-
-struct Endpoint {
-    endpoint: EventEndpoint,
-    revision: u64,
-    held: Option<(String, Instant)>,
-}
-
-impl MemoryEvents {
-    /// What some enabled endpoint subscribes to.
-    fn subscribed(&self) -> EventKinds {
-        self.endpoints
-            .values()
-            .filter(|e| e.endpoint.progress.status == EndpointStatus::Enabled)
-            .fold(EventKinds::NONE, |all, e| all.union(e.endpoint.spec.kinds))
-    }
-
-    pub(super) fn append(&mut self, events: impl IntoIterator<Item = NewEvent>) -> usize {
-        let subscribed = self.subscribed();
-        let mut kept = 0;
-        for e in events.into_iter().filter(|e| subscribed.contains(e.kind)) {
-            self.next_seq += 1;
-            let seq = self.next_seq;
-            self.log.insert(
-                seq,
-                StoredEvent {
-                    seq,
-                    kind: e.kind,
-                    occurred_at: e.occurred_at,
-                    data: e.data,
-                },
-            );
-            kept += 1;
-        }
-        kept
-    }
-}
+use toki_model::event::{EventEndpoint, NewEvent, StoredEvent};
 
 #[async_trait]
 impl EventLog for MemoryTenantStore {

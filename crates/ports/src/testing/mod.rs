@@ -5,6 +5,7 @@
 mod channel;
 mod clock;
 mod debounce;
+mod event_log;
 mod events;
 mod index;
 mod lease;

@@ -102,7 +102,7 @@ pub struct MemoryTenantStore {
     /// While set, every call first waits this long (a database that stalls).
     stall: Mutex<Option<std::time::Duration>>,
     /// Taken after `state` when both are (outcomes and their events).
-    events: Mutex<super::events::MemoryEvents>,
+    events: Mutex<super::event_log::MemoryEvents>,
 }
 
 impl MemoryTenantStore {
@@ -116,14 +116,14 @@ impl MemoryTenantStore {
         *self.stall.lock().expect("stall lock") = stall;
     }
 
-    fn events(&self) -> std::sync::MutexGuard<'_, super::events::MemoryEvents> {
+    fn events(&self) -> std::sync::MutexGuard<'_, super::event_log::MemoryEvents> {
         self.events.lock().expect("events lock")
     }
 
     /// The event log, down and stalled when the store is.
     pub(super) async fn enter_events(
         &self,
-    ) -> StoreResult<std::sync::MutexGuard<'_, super::events::MemoryEvents>> {
+    ) -> StoreResult<std::sync::MutexGuard<'_, super::event_log::MemoryEvents>> {
         drop(self.enter().await?);
         Ok(self.events())
     }
