@@ -251,7 +251,7 @@ async fn serve_delivers_and_stops_cleanly_on_sigterm() {
     let ben: Value = r.json().await.unwrap();
     assert_eq!(
         ben["channels"],
-        json!({"chat": true, "mail": true, "slack": false})
+        json!({"chat": true, "mail": true, "slack": false, "webhook": true})
     );
     let r = http
         .put(url("users/ben"))

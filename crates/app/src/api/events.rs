@@ -50,6 +50,7 @@ impl From<EventsError> for ApiError {
 pub(crate) struct EndpointInput {
     /// `https://…`, at most 2,048 bytes; its host must not resolve to a
     /// private, loopback or link-local address.
+    #[schema(max_length = 2048)]
     url: String,
     /// The event types it receives (all six when absent).
     #[serde(default)]
@@ -58,8 +59,18 @@ pub(crate) struct EndpointInput {
     /// `in_order` (the default: one at a time, in order of occurrence; a
     /// failure holds back the rest) or `unordered` (several at once).
     #[serde(default)]
-    #[schema(value_type = Option<String>, example = "in_order")]
+    #[schema(value_type = Option<OrderingDoc>, example = "in_order")]
     ordering: Option<EventOrdering>,
+}
+
+/// How an endpoint gets its events (the document's view of `EventOrdering`).
+#[derive(ToSchema)]
+#[schema(as = EventOrdering)]
+#[allow(dead_code)]
+#[serde(rename_all = "snake_case")]
+enum OrderingDoc {
+    InOrder,
+    Unordered,
 }
 
 impl EndpointInput {
@@ -97,7 +108,7 @@ pub(crate) struct EndpointView {
     id: String,
     url: String,
     types: Vec<String>,
-    #[schema(value_type = String, example = "in_order")]
+    #[schema(value_type = OrderingDoc, example = "in_order")]
     ordering: EventOrdering,
     enabled: bool,
     /// Why it was turned off (after repeated failures).
@@ -197,6 +208,7 @@ pub(crate) async fn put_endpoint(
     responses(
         (status = 200, description = "The endpoint", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
@@ -219,6 +231,7 @@ pub(crate) async fn get_endpoint(
     responses(
         (status = 204, description = "Removed"),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
@@ -274,6 +287,7 @@ pub(crate) async fn list_endpoints(
     responses(
         (status = 200, description = "Rotated; `secret` is the new one, shown this once", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`), the body's `since` is not valid, or `Idempotency-Key` was used with another request (`field`: `Idempotency-Key`)", body = ErrorBody),
         IdempotentBodyErrors,
         TenantErrors,
     ),
@@ -299,6 +313,7 @@ pub(crate) async fn rotate_secret(
     responses(
         (status = 200, description = "Enabled", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
@@ -330,6 +345,7 @@ pub(crate) struct ReplayInput {
     responses(
         (status = 200, description = "The endpoint, rewound", body = EndpointView),
         (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`), the body's `since` is not valid, or `Idempotency-Key` was used with another request (`field`: `Idempotency-Key`)", body = ErrorBody),
         IdempotentBodyErrors,
         TenantErrors,
     ),
@@ -353,6 +369,7 @@ pub(crate) async fn replay(
 pub(crate) struct EventsQuery {
     /// Events after this `seq` (0: from the oldest kept).
     #[serde(default)]
+    #[param(maximum = 9223372036854775807_u64)]
     after: u64,
     /// At most this many (1 to 1,000; 100 by default).
     #[serde(default)]
@@ -404,7 +421,7 @@ pub(crate) struct EventList {
     responses(
         (status = 200, description = "A page of events", body = EventList),
         (status = 400, description = "The query string is not this route's (`field` names the parameter)", body = ErrorBody),
-        (status = 422, description = "`limit` is not 1 to 1,000", body = ErrorBody),
+        (status = 422, description = "`limit` is not 1 to 1,000, or `after` is beyond the largest sequence number (`field` names it)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))
@@ -422,6 +439,9 @@ pub(crate) async fn list_events(
             format!("must be 1 to {MAX_LISTED}, got {limit}"),
         )
         .into());
+    }
+    if q.after > i64::MAX as u64 {
+        return Err(ValidationError::new("after", format!("must be at most {}", i64::MAX)).into());
     }
     let events = service(&state).events(&tenant, q.after, limit).await?;
     let next_after = (events.len() == limit)

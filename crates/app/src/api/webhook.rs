@@ -70,6 +70,7 @@ pub(crate) async fn put_webhook(
     responses(
         (status = 200, description = "Rotated; `secret` is the new one", body = WebhookSettingsViewDoc),
         (status = 404, description = "The tenant has not set its webhook settings", body = ErrorBody),
+        (status = 422, description = "`Idempotency-Key` was used with another request (`field`: `Idempotency-Key`)", body = ErrorBody),
         IdempotentBodyErrors,
         TenantErrors,
     ),
