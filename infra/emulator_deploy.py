@@ -475,13 +475,14 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     # The daemon's rows in the index table, under keys of their own: debounce
     # checks (D#...) and partition leases (L#..., also read by Query); it may
     # touch those rows and nothing else there. In the tenant directory it
-    # reads each tenant's contract (flow limits; /readyz): GetItem alone.
+    # reads each tenant's contract (flow limits; /readyz) and lists the
+    # tenants whose delivery-event endpoints it serves: GetItem and Scan, no write.
     dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])
               and s["resources"] != [table_arn]]
     check(resources_for(role["daemon-task"], "dynamodb:GetItem") == {index_arn, table_arn}
           and {a for s in role["daemon-task"] if table_arn in s["resources"] for a in s["actions"]}
-          == {"dynamodb:GetItem"},
-          "daemon task role: GetItem on the tenant directory (contracts), nothing else there")
+          == {"dynamodb:GetItem", "dynamodb:Scan"},
+          "daemon task role: GetItem and Scan on the tenant directory (contracts, event endpoints' tenants), no write")
     leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
     by_keys: dict[str, set[str]] = {}
     for s, k in zip(dynamo, leading):
