@@ -373,6 +373,7 @@ pub(crate) struct EventsQuery {
     after: u64,
     /// At most this many (1 to 1,000; 100 by default).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
