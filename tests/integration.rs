@@ -25,6 +25,7 @@ mod hostile;
 mod key_secret;
 mod lambdas;
 mod least_privilege;
+mod log_privacy;
 mod mail_ses;
 mod ops;
 mod pipeline_aws;

@@ -20,8 +20,9 @@ pub fn init_tracing(default: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colours only on a terminal: a log file or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    set_pseudonym_key();
     let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(Scrubbing(std::io::stderr))
         .with_ansi(ansi)
         .with_filter(filter);
     let _ = tracing_subscriber::registry()
@@ -47,7 +48,9 @@ pub fn init_lambda_tracing() {
             .with_default_directive(LevelFilter::INFO.into())
             .from_env_lossy(),
     };
+    set_pseudonym_key();
     let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(Scrubbing(std::io::stdout))
         .with_ansi(false)
         .without_time()
         .with_target(false);
@@ -61,6 +64,44 @@ pub fn init_lambda_tracing() {
         .with(logs)
         .with(crate::otel::layer(&process_name()))
         .try_init();
+}
+
+/// A fleet's processes give a person the same pseudonym in their logs when
+/// they share `TOKI_LOG_PSEUDONYM_KEY`; unset, each process picks its own.
+fn set_pseudonym_key() {
+    if let Ok(key) = std::env::var("TOKI_LOG_PSEUDONYM_KEY") {
+        toki_model::redact::set_pseudonym_key(key.as_bytes());
+    }
+}
+
+/// Log lines with any mail address or Slack id in them replaced by a
+/// pseudonym (`toki_model::redact::scrub`): the formatter writes each event
+/// in one call, so each call is scrubbed whole.
+struct Scrubbing<M>(M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for Scrubbing<M>
+{
+    type Writer = ScrubbedLine<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        ScrubbedLine(self.0.make_writer())
+    }
+}
+
+struct ScrubbedLine<W>(W);
+
+impl<W: std::io::Write> std::io::Write for ScrubbedLine<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0
+            .write_all(toki_model::redact::scrub(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.

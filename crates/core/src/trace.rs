@@ -103,7 +103,7 @@ pub fn send_span(parent: &Span, n: &Notification) -> Span {
         parent: parent,
         "toki.send",
         otel.kind = "client",
-        toki.delivery = %n.key,
+        toki.delivery = %n.key.logged(),
         toki.channel = %n.key.channel,
         toki.outcome = Empty,
         otel.status_code = Empty,
@@ -123,7 +123,12 @@ pub fn record_send(span: &Span, result: Option<&SendResult>) {
         Some(Err(e)) => {
             span.record("toki.outcome", "failed");
             span.record("otel.status_code", "error");
-            span.record("otel.status_description", e.to_string().as_str());
+            // A channel's error may quote the recipient (an SMTP reply does).
+            let description = e.to_string();
+            span.record(
+                "otel.status_description",
+                toki_model::redact::scrub(&description).as_ref(),
+            );
         }
         None => {
             span.record("toki.outcome", "not sent (circuit open)");

@@ -645,6 +645,32 @@ impl fmt::Display for DeliveryKey {
     }
 }
 
+impl DeliveryKey {
+    /// As logs and traces show it: the recipient as a pseudonym
+    /// (crate::redact), the rest as it is.
+    pub fn logged(&self) -> LoggedDelivery<'_> {
+        LoggedDelivery(self)
+    }
+}
+
+/// A delivery key fit for a log line (`DeliveryKey::logged`).
+pub struct LoggedDelivery<'a>(&'a DeliveryKey);
+
+impl fmt::Display for LoggedDelivery<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = self.0;
+        write!(
+            f,
+            "{}#{}#{}#{}#{}",
+            k.schedule,
+            k.occurrence.millis(),
+            k.purpose.code(),
+            crate::redact::Pseudonym::of(k.recipient.as_str()),
+            k.channel
+        )
+    }
+}
+
 /// A delivery to claim for sending: which one, as sent by which version, due when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryClaim {

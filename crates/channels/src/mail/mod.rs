@@ -215,7 +215,7 @@ impl MailChannel {
         };
         if let Err(e) = &sent {
             // The daemon logs the attempt (WARN, with its reason and budget).
-            debug!(tenant = %n.tenant, delivery = %n.key, error = %e, "mail not sent");
+            debug!(tenant = %n.tenant, delivery = %n.key.logged(), error = %e, "mail not sent");
         }
         sent.map(|()| self.clock.now())
     }
