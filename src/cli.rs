@@ -10,6 +10,7 @@ mod dev;
 mod events;
 mod processes;
 mod reports;
+mod suppression;
 mod tenant;
 mod tenant_key;
 
@@ -63,6 +64,12 @@ pub enum Command {
         #[command(subcommand)]
         command: events::EventsCommand,
     },
+    /// A tenant's suppression list (addresses not mailed again), and SES
+    /// bounce and complaint notifications applied to it.
+    Suppression {
+        #[command(subcommand)]
+        command: suppression::SuppressionCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -80,5 +87,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Redrive(args) => args.run(file).await,
         Command::Migrate(args) => args.run(file).await,
         Command::Events { command } => command.run(file).await,
+        Command::Suppression { command } => command.run(file).await,
     }
 }

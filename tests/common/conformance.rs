@@ -2506,11 +2506,101 @@ pub mod events {
     }
 }
 
+/// The suppression list: entries kept first-come, recipients listed by
+/// their stored address, found with the delivery context, paged, removed;
+/// the tenant's `List-Unsubscribe` read back and with the context.
+pub mod suppression {
+    use super::store::{schedule, user};
+    use super::*;
+    use toki_model::suppression::{
+        ListUnsubscribe, ListedAddress, Suppression, SuppressionReason,
+    };
+    use toki_ports::RefusedRecipient;
+
+    fn address(a: &str) -> ListedAddress {
+        ListedAddress::parse("address", a).unwrap()
+    }
+
+    pub async fn listed_recipients_are_found_with_the_context(s: Arc<dyn TenantStore>) {
+        let now = Utc::now();
+        let mut ana = user("ana");
+        ana.email = Some("Ana.Sato@Example.com".into());
+        let mut carla = user("carla");
+        carla.email = None;
+        for u in [&ana, &user("ben"), &carla, &user("dan")] {
+            s.put_user(u, now).await.unwrap();
+        }
+        let sch = schedule("standup", &["ana", "ben", "carla", "dan"]);
+        s.put_schedule(&sch, now).await.unwrap();
+        let manual = Suppression {
+            address: address("ana.sato@example.com"),
+            reason: SuppressionReason::Manual,
+            detail: Some("asked by phone".into()),
+            at: from_millis("at", 1_700_000_000_000).unwrap(),
+        };
+        assert_eq!(s.suppress(std::slice::from_ref(&manual)).await.unwrap(), 1);
+        let again = Suppression { reason: SuppressionReason::Bounce, ..manual.clone() };
+        assert_eq!(s.suppress(&[again]).await.unwrap(), 0, "the first entry stays");
+        let refused = |id: &str| RefusedRecipient {
+            user: id.parse().unwrap(),
+            reason: SuppressionReason::Refused,
+            detail: "smtp: 550 5.1.1 no such user".into(),
+        };
+        let added = s
+            .suppress_recipients(&[refused("ben"), refused("carla"), refused("nobody")], now)
+            .await
+            .unwrap();
+        assert_eq!(added, 1, "carla has no address, nobody is no user");
+
+        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        let mut listed: Vec<_> = ctx.suppressed.keys().map(|a| a.to_string()).collect();
+        listed.sort();
+        assert_eq!(listed, ["ana.sato@example.com", "ben@example.com"]);
+        assert_eq!(ctx.suppressed[&address("ana.sato@example.com")], manual);
+        assert_eq!(ctx.users.len(), 4, "listing takes no participant away");
+        assert_eq!(ctx.list_unsubscribe, None);
+
+        let first = s.suppressions(None, 1).await.unwrap();
+        assert_eq!(first, vec![manual.clone()]);
+        let next = s.suppressions(Some(&first[0].address), 10).await.unwrap();
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].address, address("ben@example.com"));
+        assert_eq!(next[0].reason, SuppressionReason::Refused);
+
+        assert!(s.unsuppress(&address("ANA.SATO@example.com")).await.unwrap());
+        assert!(!s.unsuppress(&address("ana.sato@example.com")).await.unwrap());
+        assert_eq!(s.suppression(&address("ana.sato@example.com")).await.unwrap(), None);
+        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        assert_eq!(ctx.suppressed.len(), 1);
+
+        let unsubscribe = ListUnsubscribe {
+            url: Some("https://app.example.com/unsubscribe?u={user}".into()),
+            mailto: None,
+        };
+        s.put_list_unsubscribe(&unsubscribe, now).await.unwrap();
+        assert_eq!(s.list_unsubscribe().await.unwrap(), unsubscribe);
+        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        assert_eq!(ctx.list_unsubscribe.as_deref(), Some(&unsubscribe));
+        s.put_list_unsubscribe(&ListUnsubscribe::default(), now).await.unwrap();
+        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        assert_eq!(ctx.list_unsubscribe, None, "both parts absent: off");
+    }
+}
+
+
 #[macro_export]
 macro_rules! store_conformance {
     ($(#[$meta:meta])* $factory:path) => {
         mod store_conformance {
             use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn suppression_listed_recipients_are_found_with_the_context() {
+                common::conformance::suppression::listed_recipients_are_found_with_the_context(
+                    $factory().await,
+                )
+                .await
+            }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*
             async fn users_round_trip() {

@@ -80,5 +80,6 @@ pub fn notification(i: usize, slack: &str) -> toki_ports::channel::Notification 
         text: "review starts in 5 minutes".into(),
         html: None,
         webhook: None,
+        list_unsubscribe: None,
     }
 }

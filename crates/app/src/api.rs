@@ -25,6 +25,7 @@ pub(crate) mod occurrences;
 mod router;
 pub(crate) mod schedules;
 pub(crate) mod shared;
+pub(crate) mod suppressions;
 pub(crate) mod templates;
 pub(crate) mod users;
 pub(crate) mod webhook;

@@ -2,6 +2,7 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+mod suppression;
 mod webhook;
 
 use std::collections::{HashMap, HashSet};

@@ -71,6 +71,9 @@ pub struct SmtpStandin {
     /// Sessions started before this generation close on their next command.
     generation: Arc<AtomicU64>,
     arrived: Arc<tokio::sync::Notify>,
+    /// Mailboxes whose RCPT is refused `550 5.1.1` (lower-cased), and how
+    /// many RCPTs to them came.
+    unknown_mailboxes: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 /// What the server saw.
@@ -99,6 +102,38 @@ impl SmtpStandin {
 
     pub fn set_behaviour(&self, b: SmtpBehaviour) {
         *self.behaviour.lock().expect("smtp lock") = b;
+    }
+
+    /// From now on, `RCPT TO:<address>` is answered `550 5.1.1 … no such
+    /// user`, as a server answers for a mailbox that does not exist.
+    pub fn refuse_mailbox(&self, address: &str) {
+        self.unknown_mailboxes
+            .lock()
+            .expect("smtp lock")
+            .insert(address.to_ascii_lowercase(), 0);
+    }
+
+    /// How many RCPTs named a refused mailbox.
+    pub fn rcpts_refused(&self, address: &str) -> u64 {
+        let refused = self.unknown_mailboxes.lock().expect("smtp lock");
+        refused.get(&address.to_ascii_lowercase()).copied().unwrap_or(0)
+    }
+
+    /// Whether `RCPT` `line` names a refused mailbox (counted if so).
+    fn refuses(&self, line: &str) -> bool {
+        let address = line
+            .split_once('<')
+            .and_then(|(_, rest)| rest.split_once('>'))
+            .map(|(a, _)| a.to_ascii_lowercase())
+            .unwrap_or_default();
+        let mut refused = self.unknown_mailboxes.lock().expect("smtp lock");
+        match refused.get_mut(&address) {
+            Some(n) => {
+                *n += 1;
+                true
+            }
+            None => false,
+        }
     }
 
     fn behaviour(&self) -> SmtpBehaviour {
@@ -262,6 +297,10 @@ impl SmtpStandin {
                 }
             },
             "RCPT" if !tx.mail_from => b"503 5.5.1 need MAIL first\r\n",
+            "RCPT" if self.refuses(line) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                b"550 5.1.1 no such user here\r\n"
+            }
             "RCPT" => {
                 tx.recipients += 1;
                 b"250 2.0.0 ok\r\n"

@@ -25,6 +25,8 @@ pub struct Notification {
     pub html: Option<String>,
     /// The webhook channel's endpoint and signing secrets (other channels: None).
     pub webhook: Option<toki_model::webhook::WebhookTarget>,
+    /// Mail: the tenant's `List-Unsubscribe`, when it enabled one.
+    pub list_unsubscribe: Option<std::sync::Arc<toki_model::suppression::ListUnsubscribe>>,
 }
 
 /// Why a send failed.
@@ -41,6 +43,10 @@ pub enum SendError {
     /// Will never succeed (no address, channel not found).
     #[error("permanent: {0}")]
     Permanent(String),
+    /// The recipient's mail server refused the mailbox (SMTP 550–553):
+    /// permanent, and the address goes on the tenant's suppression list.
+    #[error("refused: {0}")]
+    RecipientRefused(String),
 }
 
 impl SendError {

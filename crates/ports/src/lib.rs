@@ -10,6 +10,7 @@ pub mod events;
 mod idempotency;
 mod lease;
 pub mod message;
+pub mod suppression;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -20,6 +21,7 @@ pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
+pub use suppression::{RefusedRecipient, SuppressionList};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -502,6 +504,10 @@ pub struct DeliveryContext {
     pub users: HashMap<UserId, Arc<User>>,
     /// The tenant's webhook channel settings, if it made them.
     pub webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
+    /// The tenant's suppression list, as far as these users' addresses are on it.
+    pub suppressed: HashMap<toki_model::suppression::ListedAddress, toki_model::suppression::Suppression>,
+    /// The tenant's `List-Unsubscribe` for its mail, when it enabled one.
+    pub list_unsubscribe: Option<Arc<toki_model::suppression::ListUnsubscribe>>,
 }
 
 /// A chat message: a row in the tenant's database.
@@ -517,7 +523,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + Send + Sync {
+pub trait TenantStore: EventLog + SuppressionList + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

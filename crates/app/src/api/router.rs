@@ -22,6 +22,9 @@ use super::shared::{
 use super::templates::{
     delete_template, get_default_template, get_template, list_templates, put_template,
 };
+use super::suppressions::{
+    delete_suppression, get_mail_settings, list_suppressions, put_mail_settings, put_suppression,
+};
 use super::users::{get_user, put_user};
 use super::webhook::{get_webhook, put_webhook, rotate_webhook_secret};
 use crate::openapi::openapi_json;
@@ -128,6 +131,22 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             "/v1/tenants/{tenant}/webhook/secret:rotate",
             post(rotate_webhook_secret)
                 .route_layer(idempotent.clone())
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/suppressions",
+            get(list_suppressions).route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/suppressions/{address}",
+            put(put_suppression)
+                .delete(delete_suppression)
+                .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/mail",
+            put(put_mail_settings)
+                .get(get_mail_settings)
                 .route_layer(quota.clone()),
         )
         .route(

@@ -7,6 +7,7 @@
 //! before their due instant (`send_at`), so the instant itself only sends.
 
 mod error;
+pub mod feedback;
 mod ses;
 mod sessions;
 mod wire;
@@ -146,6 +147,20 @@ impl MailChannel {
             HeaderName::new_from_ascii_str(DELIVERY_HEADER),
             format!("{}/{}", n.tenant, n.key),
         ));
+        let unsubscribe = n.list_unsubscribe.as_ref();
+        if let Some((value, post)) = unsubscribe.and_then(|l| l.headers(n.key.recipient.as_str())) {
+            let headers = message.headers_mut();
+            headers.insert_raw(HeaderValue::new(
+                HeaderName::new_from_ascii_str("List-Unsubscribe"),
+                value,
+            ));
+            if let Some(post) = post {
+                headers.insert_raw(HeaderValue::new(
+                    HeaderName::new_from_ascii_str("List-Unsubscribe-Post"),
+                    post,
+                ));
+            }
+        }
         Ok(message)
     }
 }
@@ -275,8 +290,12 @@ pub fn message_id(n: &Notification) -> String {
 /// (4xx, and 5xx such as 530/535 authentication or 554 at the greeting, which
 /// operators fix) and every connection problem is tried again.
 fn refused(r: wire::Reply) -> SendError {
-    match r.code {
-        550..=553 => SendError::Permanent(format!("smtp: {r}")),
+    match (r.code, r.to) {
+        // The recipient's own mailbox: it also goes on the suppression list.
+        (550..=553, wire::Answering::Recipient) => {
+            SendError::RecipientRefused(format!("smtp: {r}"))
+        }
+        (550..=553, wire::Answering::Other) => SendError::Permanent(format!("smtp: {r}")),
         _ => SendError::transient(format!("smtp: {r}")),
     }
 }

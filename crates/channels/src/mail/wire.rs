@@ -16,6 +16,16 @@ use tokio::net::TcpStream;
 pub(super) struct Reply {
     pub code: u16,
     pub text: String,
+    /// Which command it answered, where it matters: a refused RCPT is the
+    /// recipient's mailbox; a refused MAIL or DATA is not.
+    pub to: Answering,
+}
+
+/// The command a reply answered, as far as a refusal's meaning goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Answering {
+    Recipient,
+    Other,
 }
 
 impl std::fmt::Display for Reply {
@@ -176,10 +186,10 @@ async fn tls<S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static>(
 }
 
 /// The replies the envelope of `mail` wants, in order: MAIL, each RCPT, DATA.
-fn envelope_replies(mail: &WireMail) -> impl Iterator<Item = u16> + '_ {
-    std::iter::once(250)
-        .chain(mail.to.iter().map(|_| 250))
-        .chain(std::iter::once(354))
+fn envelope_replies(mail: &WireMail) -> impl Iterator<Item = (u16, Answering)> + '_ {
+    std::iter::once((250, Answering::Other))
+        .chain(mail.to.iter().map(|_| (250, Answering::Recipient)))
+        .chain(std::iter::once((354, Answering::Other)))
 }
 
 /// Whether reply `r` accepts a command that wants `want` (251 counts as 250).
@@ -295,6 +305,7 @@ impl Session {
                 let reply = Reply {
                     code,
                     text: lines.join(" "),
+                    to: Answering::Other,
                 };
                 return Ok((reply, lines));
             }
@@ -368,6 +379,7 @@ impl Session {
                 return Err(WireError::Reply(Reply {
                     code: 553,
                     text: "non-ASCII address and the server has no SMTPUTF8".into(),
+                    to: Answering::Other,
                 }));
             }
             params.push_str(" SMTPUTF8");
@@ -394,11 +406,11 @@ impl Session {
         self.stream.flush().await.map_err(WireError::io)?;
         let mut refusal = None;
         let mut data_open = false;
-        for want in envelope_replies(mail) {
+        for (want, to) in envelope_replies(mail) {
             let r = self.read_reply().await?;
             data_open = want == 354 && r.code == 354;
             if !accepted(&r, want) && refusal.is_none() {
-                refusal = Some(r);
+                refusal = Some(Reply { to, ..r });
             }
         }
         Ok((refusal, data_open))
@@ -411,11 +423,11 @@ impl Session {
         head: &str,
         mail: &WireMail,
     ) -> Result<Option<Reply>, WireError> {
-        for (line, want) in head.split_terminator("\r\n").zip(envelope_replies(mail)) {
+        for (line, (want, to)) in head.split_terminator("\r\n").zip(envelope_replies(mail)) {
             self.command(line).await?;
             let r = self.read_reply().await?;
             if !accepted(&r, want) {
-                return Ok(Some(r));
+                return Ok(Some(Reply { to, ..r }));
             }
         }
         Ok(None)

@@ -7,14 +7,18 @@ use futures::future::join_all;
 
 use crate::observe::OutcomeCounts;
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::error;
+use tracing::{error, warn};
 
+use toki_model::domain::TenantId;
 use toki_model::error::chain;
+use toki_model::suppression::SuppressionReason;
+use toki_ports::channel::SendError;
+use toki_ports::{RefusedRecipient, TenantStore};
 
 use super::burst;
-use super::plan::Verdict;
+use super::plan::{PlannedMessage, Verdict};
 use super::prepare::Prepared;
-use super::settle::settle;
+use super::settle::{settle, Sent};
 use super::stats::Tally;
 use super::work::MessageFate;
 use super::{overdue, Daemon};
@@ -68,6 +72,7 @@ impl Daemon {
                 &spans,
             )
             .await;
+        let refused = refused_recipients(&plan.messages, &fired.sent);
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());
         // Other batches of the instant send first; then the rows and deletes.
         self.burst.quiet(burst::MAX_DEFER).await;
@@ -79,6 +84,9 @@ impl Daemon {
         let recorded = self.recorder.record(&plan.tenant, &store, outcomes).await;
         if let (Some(o), Some(counts), true) = (&self.observer, &counts, recorded.is_ok()) {
             o.deliveries_recorded(counts);
+        }
+        if !refused.is_empty() {
+            self.suppress(&plan.tenant, store.as_ref(), &refused).await;
         }
         // Counted once stored: whoever waits on the counters finds the rows.
         self.stats.add_tally(&tally);
@@ -97,4 +105,33 @@ impl Daemon {
         }
         settlement.fates
     }
+}
+
+impl Daemon {
+    /// Puts the addresses a mail server refused on the tenant's suppression
+    /// list, after the batch's rows (their deliveries are undeliverable
+    /// either way); a failure is logged, and the next refusal tries again.
+    async fn suppress(&self, tenant: &TenantId, store: &dyn TenantStore, refused: &[RefusedRecipient]) {
+        match store.suppress_recipients(refused, self.clock.now()).await {
+            Ok(n) => self.stats.add(&self.stats.suppressed, n as usize),
+            Err(e) => warn!(%tenant, error = %chain(&e), "refused addresses not put on the suppression list"),
+        }
+    }
+}
+
+/// The recipients whose mailbox a server refused in this batch.
+fn refused_recipients(messages: &[PlannedMessage], sent: &[Sent]) -> Vec<RefusedRecipient> {
+    sent.iter()
+        .filter_map(|s| match &s.result {
+            Err(SendError::RecipientRefused(why)) => {
+                let d = messages.get(s.message)?.deliveries.get(s.delivery)?;
+                Some(RefusedRecipient {
+                    user: d.key.recipient.clone(),
+                    reason: SuppressionReason::Refused,
+                    detail: why.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }

@@ -268,7 +268,13 @@ impl Daemon {
             .count();
         let answered = results
             .iter()
-            .filter(|r| matches!(r, Some(Ok(_)) | Some(Err(SendError::Permanent(_)))))
+            .filter(|r| {
+                matches!(
+                    r,
+                    Some(Ok(_))
+                        | Some(Err(SendError::Permanent(_) | SendError::RecipientRefused(_)))
+                )
+            })
             .count();
         if self.breakers.record(channel, answered, failed) {
             warn!(%channel, "circuit open: deliveries on this channel wait until it answers again");

@@ -4,6 +4,7 @@
 //! instant. A message received twice finds its notice frozen and its
 //! deliveries claimed or final, so nobody is told twice.
 
+use toki_model::suppression::ListedAddress;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use toki_ports::message::NoticeMessage;
 use toki_ports::{Claims, ReceivedMessage, TenantStore};
 
 use super::holdings::Held;
-use super::plan::{undeliverable, webhook_target, ToSend};
+use super::plan::{undeliverable, webhook_target, Suppressed, ToSend};
 use super::settle::{answer_row, held_back_row, MessageOutcome, RowStamp};
 use super::work::MessageFate;
 use super::{overdue, Daemon};
@@ -140,8 +141,16 @@ impl Daemon {
             true => store.webhook_settings().await?.map(Arc::new),
             false => None,
         };
+        let suppressed = notice_suppressions(store.as_ref(), &users, claimed).await?;
         let (group, mut outcomes) =
-            self.notice_group(n, (&users, webhook.as_ref()), changes, claimed, stamp, now);
+            self.notice_group(
+            n,
+            (&users, webhook.as_ref(), &suppressed),
+            changes,
+            claimed,
+            stamp,
+            now,
+        );
         let attempted: HashSet<usize> = group.iter().map(|t| t.delivery).collect();
         // The reminders' path: open circuits respected, answers fed to the
         // breakers, a taken-over delivery looked up before it is sent again.
@@ -183,7 +192,11 @@ impl Daemon {
     fn notice_group(
         &self,
         n: &NoticeMessage,
-        (users, webhook): (&HashMap<UserId, Arc<User>>, Option<&Arc<WebhookSettings>>),
+        (users, webhook, suppressed): (
+            &HashMap<UserId, Arc<User>>,
+            Option<&Arc<WebhookSettings>>,
+            &Suppressed,
+        ),
         changes: &HashMap<DeliveryKey, RecipientChange>,
         claimed: &Claims,
         stamp: RowStamp,
@@ -194,7 +207,7 @@ impl Daemon {
         let mut group = Vec::new();
         for (i, o) in claimed.owned.iter().enumerate() {
             let user = users.get(&o.key.recipient).cloned();
-            let why = undeliverable(&o.key, user.as_deref(), &configured);
+            let why = undeliverable(&o.key, user.as_deref(), &configured, suppressed);
             let target = user.as_deref().map(|u| webhook_target(&o.key, u, webhook));
             let (why, target) = match (why, target) {
                 (None, Some(Err(e))) => (Some(e), None),
@@ -216,6 +229,8 @@ impl Daemon {
                             text: texts.text,
                             html: texts.html,
                             webhook: target,
+                            // A notice of a change is not a list mailing.
+                            list_unsubscribe: None,
                         },
                         taken_over: o.taken_over,
                     });
@@ -251,4 +266,26 @@ async fn notice_recipients(
         .into_iter()
         .map(|(id, u)| (id, Arc::new(u)))
         .collect())
+}
+
+/// The suppression-list entries of the addresses a notice would mail: one
+/// lookup per mail recipient (notices are few, debounced).
+async fn notice_suppressions(
+    store: &dyn TenantStore,
+    users: &HashMap<UserId, Arc<User>>,
+    claimed: &Claims,
+) -> Result<Suppressed, StoreError> {
+    let mut found = Suppressed::new();
+    for o in claimed.owned.iter().filter(|o| o.key.channel == Channel::Mail) {
+        let address = users
+            .get(&o.key.recipient)
+            .and_then(|u| u.email.as_deref())
+            .and_then(|e| ListedAddress::parse("email", e).ok());
+        if let Some(address) = address {
+            if let Some(entry) = store.suppression(&address).await? {
+                found.insert(address, entry);
+            }
+        }
+    }
+    Ok(found)
 }

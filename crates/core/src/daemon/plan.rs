@@ -1,6 +1,7 @@
 //! The plan (pure): given a tenant's part of a batch, what its database says
 //! now and what the claim got, a verdict for every delivery.
 
+use toki_model::suppression::{ListedAddress, Suppression};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -135,10 +136,16 @@ pub(super) fn undeliverable(
     key: &DeliveryKey,
     user: Option<&User>,
     configured: &BTreeSet<Channel>,
+    suppressed: &Suppressed,
 ) -> Option<String> {
     let Some(user) = user else {
         return Some("recipient no longer exists".into());
     };
+    if key.channel == Channel::Mail {
+        if let Some(entry) = suppressed_entry(user, suppressed) {
+            return Some(entry.why_not_sent());
+        }
+    }
     match key.channel {
         c if user.channels_off.contains(&c) => Some(format!("recipient turned {c} off")),
         Channel::Mail if user.email.is_none() => Some("recipient has no e-mail address".into()),
@@ -148,6 +155,15 @@ pub(super) fn undeliverable(
         c if !configured.contains(&c) => Some(format!("channel {c} is not configured")),
         _ => None,
     }
+}
+
+/// The tenant's suppression-list entries of a batch's addresses.
+pub(super) type Suppressed = HashMap<ListedAddress, Suppression>;
+
+/// `user`'s entry on the list, if their address is on it.
+fn suppressed_entry<'a>(user: &User, suppressed: &'a Suppressed) -> Option<&'a Suppression> {
+    let address = ListedAddress::parse("email", user.email.as_deref()?).ok()?;
+    suppressed.get(&address)
 }
 
 /// Where a webhook delivery goes (the recipient's endpoint, else the
@@ -278,7 +294,12 @@ impl Planner<'_> {
     ) -> Verdict {
         let user = self.ctx.users.get(&key.recipient);
         match (
-            undeliverable(key, user.map(|u| u.as_ref()), &self.channels.configured),
+            undeliverable(
+                key,
+                user.map(|u| u.as_ref()),
+                &self.channels.configured,
+                &self.ctx.suppressed,
+            ),
             at.snapshot,
             user,
         ) {
@@ -315,6 +336,7 @@ impl Planner<'_> {
                         text: texts.text,
                         html: texts.html,
                         webhook,
+                        list_unsubscribe: self.ctx.list_unsubscribe.clone(),
                     },
                     taken_over: claim.taken_over,
                 });

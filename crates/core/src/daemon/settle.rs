@@ -238,6 +238,9 @@ pub(super) fn answer_row(
         Err(SendError::Permanent(why)) => {
             stamp.row(key, DeliveryStatus::Undeliverable, now, Some(why))
         }
+        Err(e @ SendError::RecipientRefused(_)) => {
+            stamp.row(key, DeliveryStatus::Undeliverable, now, Some(e.to_string()))
+        }
         Err(SendError::Throttled { retry_after }) => {
             message.throttled = message.throttled.max(Some(retry_after));
             let why = format!("throttled: retry after {} s", retry_after.as_secs());

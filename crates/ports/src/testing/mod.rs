@@ -11,6 +11,7 @@ mod index;
 mod lease;
 mod queue;
 mod store;
+mod suppression;
 
 pub use channel::{RecordingChannel, SentNotification};
 pub use clock::TokioClock;

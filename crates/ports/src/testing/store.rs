@@ -2,6 +2,7 @@
 //! (the conformance suite checks both): versions that never repeat, a mirror
 //! journal, and delivery claims that make each delivery exactly once.
 
+use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,8 +63,8 @@ struct MirrorRow {
 }
 
 #[derive(Default)]
-struct State {
-    users: BTreeMap<UserId, User>,
+pub(super) struct State {
+    pub(super) users: BTreeMap<UserId, User>,
     schedules: BTreeMap<ScheduleId, Schedule>,
     mirror: BTreeMap<ScheduleId, MirrorRow>,
     deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
@@ -77,6 +78,9 @@ struct State {
     templates: BTreeMap<(&'static str, String), ReminderTemplate>,
     webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
     idempotency: BTreeMap<IdempotencyKey, KeyRow>,
+    /// The suppression list and `List-Unsubscribe` (testing/suppression.rs).
+    pub(super) suppressed: BTreeMap<ListedAddress, Suppression>,
+    pub(super) list_unsubscribe: Option<Arc<ListUnsubscribe>>,
 }
 
 /// A request under its idempotency key.
@@ -129,7 +133,7 @@ impl MemoryTenantStore {
     }
 
     /// Waits out a stall, then takes the state as `lock` does.
-    async fn enter(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
+    pub(super) async fn enter(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
         let stall = *self.stall.lock().expect("stall lock");
         if let Some(stall) = stall {
             tokio::time::sleep(stall).await;
@@ -286,6 +290,8 @@ impl TenantStore for MemoryTenantStore {
             );
         }
         ctx.webhook = state.webhook.clone();
+        ctx.suppressed = super::suppression::listed_among(&state, ctx.users.values());
+        ctx.list_unsubscribe = state.list_unsubscribe.clone();
         Ok(ctx)
     }
 

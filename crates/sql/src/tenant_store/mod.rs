@@ -9,6 +9,7 @@ mod idempotency;
 mod rows;
 mod schedule_write;
 mod statement;
+mod suppression;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -178,6 +179,9 @@ where
     for<'r> RuleRow: FromRow<'r, DB::Row>,
     for<'r> MirrorRow: FromRow<'r, DB::Row>,
     for<'r> ContextRow: FromRow<'r, DB::Row>,
+    for<'r> suppression::SuppressionRow: FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'r> (Option<String>, Option<String>): FromRow<'r, DB::Row>,
     for<'r> DeliveryKeyRow: FromRow<'r, DB::Row>,
     for<'r> OwnedRow: FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
@@ -442,6 +446,7 @@ where
              WHERE p.schedule_id IN ",
         );
         s.list(ids());
+        suppression::context_parts(&mut s, ids());
         s.push(" ORDER BY schedule_id, position");
         let rows: Vec<ContextRow> = s
             .query_as::<DB, ContextRow>()
@@ -459,6 +464,12 @@ where
                     ctx.users.insert(user.id.clone(), std::sync::Arc::new(user));
                 }
                 ContextItem::Webhook(settings) => ctx.webhook = Some(std::sync::Arc::new(settings)),
+                ContextItem::Suppressed(entry) => {
+                    ctx.suppressed.insert(entry.address.clone(), entry);
+                }
+                ContextItem::Unsubscribe(l) => {
+                    ctx.list_unsubscribe = l.is_enabled().then(|| std::sync::Arc::new(l));
+                }
             }
         }
         for (schedule, user) in participants {

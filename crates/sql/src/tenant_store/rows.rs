@@ -1,6 +1,7 @@
 //! Typed rows of the tenant database and their conversion into the domain.
 //! A row that does not convert is corrupt data, named by its column.
 
+use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression, SuppressionReason};
 use chrono_tz::Tz;
 use toki_model::egress::EndpointUrl;
 use toki_model::webhook::WebhookSettings;
@@ -286,6 +287,11 @@ pub(crate) enum ContextItem {
     /// (title: default_url, body: secret, recurrence: previous_secret,
     /// version: previous_until), so they come in the same round trip.
     Webhook(WebhookSettings),
+    /// A suppression-list entry of a participant's address (email: the
+    /// address, title: the reason, body: the detail, version: since when).
+    Suppressed(Suppression),
+    /// The tenant's `List-Unsubscribe` (title: url, body: mailto).
+    Unsubscribe(ListUnsubscribe),
 }
 
 /// A stored endpoint URL (checked when written).
@@ -330,6 +336,16 @@ impl TryFrom<ContextRow> for ContextItem {
                 r.recurrence.as_deref(),
                 r.version,
             )?));
+        }
+        match r.kind.as_str() {
+            "suppressed" => return suppressed_item(r).map(ContextItem::Suppressed),
+            "unsubscribe" => {
+                return Ok(ContextItem::Unsubscribe(ListUnsubscribe {
+                    url: r.title,
+                    mailto: r.body,
+                }))
+            }
+            _ => {}
         }
         let schedule = schedule_id(&r.schedule_id)?;
         Ok(match r.kind.as_str() {
@@ -501,4 +517,29 @@ impl TryFrom<TemplateRow> for toki_model::template::ReminderTemplate {
             html: r.html,
         })
     }
+}
+
+fn suppressed_item(r: ContextRow) -> StoreResult<Suppression> {
+    suppression(
+        r.email.as_deref().unwrap_or_default(),
+        r.title.as_deref().unwrap_or_default(),
+        r.body,
+        r.version.unwrap_or_default(),
+    )
+}
+
+/// A `suppressed_addresses` row's columns read back.
+pub(crate) fn suppression(
+    address: &str,
+    reason: &str,
+    detail: Option<String>,
+    created_at: i64,
+) -> StoreResult<Suppression> {
+    Ok(Suppression {
+        address: ListedAddress::parse("address", address).map_err(|e| corrupt("address", e))?,
+        reason: SuppressionReason::parse(reason)
+            .ok_or_else(|| corrupt("reason", format!("{reason:?} is not a reason")))?,
+        detail,
+        at: instant("created_at", created_at)?,
+    })
 }
