@@ -33,6 +33,7 @@ mod pipeline_embedded;
 mod properties;
 mod report_page;
 mod secrets;
+mod suppression;
 mod tls_postgres;
 mod traces;
 mod version_identity;

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use toki_app::mail_feedback::read_feedback;
 use toki_app::table::table;
 use toki_app::Toki;
-use toki_app::mail_feedback::read_feedback;
 use toki_model::suppression::{ListedAddress, SuppressionInput, SuppressionView};
 use toki_model::TenantId;
 use toki_ports::suppression::MAX_LISTED;
@@ -57,14 +57,22 @@ impl TenantArgs {
                 .await?;
             rows.extend(page.iter().map(|s| {
                 let v = SuppressionView::from(s);
-                vec![v.address, s.reason.as_str().to_owned(), v.since, v.detail.unwrap_or_default()]
+                vec![
+                    v.address,
+                    s.reason.as_str().to_owned(),
+                    v.since,
+                    v.detail.unwrap_or_default(),
+                ]
             }));
             if page.len() < MAX_LISTED {
                 break;
             }
             after = page.last().map(|s| s.address.clone());
         }
-        println!("{}", table(&["address", "reason", "since", "detail"], &rows));
+        println!(
+            "{}",
+            table(&["address", "reason", "since", "detail"], &rows)
+        );
         Ok(0)
     }
 }
@@ -117,7 +125,11 @@ impl FeedbackArgs {
         let text = std::fs::read_to_string(&self.notifications)
             .with_context(|| format!("reading {}", self.notifications.display()))?;
         let (mut listed, mut passed, mut unread) = (0u64, 0u64, 0u64);
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             match read_feedback(line, toki.clock.now()) {
                 Ok(Some(f)) => listed += registrar.suppress_feedback(&f.tenant, &f.entries).await?,
                 Ok(None) => passed += 1,
@@ -127,7 +139,9 @@ impl FeedbackArgs {
                 }
             }
         }
-        println!("{listed} addresses listed, {passed} notifications list nobody, {unread} not read");
+        println!(
+            "{listed} addresses listed, {passed} notifications list nobody, {unread} not read"
+        );
         Ok(if unread == 0 { 0 } else { 1 })
     }
 }

@@ -2512,9 +2512,7 @@ pub mod events {
 pub mod suppression {
     use super::store::{schedule, user};
     use super::*;
-    use toki_model::suppression::{
-        ListUnsubscribe, ListedAddress, Suppression, SuppressionReason,
-    };
+    use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression, SuppressionReason};
     use toki_ports::RefusedRecipient;
 
     fn address(a: &str) -> ListedAddress {
@@ -2539,8 +2537,15 @@ pub mod suppression {
             at: from_millis("at", 1_700_000_000_000).unwrap(),
         };
         assert_eq!(s.suppress(std::slice::from_ref(&manual)).await.unwrap(), 1);
-        let again = Suppression { reason: SuppressionReason::Bounce, ..manual.clone() };
-        assert_eq!(s.suppress(&[again]).await.unwrap(), 0, "the first entry stays");
+        let again = Suppression {
+            reason: SuppressionReason::Bounce,
+            ..manual.clone()
+        };
+        assert_eq!(
+            s.suppress(&[again]).await.unwrap(),
+            0,
+            "the first entry stays"
+        );
         let refused = |id: &str| RefusedRecipient {
             user: id.parse().unwrap(),
             reason: SuppressionReason::Refused,
@@ -2552,7 +2557,10 @@ pub mod suppression {
             .unwrap();
         assert_eq!(added, 1, "carla has no address, nobody is no user");
 
-        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
         let mut listed: Vec<_> = ctx.suppressed.keys().map(|a| a.to_string()).collect();
         listed.sort();
         assert_eq!(listed, ["ana.sato@example.com", "ben@example.com"]);
@@ -2567,10 +2575,24 @@ pub mod suppression {
         assert_eq!(next[0].address, address("ben@example.com"));
         assert_eq!(next[0].reason, SuppressionReason::Refused);
 
-        assert!(s.unsuppress(&address("ANA.SATO@example.com")).await.unwrap());
-        assert!(!s.unsuppress(&address("ana.sato@example.com")).await.unwrap());
-        assert_eq!(s.suppression(&address("ana.sato@example.com")).await.unwrap(), None);
-        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        assert!(s
+            .unsuppress(&address("ANA.SATO@example.com"))
+            .await
+            .unwrap());
+        assert!(!s
+            .unsuppress(&address("ana.sato@example.com"))
+            .await
+            .unwrap());
+        assert_eq!(
+            s.suppression(&address("ana.sato@example.com"))
+                .await
+                .unwrap(),
+            None
+        );
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
         assert_eq!(ctx.suppressed.len(), 1);
 
         let unsubscribe = ListUnsubscribe {
@@ -2579,14 +2601,21 @@ pub mod suppression {
         };
         s.put_list_unsubscribe(&unsubscribe, now).await.unwrap();
         assert_eq!(s.list_unsubscribe().await.unwrap(), unsubscribe);
-        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
         assert_eq!(ctx.list_unsubscribe.as_deref(), Some(&unsubscribe));
-        s.put_list_unsubscribe(&ListUnsubscribe::default(), now).await.unwrap();
-        let ctx = s.delivery_context(std::slice::from_ref(&sch.id)).await.unwrap();
+        s.put_list_unsubscribe(&ListUnsubscribe::default(), now)
+            .await
+            .unwrap();
+        let ctx = s
+            .delivery_context(std::slice::from_ref(&sch.id))
+            .await
+            .unwrap();
         assert_eq!(ctx.list_unsubscribe, None, "both parts absent: off");
     }
 }
-
 
 #[macro_export]
 macro_rules! store_conformance {

@@ -116,7 +116,10 @@ impl SmtpStandin {
     /// How many RCPTs named a refused mailbox.
     pub fn rcpts_refused(&self, address: &str) -> u64 {
         let refused = self.unknown_mailboxes.lock().expect("smtp lock");
-        refused.get(&address.to_ascii_lowercase()).copied().unwrap_or(0)
+        refused
+            .get(&address.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether `RCPT` `line` names a refused mailbox (counted if so).

@@ -505,7 +505,8 @@ pub struct DeliveryContext {
     /// The tenant's webhook channel settings, if it made them.
     pub webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
     /// The tenant's suppression list, as far as these users' addresses are on it.
-    pub suppressed: HashMap<toki_model::suppression::ListedAddress, toki_model::suppression::Suppression>,
+    pub suppressed:
+        HashMap<toki_model::suppression::ListedAddress, toki_model::suppression::Suppression>,
     /// The tenant's `List-Unsubscribe` for its mail, when it enabled one.
     pub list_unsubscribe: Option<Arc<toki_model::suppression::ListUnsubscribe>>,
 }

@@ -50,6 +50,9 @@ pub trait SuppressionList: Send + Sync {
     /// The tenant's `List-Unsubscribe` (default: none).
     async fn list_unsubscribe(&self) -> StoreResult<ListUnsubscribe>;
 
-    async fn put_list_unsubscribe(&self, settings: &ListUnsubscribe, now: Instant)
-        -> StoreResult<()>;
+    async fn put_list_unsubscribe(
+        &self,
+        settings: &ListUnsubscribe,
+        now: Instant,
+    ) -> StoreResult<()>;
 }

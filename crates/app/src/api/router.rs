@@ -19,11 +19,11 @@ use super::schedules::{delete_schedule, get_schedule, put_schedule};
 use super::shared::{
     idempotent_write, tenant_quota, ApiQuotas, ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
 };
-use super::templates::{
-    delete_template, get_default_template, get_template, list_templates, put_template,
-};
 use super::suppressions::{
     delete_suppression, get_mail_settings, list_suppressions, put_mail_settings, put_suppression,
+};
+use super::templates::{
+    delete_template, get_default_template, get_template, list_templates, put_template,
 };
 use super::users::{get_user, put_user};
 use super::webhook::{get_webhook, put_webhook, rotate_webhook_secret};

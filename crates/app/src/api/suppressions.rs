@@ -237,6 +237,9 @@ pub(crate) async fn put_mail_settings(
 ) -> Result<Json<MailSettings>, ApiError> {
     let settings: MailSettings = parse_body(body)?;
     Ok(Json(
-        state.registrar.put_mail_settings(&tenant, &settings).await?,
+        state
+            .registrar
+            .put_mail_settings(&tenant, &settings)
+            .await?,
     ))
 }

@@ -39,12 +39,15 @@ pub enum FeedbackError {
 /// the SES JSON itself. `Ok(None)`: a kind that lists nobody (a delivery,
 /// a transient bounce). `at` stamps entries without a timestamp of their own.
 pub fn read_feedback(body: &str, at: Instant) -> Result<Option<Feedback>, FeedbackError> {
-    let mut v: Value = serde_json::from_str(body).map_err(|e| FeedbackError::NotJson(e.to_string()))?;
+    let mut v: Value =
+        serde_json::from_str(body).map_err(|e| FeedbackError::NotJson(e.to_string()))?;
     if v.get("Type").and_then(Value::as_str) == Some("Notification") {
         let inner = v
             .get("Message")
             .and_then(Value::as_str)
-            .ok_or(FeedbackError::NotSes("an SNS notification without a Message"))?;
+            .ok_or(FeedbackError::NotSes(
+                "an SNS notification without a Message",
+            ))?;
         v = serde_json::from_str(inner).map_err(|e| FeedbackError::NotJson(e.to_string()))?;
     }
     let kind = v
@@ -66,7 +69,11 @@ pub fn read_feedback(body: &str, at: Instant) -> Result<Option<Feedback>, Feedba
         _ => return Ok(None),
     };
     let tenant = tenant_of(&v["mail"])?;
-    let when = v[if reason == SuppressionReason::Bounce { "bounce" } else { "complaint" }]["timestamp"]
+    let when = v[if reason == SuppressionReason::Bounce {
+        "bounce"
+    } else {
+        "complaint"
+    }]["timestamp"]
         .as_str()
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map_or(at, |t| t.to_utc());
@@ -77,7 +84,12 @@ pub fn read_feedback(body: &str, at: Instant) -> Result<Option<Feedback>, Feedba
         .filter_map(|r| {
             let address = ListedAddress::parse("emailAddress", r["emailAddress"].as_str()?).ok()?;
             let detail = r.get(detail_of).and_then(Value::as_str).map(bounded_detail);
-            Some(Suppression { address, reason, detail, at: when })
+            Some(Suppression {
+                address,
+                reason,
+                detail,
+                at: when,
+            })
         })
         .collect();
     Ok(Some(Feedback { tenant, entries }))
@@ -90,7 +102,11 @@ fn tenant_of(mail: &Value) -> Result<TenantId, FeedbackError> {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|h| h["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(header)))
+        .find(|h| {
+            h["name"]
+                .as_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case(header))
+        })
         .and_then(|h| h["value"].as_str())
         .ok_or(FeedbackError::NoTenant)?;
     let (tenant, _) = value.split_once('/').ok_or(FeedbackError::BadTenant)?;

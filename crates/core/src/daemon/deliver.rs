@@ -111,10 +111,17 @@ impl Daemon {
     /// Puts the addresses a mail server refused on the tenant's suppression
     /// list, after the batch's rows (their deliveries are undeliverable
     /// either way); a failure is logged, and the next refusal tries again.
-    async fn suppress(&self, tenant: &TenantId, store: &dyn TenantStore, refused: &[RefusedRecipient]) {
+    async fn suppress(
+        &self,
+        tenant: &TenantId,
+        store: &dyn TenantStore,
+        refused: &[RefusedRecipient],
+    ) {
         match store.suppress_recipients(refused, self.clock.now()).await {
             Ok(n) => self.stats.add(&self.stats.suppressed, n as usize),
-            Err(e) => warn!(%tenant, error = %chain(&e), "refused addresses not put on the suppression list"),
+            Err(e) => {
+                warn!(%tenant, error = %chain(&e), "refused addresses not put on the suppression list")
+            }
         }
     }
 }

@@ -4,9 +4,9 @@
 //! instant. A message received twice finds its notice frozen and its
 //! deliveries claimed or final, so nobody is told twice.
 
-use toki_model::suppression::ListedAddress;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use toki_model::suppression::ListedAddress;
 
 use futures::future::join_all;
 use tracing::{info, warn};
@@ -142,8 +142,7 @@ impl Daemon {
             false => None,
         };
         let suppressed = notice_suppressions(store.as_ref(), &users, claimed).await?;
-        let (group, mut outcomes) =
-            self.notice_group(
+        let (group, mut outcomes) = self.notice_group(
             n,
             (&users, webhook.as_ref(), &suppressed),
             changes,
@@ -276,7 +275,11 @@ async fn notice_suppressions(
     claimed: &Claims,
 ) -> Result<Suppressed, StoreError> {
     let mut found = Suppressed::new();
-    for o in claimed.owned.iter().filter(|o| o.key.channel == Channel::Mail) {
+    for o in claimed
+        .owned
+        .iter()
+        .filter(|o| o.key.channel == Channel::Mail)
+    {
         let address = users
             .get(&o.key.recipient)
             .and_then(|u| u.email.as_deref())

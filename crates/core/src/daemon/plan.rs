@@ -1,9 +1,9 @@
 //! The plan (pure): given a tenant's part of a batch, what its database says
 //! now and what the claim got, a verdict for every delivery.
 
-use toki_model::suppression::{ListedAddress, Suppression};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use toki_model::suppression::{ListedAddress, Suppression};
 
 use toki_model::domain::{
     Channel, DeliveryClaim, DeliveryKey, DueAt, Reminder, ReminderKey, ScheduleId,

@@ -52,7 +52,9 @@ impl Registrar {
         let store = self.stores.open(tenant).await?;
         match store.unsuppress(address).await? {
             true => Ok(()),
-            false => Err(RegistrarError::NotFound("address on the suppression list".into())),
+            false => Err(RegistrarError::NotFound(
+                "address on the suppression list".into(),
+            )),
         }
     }
 

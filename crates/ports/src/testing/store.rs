@@ -2,10 +2,10 @@
 //! (the conformance suite checks both): versions that never repeat, a mirror
 //! journal, and delivery claims that make each delivery exactly once.
 
-use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression};
 
 use async_trait::async_trait;
 

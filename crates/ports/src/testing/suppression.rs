@@ -9,9 +9,7 @@ use super::store::{MemoryTenantStore, State};
 use crate::error::StoreResult;
 use crate::suppression::{RefusedRecipient, SuppressionList};
 use toki_model::domain::{Instant, User};
-use toki_model::suppression::{
-    bounded_detail, ListUnsubscribe, ListedAddress, Suppression,
-};
+use toki_model::suppression::{bounded_detail, ListUnsubscribe, ListedAddress, Suppression};
 
 /// The entries of `users`' addresses (a delivery context's).
 pub(super) fn listed_among<'a>(
@@ -97,7 +95,11 @@ impl SuppressionList for MemoryTenantStore {
 
     async fn list_unsubscribe(&self) -> StoreResult<ListUnsubscribe> {
         let state = self.enter().await?;
-        Ok(state.list_unsubscribe.as_deref().cloned().unwrap_or_default())
+        Ok(state
+            .list_unsubscribe
+            .as_deref()
+            .cloned()
+            .unwrap_or_default())
     }
 
     async fn put_list_unsubscribe(

@@ -1,9 +1,9 @@
 //! Typed rows of the tenant database and their conversion into the domain.
 //! A row that does not convert is corrupt data, named by its column.
 
-use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression, SuppressionReason};
 use chrono_tz::Tz;
 use toki_model::egress::EndpointUrl;
+use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression, SuppressionReason};
 use toki_model::webhook::WebhookSettings;
 use toki_model::webhook_signature::WebhookSecret;
 use toki_model::ScheduleSnapshot;
