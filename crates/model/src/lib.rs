@@ -19,6 +19,7 @@ pub mod lateness;
 pub mod limits;
 pub mod quota;
 pub mod recurrence;
+pub mod retention;
 pub mod template;
 pub mod tenant;
 pub mod time;
