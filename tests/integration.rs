@@ -31,6 +31,7 @@ mod pipeline_aws;
 mod pipeline_embedded;
 mod properties;
 mod report_page;
+mod retention;
 mod secrets;
 mod tls_postgres;
 mod traces;

@@ -1,5 +1,5 @@
 //! `toki serve`: registrar API + scanner + repair + daemon + delivery events
-//! + retention purge in one process;
+//! and the retention purge in one process;
 //! stops on SIGTERM/Ctrl-C and drains in-flight deliveries first.
 
 use std::net::SocketAddr;
