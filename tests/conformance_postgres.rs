@@ -14,6 +14,10 @@ store_conformance!(
     #[ignore = "needs Postgres: scripts/test.sh runs it"]
     store
 );
+retention_conformance!(
+    #[ignore = "needs Postgres: scripts/test.sh runs it"]
+    store
+);
 
 /// The same suite through the stores the services open, with sqlx's named
 /// prepared statements off, as behind RDS Proxy (`StatementCache::Auto`

@@ -32,6 +32,7 @@ mod pipeline_aws;
 mod pipeline_embedded;
 mod properties;
 mod report_page;
+mod retention;
 mod secrets;
 mod suppression;
 mod tls_postgres;

@@ -508,6 +508,14 @@ async fn every_component_does_its_work_within_its_role() {
         format_args!("the repair run: {repaired:?}"),
     )
     .await;
+    // Its retention purge (every 5 minutes in the Lambda; here at once):
+    // the directory's scan and deletes in the tenant database, nothing more.
+    let purged = repair.purger().pass(None).await;
+    gate.check(
+        purged.tenants == 1 && purged.failed_tenants == 0,
+        format_args!("the repair Lambda's purge pass: {purged:?}"),
+    )
+    .await;
 
     // The daemon task delivers the six (three schedules, mail and chat).
     let mut cmd = Command::new(common::process::TOKI);

@@ -117,6 +117,11 @@ pub struct SetArgs {
     /// permits in flight; `R/B+permits:N`; `RESOURCE=none` drops one).
     #[arg(long)]
     limits: Option<String>,
+    /// How long records are kept, in days (1 to 3650):
+    /// `deliveries=30,chat=90,dead_letters=14,events=7,audit=365`
+    /// (`KIND=default` restores the default). See docs/retention.md.
+    #[arg(long)]
+    retention: Option<String>,
     #[command(flatten)]
     quota: QuotaArgs,
 }
@@ -144,6 +149,12 @@ impl SetArgs {
                 .map_err(|e| anyhow::anyhow!("--limits: {}: {}", e.field, e.problem))?;
         }
         self.quota.apply(&mut record.limits.quota)?;
+        if let Some(spec) = &self.retention {
+            record
+                .retention
+                .edit(spec)
+                .map_err(|e| anyhow::anyhow!("--retention: {}: {}", e.field, e.problem))?;
+        }
         if turned_on == NoticesTurnedOn::Yes {
             // What was edited while notices were off is not news now.
             let store = toki_ports::TenantStores::open(toki.stores.as_ref(), id).await?;
@@ -189,7 +200,7 @@ enum NoticesTurnedOn {
 /// `acme: reminders on, active, change notices off, limits ...`.
 fn summary(record: &TenantRecord) -> String {
     format!(
-        "{}: reminders {}, {}, change notices {}, limits {}",
+        "{}: reminders {}, {}, change notices {}, limits {}, retention {}",
         record.id,
         if record.reminders_enabled {
             "on"
@@ -198,7 +209,8 @@ fn summary(record: &TenantRecord) -> String {
         },
         if record.active { "active" } else { "suspended" },
         notices_summary(&record.change_notices),
-        record.limits
+        record.limits,
+        record.retention
     )
 }
 
@@ -228,6 +240,7 @@ impl ListArgs {
                     if t.active { "yes".into() } else { "no".into() },
                     notices_summary(&t.change_notices),
                     t.limits.to_string(),
+                    t.retention.to_string(),
                     t.database,
                 ]
             })
@@ -241,6 +254,7 @@ impl ListArgs {
                     "active",
                     "change notices",
                     "limits",
+                    "retention",
                     "database"
                 ],
                 &rows

@@ -1076,6 +1076,7 @@ pub mod directory {
             )],
             change_notices: Default::default(),
             limits: Default::default(),
+            retention: Default::default(),
         };
         d.put(&rec).await.unwrap();
         assert_eq!(d.get(&id).await.unwrap(), Some(rec.clone()));
@@ -2492,7 +2493,8 @@ pub mod events {
         }
         assert_eq!(s.event_seq_before(at(t0)).await.unwrap(), 0);
         assert_eq!(s.event_seq_before(at(t0 + 2500)).await.unwrap(), 3);
-        assert_eq!(s.purge_events(at(t0 + 2000)).await.unwrap(), 2);
+        let events = toki_ports::retention::TenantRows::Events;
+        assert_eq!(s.purge_rows(events, at(t0 + 2000), 500).await.unwrap(), 2);
         let left: Vec<u64> = s
             .events_after(0, 10)
             .await
@@ -2501,7 +2503,7 @@ pub mod events {
             .map(|e| e.seq)
             .collect();
         assert_eq!(left, [3, 4, 5], "nothing younger than the bound");
-        assert_eq!(s.purge_events(at(t0 + 2000)).await.unwrap(), 0);
+        assert_eq!(s.purge_rows(events, at(t0 + 2000), 500).await.unwrap(), 0);
         assert_eq!(s.last_event_seq().await.unwrap(), 5, "numbers never repeat");
     }
 }

@@ -10,6 +10,8 @@ pub mod faults;
 pub mod pipeline;
 pub mod process;
 pub mod proxy;
+#[macro_use]
+pub mod retention;
 pub mod services;
 
 /// `toki bench ARGS --json` in a fresh folder (with `env` set): its run,

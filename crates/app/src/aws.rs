@@ -72,6 +72,8 @@ pub(crate) async fn open(
         ),
     };
     Ok(Ports {
+        // SQS's retention bounds the dead letters, DynamoDB's TTL the index.
+        control_purge: None,
         // In the index table, under keys of their own (`D#<key>`).
         debounce: Arc::new(DynamoDebounceStore::new(
             dynamo.clone(),

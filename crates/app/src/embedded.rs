@@ -37,6 +37,10 @@ pub(crate) async fn open(
     .with_statement_cache(config.database.statement_cache)
     .with_connection_budget(config.database.max_connections);
     Ok(Ports {
+        control_purge: Some(Arc::new(toki_sql::SqliteControlPurge::new(
+            control.pool.clone(),
+            "reminders",
+        ))),
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),
         stores: Arc::new(stores),

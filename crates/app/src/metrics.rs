@@ -28,8 +28,10 @@ use toki_ports::QueueDepth;
 mod collect;
 mod daemon;
 mod events;
+mod retention;
 pub use daemon::DaemonCollector;
 pub use events::EventsCollector;
+pub use retention::RetentionCollector;
 
 /// Seconds late: fine enough to tell 10 ms from 100 ms from 1 s, and wide
 /// enough for a delivery that waited out a retry.

@@ -17,4 +17,6 @@ pub(crate) struct Ports {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
+    /// The retention purge's part in the control store (embedded only).
+    pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
 }

@@ -39,6 +39,21 @@ pub struct Report {
     /// Delivery-event endpoints and how far behind each is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub event_endpoints: Vec<EndpointRow>,
+    /// What the last retention purge pass deleted, per tenant and kind.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub purges: Vec<PurgeRow>,
+}
+
+/// One tenant's last purge of one kind of record.
+#[derive(Debug, Clone, Serialize)]
+pub struct PurgeRow {
+    pub tenant: String,
+    pub kind: String,
+    pub last_pass_at: DateTime<Utc>,
+    /// Records older than this were deleted (up to the pass's cap).
+    pub cutoff: DateTime<Utc>,
+    pub last_purged: u64,
+    pub total_purged: u64,
 }
 
 /// One delivery-event endpoint as the report shows it.
@@ -106,9 +121,18 @@ pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
     let mut counts = Vec::new();
     let mut delivered = Vec::new();
     let mut endpoints = Vec::new();
+    let mut purges = Vec::new();
     for t in toki.directory.list().await? {
         let store = toki.stores.open(&t.id).await?;
         endpoints.extend(endpoint_rows(&t.id, store.as_ref()).await?);
+        purges.extend(store.purge_log().await?.into_iter().map(|p| PurgeRow {
+            tenant: t.id.to_string(),
+            kind: p.kind.to_string(),
+            last_pass_at: p.last_pass_at,
+            cutoff: p.cutoff,
+            last_purged: p.last_purged,
+            total_purged: p.total_purged,
+        }));
         for c in store.delivery_counts().await? {
             counts.push(ReportRow {
                 tenant: t.id.to_string(),
@@ -132,6 +156,7 @@ pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
     }
     Ok(Report {
         event_endpoints: endpoints,
+        purges,
         ..summarise(counts, &delivered)
     })
 }
@@ -156,6 +181,7 @@ pub fn summarise(counts: Vec<ReportRow>, delivered: &[Delivered]) -> Report {
             .map(|(due_at, late)| per_second(due_at, &late))
             .collect(),
         event_endpoints: Vec::new(),
+        purges: Vec::new(),
     }
 }
 
@@ -242,7 +268,9 @@ fn per_second(due_at: DateTime<Utc>, lateness_ms: &[i64]) -> DueSeconds {
 /// The tables `toki report` prints: counts, then lateness per channel.
 pub fn render(report: &Report) -> String {
     if report.counts.is_empty() {
-        return "no deliveries recorded yet".into();
+        let mut out = String::from("no deliveries recorded yet");
+        out.push_str(&render_purges(&report.purges));
+        return out;
     }
     let cells: Vec<Vec<String>> = report
         .counts
@@ -313,6 +341,40 @@ pub fn render(report: &Report) -> String {
             &cells,
         ));
     }
+    out.push_str(&render_purges(&report.purges));
+    out
+}
+
+/// The last purge pass per tenant and kind (empty when none has run).
+fn render_purges(purges: &[PurgeRow]) -> String {
+    if purges.is_empty() {
+        return String::new();
+    }
+    let cells: Vec<Vec<String>> = purges
+        .iter()
+        .map(|p| {
+            vec![
+                p.tenant.clone(),
+                p.kind.clone(),
+                p.last_pass_at.format("%Y-%m-%d %H:%M").to_string(),
+                p.cutoff.format("%Y-%m-%d %H:%M").to_string(),
+                p.last_purged.to_string(),
+                p.total_purged.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = String::from("\n\npurged (last pass)\n");
+    out.push_str(&table(
+        &[
+            "tenant",
+            "kind",
+            "last pass",
+            "older than",
+            "purged",
+            "total",
+        ],
+        &cells,
+    ));
     out
 }
 

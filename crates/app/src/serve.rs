@@ -1,5 +1,5 @@
 //! `toki serve`: registrar API + scanner + repair + daemon + delivery events
-//! in one process;
+//! and the retention purge in one process;
 //! stops on SIGTERM/Ctrl-C and drains in-flight deliveries first.
 
 use std::net::SocketAddr;
@@ -35,10 +35,16 @@ pub async fn run(toki: Toki, listen: SocketAddr) -> anyhow::Result<()> {
         listener.local_addr()?
     );
     let repairer = registrar.clone();
+    let purger = toki.purger();
+    toki.metrics
+        .register_collector(Box::new(crate::metrics::RetentionCollector(
+            purger.stats.clone(),
+        )));
     let tasks = [
         tokio::spawn(daemon.run(shutdown.clone())),
         tokio::spawn(toki.event_dispatcher()?.run(shutdown.clone())),
         tokio::spawn(toki.clone().run_scanner(shutdown.clone())),
+        tokio::spawn(purger.run(shutdown.clone())),
         tokio::spawn({
             let shutdown = shutdown.clone();
             let metrics = toki.metrics.clone();

@@ -9,6 +9,7 @@ use toki_core::debounce::{Debouncer, QueueTimer};
 use toki_core::notice::NoticeAction;
 use toki_core::registrar::ChangeNotices;
 use toki_core::registrar::Registrar;
+use toki_core::retention::Purger;
 use toki_core::scanner::Scanner;
 use toki_model::api_key::ApiKey;
 use toki_model::{Instant, KeyName, TenantId, TenantRecord};
@@ -34,6 +35,8 @@ pub struct Toki {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
+    /// The retention purge's part in the control store (embedded only).
+    pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
     pub clock: Arc<dyn Clock>,
     /// This process's figures for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -77,6 +80,7 @@ impl Toki {
             queue: ports.queue,
             debounce: ports.debounce,
             leases: ports.leases,
+            control_purge: ports.control_purge,
             clock,
             metrics: crate::metrics::Metrics::new(),
         })
@@ -173,6 +177,19 @@ impl Toki {
         self.scanner().run_every(every, shutdown).await
     }
 
+    /// The retention purge (`toki serve` puts its figures on `/metrics`:
+    /// [`crate::metrics::RetentionCollector`]).
+    pub fn purger(&self) -> Arc<Purger> {
+        Arc::new(Purger {
+            directory: self.directory.clone(),
+            stores: self.stores.clone(),
+            control: self.control_purge.clone(),
+            clock: self.clock.clone(),
+            settings: self.config.purge_settings(),
+            stats: Default::default(),
+        })
+    }
+
     /// Creates a tenant: its database (created and migrated) and its directory
     /// entry with one key, `default`. Returns the record and that key (shown
     /// once; only its hash is kept). Refuses an id that breaks the rule for
@@ -197,6 +214,7 @@ impl Toki {
             api_keys: vec![ApiKey::new(default, &key, self.clock.now(), None)],
             change_notices: Default::default(),
             limits: Default::default(),
+            retention: Default::default(),
         };
         self.directory.put(&record).await?;
         Ok((record, key))

@@ -307,6 +307,7 @@ async fn add_tenant(kit: &TestKit, id: &str, key: &str) {
             )],
             change_notices: Default::default(),
             limits: Default::default(),
+            retention: Default::default(),
         })
         .await
         .unwrap();

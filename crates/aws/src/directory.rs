@@ -90,6 +90,19 @@ fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsErr
                 }
                 Some(other) => return Err(("limits", format!("expected a string, got {other:?}"))),
             },
+            // JSON; absent on items written before retention settings existed.
+            retention: match item.get("retention") {
+                None => Default::default(),
+                Some(AttributeValue::S(json)) => {
+                    let r: toki_model::retention::RetentionSettings =
+                        serde_json::from_str(json).map_err(|e| ("retention", e.to_string()))?;
+                    r.validate().map_err(|e| ("retention", e.to_string()))?;
+                    r
+                }
+                Some(other) => {
+                    return Err(("retention", format!("expected a string, got {other:?}")))
+                }
+            },
         })
     };
     parse().map_err(|(field, problem)| {
@@ -129,6 +142,10 @@ impl TenantDirectory for DynamoTenantDirectory {
             (
                 "change_notices".to_owned(),
                 s(serde_json::to_string(&r.change_notices).expect("settings serialise")),
+            ),
+            (
+                "retention".to_owned(),
+                s(serde_json::to_string(&r.retention).expect("retention serialises")),
             ),
         ]);
         if !r.limits.is_empty() {

@@ -13,6 +13,7 @@ pub mod periodic;
 pub mod registrar;
 pub mod render;
 pub mod repair;
+pub mod retention;
 pub mod scanner;
 pub mod settings;
 #[cfg(any(test, feature = "testing"))]

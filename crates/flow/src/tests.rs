@@ -536,6 +536,7 @@ async fn directory_with(tenant: &str, spec: &str) -> Arc<toki_ports::testing::Me
             api_keys: Vec::new(),
             change_notices: Default::default(),
             limits,
+            retention: Default::default(),
         })
         .await
         .unwrap();

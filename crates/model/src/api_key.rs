@@ -209,6 +209,7 @@ mod tests {
             api_keys: vec![key("a", "toki_a", None)],
             change_notices: Default::default(),
             limits: Default::default(),
+            retention: Default::default(),
         };
         let a: KeyName = "a".parse().unwrap();
         record.revoke_key(&a, at(9)).unwrap();

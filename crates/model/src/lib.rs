@@ -20,6 +20,7 @@ pub mod limits;
 pub mod quota;
 pub mod recurrence;
 pub mod redact;
+pub mod retention;
 pub mod suppression;
 pub mod template;
 pub mod tenant;

@@ -7,6 +7,7 @@ use crate::api_key::{ApiKey, KeyError};
 use crate::change::ChangeNoticeSettings;
 use crate::domain::{KeyName, TenantId};
 use crate::limits::ContractLimits;
+use crate::retention::RetentionSettings;
 use crate::time::Instant;
 
 /// A tenant's contract and where its database lives.
@@ -30,6 +31,9 @@ pub struct TenantRecord {
     /// database, its caps on Slack and mail), over the configured ones.
     #[serde(default, skip_serializing_if = "ContractLimits::is_empty")]
     pub limits: ContractLimits,
+    /// How long each kind of the tenant's records is kept.
+    #[serde(default)]
+    pub retention: RetentionSettings,
 }
 
 impl TenantRecord {

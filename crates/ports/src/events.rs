@@ -10,9 +10,6 @@ use toki_model::event::{EndpointProgress, EndpointUrl, EventEndpoint, NewEvent, 
 
 use crate::error::StoreResult;
 
-/// How many events one purge call deletes at most.
-pub const PURGE_BATCH: usize = 1000;
-
 /// A write of an endpoint's progress that names the revision it read:
 /// refused if the tenant changed the endpoint in between (a replay, a
 /// re-enable), so the dispatcher never undoes the tenant's change.
@@ -64,8 +61,7 @@ pub trait EventLog: Send + Sync {
         now: Instant,
     ) -> StoreResult<bool>;
 
-    /// Deletes up to [`PURGE_BATCH`] events that occurred before `before`; how many.
-    async fn purge_events(&self, before: Instant) -> StoreResult<u64>;
+    // Old events are purged through `RetentionStore::purge_rows` (`TenantRows::Events`).
 }
 
 /// A signed request to an endpoint: the Standard Webhooks headers and the body.

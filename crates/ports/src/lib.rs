@@ -10,6 +10,7 @@ pub mod events;
 mod idempotency;
 mod lease;
 pub mod message;
+pub mod retention;
 pub mod suppression;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -21,6 +22,7 @@ pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
+pub use retention::{ControlPurge, RetentionStore};
 pub use suppression::{RefusedRecipient, SuppressionList};
 
 use std::collections::HashMap;
@@ -524,7 +526,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + SuppressionList + Send + Sync {
+pub trait TenantStore: EventLog + RetentionStore + SuppressionList + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

@@ -49,7 +49,21 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> StoreResult<TenantRecord> {
                 toki_ports::StoreError::corrupt("tenant directory column limits", e.to_string())
             })?,
         },
+        retention: match row.get::<Option<String>, _>("retention") {
+            None => Default::default(),
+            Some(json) => retention_from(&json).map_err(|e| {
+                toki_ports::StoreError::corrupt("tenant directory column retention", e)
+            })?,
+        },
     })
+}
+
+/// A stored retention setting, checked as `toki tenant set` checks it.
+fn retention_from(json: &str) -> Result<toki_model::retention::RetentionSettings, String> {
+    let r: toki_model::retention::RetentionSettings =
+        serde_json::from_str(json).map_err(|e| e.to_string())?;
+    r.validate().map_err(|e| e.to_string())?;
+    Ok(r)
 }
 
 #[async_trait]
@@ -66,12 +80,13 @@ impl TenantDirectory for SqliteTenantDirectory {
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
         sqlx::query(
             // api_key_sha256 '': the keys are in api_keys (migration 0008).
-            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, api_keys, change_notices, limits)
-             VALUES ($1, $2, $3, $4, '', $5, $6, $7)
+            "INSERT INTO tenants (id, reminders_enabled, active, database, api_key_sha256, api_keys, change_notices, limits, retention)
+             VALUES ($1, $2, $3, $4, '', $5, $6, $7, $8)
              ON CONFLICT (id) DO UPDATE SET reminders_enabled = excluded.reminders_enabled,
                active = excluded.active, database = excluded.database,
                api_key_sha256 = excluded.api_key_sha256, api_keys = excluded.api_keys,
-               change_notices = excluded.change_notices, limits = excluded.limits",
+               change_notices = excluded.change_notices, limits = excluded.limits,
+               retention = excluded.retention",
         )
         .bind(r.id.as_str())
         .bind(r.reminders_enabled)
@@ -80,6 +95,7 @@ impl TenantDirectory for SqliteTenantDirectory {
         .bind(keys_to_stored(&r.api_keys))
         .bind(serde_json::to_string(&r.change_notices).expect("settings serialise"))
         .bind((!r.limits.is_empty()).then(|| serde_json::to_string(&r.limits).expect("limits serialise")))
+        .bind(serde_json::to_string(&r.retention).expect("retention serialises"))
         .execute(&self.pool)
         .await
         .map_err(db_err)?;

@@ -35,16 +35,6 @@ impl SqliteReminderIndex {
         }
     }
 
-    /// Deletes rows whose expiry has passed (what DynamoDB's TTL does on AWS).
-    pub async fn purge_expired(&self, now: Instant) -> StoreResult<u64> {
-        let r = sqlx::query("DELETE FROM reminder_index WHERE expires_at < $1")
-            .bind(now.timestamp())
-            .execute(&self.pool)
-            .await
-            .map_err(db_err)?;
-        Ok(r.rows_affected())
-    }
-
     /// Claims rows in one transaction; whether each was claimed, in order.
     async fn claim_rows(
         &self,

@@ -7,6 +7,8 @@
 #[cfg(feature = "sqlite")]
 pub mod control;
 #[cfg(feature = "sqlite")]
+pub mod control_purge;
+#[cfg(feature = "sqlite")]
 pub mod debounce;
 #[cfg(feature = "sqlite")]
 pub mod directory;
@@ -88,6 +90,8 @@ fn is_transient(e: &sqlx::Error) -> bool {
 
 #[cfg(feature = "sqlite")]
 pub use control::ControlDb;
+#[cfg(feature = "sqlite")]
+pub use control_purge::SqliteControlPurge;
 #[cfg(feature = "sqlite")]
 pub use debounce::SqliteDebounceStore;
 #[cfg(feature = "sqlite")]

@@ -65,6 +65,7 @@ pub async fn handle(
         deferred_tenants = summary.deferred_tenants,
         "repair pass"
     );
+    purge_if_due(toki, deadline).await;
     if summary.unfinished_tenants() > 0 {
         return Err(format!(
             "repair failed for {} and timed out for {} of {} tenants (retried next pass)",
@@ -73,6 +74,43 @@ pub async fn handle(
         .into());
     }
     Ok(summary)
+}
+
+/// The retention purge of the tenant databases, every few minutes (at the
+/// multiples of its period), in what is left of the invocation after the
+/// repair. Dead letters are bounded by the DLQ's retention and index rows
+/// by DynamoDB's TTL: this purges delivery rows, chat rows and events.
+/// A tenant it could not purge is retried at its next pass, not an error.
+async fn purge_if_due(toki: &Toki, deadline: Option<tokio::time::Instant>) {
+    let purger = toki.purger();
+    if !purger.due(toki.clock.now()) {
+        return;
+    }
+    let pass = purger.pass(deadline).await;
+    let figure = |kind| pass.purged.get(&kind).copied().unwrap_or(0) as f64;
+    use toki_model::retention::RetentionKind as K;
+    println!(
+        "{}",
+        toki_app::emf::line(
+            &toki.config.environment,
+            "repair",
+            toki.clock.now().timestamp_millis(),
+            &[
+                ("PurgedDeliveries", figure(K::Deliveries)),
+                ("PurgedChat", figure(K::Chat)),
+                ("PurgedEvents", figure(K::Events)),
+                ("PurgeFailed", pass.failed_tenants as f64),
+                ("PurgeDeferred", pass.deferred_tenants as f64),
+            ],
+        )
+    );
+    tracing::info!(
+        tenants = pass.tenants,
+        purged = pass.total(),
+        failed_tenants = pass.failed_tenants,
+        deferred_tenants = pass.deferred_tenants,
+        "retention purge pass"
+    );
 }
 
 /// The Lambda's deadline (`deadline_ms` since the epoch, `now_ms` the time

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toki_core::daemon::{BreakerSettings, DaemonSettings, RetryPolicy};
 use toki_core::events::dispatch::DispatchSettings;
+use toki_core::retention::PurgeSettings;
 use toki_core::settings::{PipelineSettings, RepairSettings};
 use toki_model::limits::FlowSettings;
 use toki_model::quota::{ApiQuota, TenantCaps};
@@ -219,7 +220,8 @@ pub struct DaemonConfig {
     pub reconcile_takeovers: bool,
     /// How often the tenants' delivery-event endpoints are looked at.
     pub events_poll_ms: u64,
-    /// How long delivery events are kept (listed and replayable).
+    /// The longest delivery events are kept (listed and replayable), over
+    /// every tenant's own `retention.events`: a deployment-wide cap.
     pub events_window_h: u64,
 }
 
@@ -396,7 +398,7 @@ impl Default for DaemonConfig {
             late_change_cutoff_ms: d.late_change_cutoff.as_millis() as u64,
             reconcile_takeovers: d.reconcile_takeovers,
             events_poll_ms: DispatchSettings::default().poll.as_millis() as u64,
-            events_window_h: DispatchSettings::default().window.as_secs() / 3600,
+            events_window_h: 7 * 24,
         }
     }
 }
@@ -472,8 +474,17 @@ impl Config {
     pub fn events_settings(&self) -> DispatchSettings {
         DispatchSettings {
             poll: Duration::from_millis(self.daemon.events_poll_ms.max(10)),
-            window: Duration::from_secs(self.daemon.events_window_h.max(1) * 3600),
             ..DispatchSettings::default()
+        }
+    }
+
+    /// The retention purge's pass, events capped at `daemon.events_window_h`.
+    pub fn purge_settings(&self) -> PurgeSettings {
+        PurgeSettings {
+            events_cap: Some(Duration::from_secs(
+                self.daemon.events_window_h.max(1) * 3600,
+            )),
+            ..PurgeSettings::default()
         }
     }
 

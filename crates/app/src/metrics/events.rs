@@ -32,12 +32,6 @@ impl prometheus_client::collector::Collector for EventsCollector {
             "toki_event_endpoints_disabled",
             "Event endpoints turned off after repeated failures",
             &[(Vec::new(), read(&s.endpoints_disabled))],
-        )?;
-        counter(
-            &mut e,
-            "toki_events_purged",
-            "Delivery events deleted once older than the window",
-            &[(Vec::new(), read(&s.purged))],
         )
     }
 }

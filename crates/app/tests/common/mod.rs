@@ -28,6 +28,7 @@ pub async fn kit_with_tenant() -> TestKit {
             )],
             change_notices: Default::default(),
             limits: Default::default(),
+            retention: Default::default(),
         })
         .await
         .unwrap();

@@ -3,7 +3,7 @@
 //! is a task of its own, so a slow or failing endpoint holds up nobody else
 //! (and never a delivery: the events are read from the log, after the fact).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,9 +11,9 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::warn;
 
-use toki_model::domain::{EndpointId, Instant, TenantId};
+use toki_model::domain::{EndpointId, TenantId};
 use toki_model::error::chain;
 use toki_model::event::{
     EndpointProgress, EndpointStatus, EventEndpoint, EventOrdering, StoredEvent,
@@ -32,8 +32,6 @@ pub struct DispatchSettings {
     pub batch: usize,
     /// Requests at once to an unordered endpoint.
     pub unordered_concurrency: usize,
-    /// How long events are kept (listed and replayable).
-    pub window: Duration,
 }
 
 impl Default for DispatchSettings {
@@ -43,7 +41,6 @@ impl Default for DispatchSettings {
             hold: Duration::from_secs(60),
             batch: 50,
             unordered_concurrency: 8,
-            window: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -54,7 +51,6 @@ pub struct DispatchStats {
     pub sent: AtomicU64,
     pub failed: AtomicU64,
     pub endpoints_disabled: AtomicU64,
-    pub purged: AtomicU64,
 }
 
 pub struct Dispatcher {
@@ -66,7 +62,6 @@ pub struct Dispatcher {
     holder: String,
     settings: DispatchSettings,
     busy: Mutex<HashSet<(TenantId, EndpointId)>>,
-    last_purge: Mutex<HashMap<TenantId, Instant>>,
     pub stats: DispatchStats,
 }
 
@@ -100,7 +95,6 @@ impl Dispatcher {
             holder,
             settings,
             busy: Mutex::default(),
-            last_purge: Mutex::default(),
             stats: DispatchStats::default(),
         })
     }
@@ -129,7 +123,7 @@ impl Dispatcher {
                     continue;
                 }
             };
-            self.purge_if_due(&tenant.id, store.as_ref(), now).await;
+            // Old events are purged by the retention pass (`crate::retention`).
             let endpoints = match store.event_endpoints().await {
                 Ok(endpoints) => endpoints,
                 Err(e) => {
@@ -293,26 +287,6 @@ impl Dispatcher {
             self.stats.sent.fetch_add(1, Ordering::Relaxed);
         }
         result
-    }
-
-    /// Deletes events older than the window, a batch a minute per tenant.
-    async fn purge_if_due(&self, tenant: &TenantId, store: &dyn TenantStore, now: Instant) {
-        {
-            let mut last = self.last_purge.lock().expect("purge lock");
-            match last.get(tenant) {
-                Some(at) if now - *at < chrono::Duration::minutes(1) => return,
-                _ => last.insert(tenant.clone(), now),
-            };
-        }
-        let before = now - chrono::Duration::from_std(self.settings.window).expect("fits");
-        match store.purge_events(before).await {
-            Ok(0) => {}
-            Ok(n) => {
-                self.stats.purged.fetch_add(n, Ordering::Relaxed);
-                info!(%tenant, purged = n, "delivery events older than the window purged");
-            }
-            Err(e) => warn!(%tenant, error = %chain(&e), "delivery events: purging failed"),
-        }
     }
 }
 

@@ -112,6 +112,7 @@ impl TestKit {
                 api_keys: Vec::new(),
                 change_notices: Default::default(),
                 limits: Default::default(),
+                retention: Default::default(),
             })
             .await
             .expect("memory directory");

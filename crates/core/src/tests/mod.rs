@@ -8,6 +8,7 @@ mod events;
 mod flow;
 mod registrar;
 mod repair;
+mod retention;
 mod scanner;
 mod series;
 mod shutdown;

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::event_log::Endpoint;
 use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
-use crate::events::{EventLog, ProgressWrite, PURGE_BATCH};
+use crate::events::{EventLog, ProgressWrite};
 use toki_model::domain::{EndpointId, Instant};
 use toki_model::event::{EventEndpoint, NewEvent, StoredEvent};
 
@@ -107,20 +107,5 @@ impl EventLog for MemoryTenantStore {
             e.held = Some((holder.to_owned(), until));
         }
         Ok(free)
-    }
-
-    async fn purge_events(&self, before: Instant) -> StoreResult<u64> {
-        let mut events = self.enter_events().await?;
-        let old: Vec<u64> = events
-            .log
-            .values()
-            .filter(|e| e.occurred_at < before)
-            .map(|e| e.seq)
-            .take(PURGE_BATCH)
-            .collect();
-        for seq in &old {
-            events.log.remove(seq);
-        }
-        Ok(old.len() as u64)
     }
 }

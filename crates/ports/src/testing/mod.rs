@@ -10,6 +10,7 @@ mod events;
 mod index;
 mod lease;
 mod queue;
+mod retention;
 mod store;
 mod suppression;
 

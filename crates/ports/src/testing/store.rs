@@ -27,12 +27,12 @@ use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
 
 #[derive(Debug, Clone)]
-struct DeliveryRow {
+pub(super) struct DeliveryRow {
     version: i64,
-    status: DeliveryStatus,
+    pub(super) status: DeliveryStatus,
     due_at: DueAt,
     claimed_at: Option<Instant>,
-    finished_at: Option<Instant>,
+    pub(super) finished_at: Option<Instant>,
     detail: Option<String>,
     claim_token: Option<u64>,
     failures: u32,
@@ -67,8 +67,11 @@ pub(super) struct State {
     pub(super) users: BTreeMap<UserId, User>,
     schedules: BTreeMap<ScheduleId, Schedule>,
     mirror: BTreeMap<ScheduleId, MirrorRow>,
-    deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
-    chat: BTreeMap<DeliveryKey, ChatMessage>,
+    pub(super) deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
+    pub(super) chat: BTreeMap<DeliveryKey, ChatMessage>,
+    /// What the last purge pass did, per kind (`testing::retention`).
+    pub(super) purge_log:
+        BTreeMap<toki_model::retention::RetentionKind, crate::retention::PurgeRecord>,
     next_token: u64,
     /// Per schedule: the state its participants know (None after a
     /// cancellation) and the last notice's instant.

@@ -8,7 +8,7 @@ use toki_model::event::{
     EndpointProgress, EndpointSecrets, EndpointSpec, EndpointStatus, EndpointUrl, EventData,
     EventEndpoint, EventKinds, EventOrdering, NewEvent, StoredEvent,
 };
-use toki_ports::events::{EventLog, ProgressWrite, PURGE_BATCH};
+use toki_ports::events::{EventLog, ProgressWrite};
 use toki_ports::{StoreError, StoreResult};
 
 use super::statement::Statement;
@@ -364,18 +364,6 @@ where
             .bind(now.timestamp_millis())
             .push(") RETURNING id");
         Ok(changed::<DB>(&self.pool, s).await? > 0)
-    }
-
-    async fn purge_events(&self, before: Instant) -> StoreResult<u64> {
-        let _slot = self.connection_slot().await;
-        let mut s = Statement::new(
-            "DELETE FROM delivery_events WHERE seq IN (SELECT seq FROM delivery_events WHERE occurred_at < ",
-        );
-        s.bind(before.timestamp_millis())
-            .push(" ORDER BY seq LIMIT ")
-            .bind(PURGE_BATCH as i64)
-            .push(") RETURNING kind");
-        changed::<DB>(&self.pool, s).await
     }
 }
 

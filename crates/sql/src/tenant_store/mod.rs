@@ -6,6 +6,7 @@
 mod claim;
 mod events;
 mod idempotency;
+mod retention;
 mod rows;
 mod schedule_write;
 mod statement;
@@ -194,6 +195,7 @@ where
     for<'r> ChangedDelivery: FromRow<'r, DB::Row>,
     for<'r> events::EventRow: FromRow<'r, DB::Row>,
     for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
+    for<'r> retention::PurgeRow: FromRow<'r, DB::Row>,
     for<'r> idempotency::IdempotencyRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,

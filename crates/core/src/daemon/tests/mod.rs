@@ -86,6 +86,7 @@ pub(super) fn context(schedules: &[(&str, i64, &[&str])], users: &[User]) -> Del
             .map(|u| (u.id.clone(), Arc::new(u.clone())))
             .collect(),
         webhook: None,
+        suppressed: Default::default(),
         list_unsubscribe: None,
     }
 }
