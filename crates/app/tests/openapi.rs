@@ -47,6 +47,9 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/tenants/{tenant}/users/{id}", &["get", "put"]),
     ("/v1/tenants/{tenant}/webhook", &["get", "put"]),
     ("/v1/tenants/{tenant}/webhook/secret:rotate", &["post"]),
+    ("/v1/tenants/{tenant}/suppressions", &["get"]),
+    ("/v1/tenants/{tenant}/suppressions/{address}", &["delete", "put"]),
+    ("/v1/tenants/{tenant}/mail", &["get", "put"]),
     ("/v1/tenants/{tenant}/templates", &["get"]),
     (
         "/v1/tenants/{tenant}/templates/{channel}/{locale}",
@@ -484,6 +487,7 @@ async fn the_document_is_openapi_3_with_every_route_and_method() {
         let concrete = path
             .replace("{tenant}", "acme")
             .replace("{id}", "x")
+            .replace("{address}", "ana@example.com")
             .replace("{original}", "2030-01-07T09:00:00");
         for method in ["GET", "PUT", "POST", "DELETE", "PATCH"] {
             let a = send(
