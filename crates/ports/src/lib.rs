@@ -10,6 +10,7 @@ pub mod events;
 mod idempotency;
 mod lease;
 pub mod message;
+pub mod offboard;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -20,6 +21,7 @@ pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
+pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -479,6 +481,8 @@ pub trait TenantDirectory: Send + Sync {
     async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>>;
     async fn put(&self, record: &TenantRecord) -> StoreResult<()>;
     async fn list(&self) -> StoreResult<Vec<TenantRecord>>;
+    /// Removes a tenant's entry (offboarding, its last step); false if there was none.
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool>;
 }
 
 /// What a schedule write left to mirror into the index.
@@ -517,7 +521,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + Send + Sync {
+pub trait TenantStore: EventLog + TenantOffboard + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

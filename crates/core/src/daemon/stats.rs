@@ -41,6 +41,8 @@ pub struct DaemonStats {
     pub polls: AtomicU64,
     /// Change notice deliveries sent (not counted in `delivered`).
     pub notices_delivered: AtomicU64,
+    /// Messages deleted because their tenant was deleted (offboarded).
+    pub tenant_deleted: AtomicU64,
     /// Woken whenever the counters move, so waiters need not poll.
     changed: Notify,
 }
@@ -65,6 +67,7 @@ pub struct StatsSnapshot {
     pub circuits_opened: u64,
     pub deferred: u64,
     pub notices_delivered: u64,
+    pub tenant_deleted: u64,
 }
 
 /// Outcome rows of a batch, counted by status.
@@ -117,6 +120,7 @@ impl DaemonStats {
             circuits_opened: l(&self.circuits_opened),
             deferred: l(&self.deferred),
             notices_delivered: l(&self.notices_delivered),
+            tenant_deleted: l(&self.tenant_deleted),
         }
     }
 
