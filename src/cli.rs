@@ -11,6 +11,7 @@ mod events;
 mod processes;
 mod reports;
 mod tenant;
+mod tenant_delete;
 mod tenant_key;
 
 use std::path::PathBuf;

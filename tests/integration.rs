@@ -26,6 +26,7 @@ mod key_secret;
 mod lambdas;
 mod least_privilege;
 mod mail_ses;
+mod offboard_embedded;
 mod ops;
 mod pipeline_aws;
 mod pipeline_embedded;

@@ -37,6 +37,9 @@ pub(crate) async fn open(
     .with_statement_cache(config.database.statement_cache)
     .with_connection_budget(config.database.max_connections);
     Ok(Ports {
+        footprints: vec![Arc::new(toki_sql::SqliteControlFootprint::new(
+            control.pool.clone(),
+        ))],
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),
         stores: Arc::new(stores),

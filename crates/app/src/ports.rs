@@ -17,4 +17,6 @@ pub(crate) struct Ports {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
+    /// What the control stores hold of a tenant (offboarding).
+    pub footprints: Vec<Arc<dyn toki_ports::TenantFootprint>>,
 }

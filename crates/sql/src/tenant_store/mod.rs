@@ -6,6 +6,7 @@
 mod claim;
 mod events;
 mod idempotency;
+mod offboard;
 mod rows;
 mod schedule_write;
 mod statement;
