@@ -12,6 +12,7 @@ mod processes;
 mod reports;
 mod suppression;
 mod tenant;
+mod tenant_delete;
 mod tenant_key;
 
 use std::path::PathBuf;

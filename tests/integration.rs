@@ -27,6 +27,7 @@ mod lambdas;
 mod least_privilege;
 mod log_privacy;
 mod mail_ses;
+mod offboard_embedded;
 mod ops;
 mod pipeline_aws;
 mod pipeline_embedded;

@@ -1,4 +1,4 @@
-//! `toki tenant create | set | list`, and `key` ([`super::tenant_key`]).
+//! `toki tenant create | set | list`, `delete` ([`super::tenant_delete`]), and `key` ([`super::tenant_key`]).
 
 use std::path::Path;
 
@@ -20,6 +20,8 @@ pub enum TenantCommand {
     Set(SetArgs),
     /// List tenants and their contracts.
     List(ListArgs),
+    /// Delete a tenant and everything of it (--dry-run lists what would go).
+    Delete(super::tenant_delete::DeleteArgs),
     /// A tenant's API keys: create, list, revoke.
     Key {
         #[command(subcommand)]
@@ -33,6 +35,7 @@ impl TenantCommand {
             TenantCommand::Create(args) => args.run(file).await,
             TenantCommand::Set(args) => args.run(file).await,
             TenantCommand::List(args) => args.run(file).await,
+            TenantCommand::Delete(args) => args.run(file).await,
             TenantCommand::Key { command } => command.run(file).await,
         }
     }

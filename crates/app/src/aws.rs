@@ -74,6 +74,11 @@ pub(crate) async fn open(
     Ok(Ports {
         // SQS's retention bounds the dead letters, DynamoDB's TTL the index.
         control_purge: None,
+        // The index table holds index, debounce and lease items.
+        footprints: vec![Arc::new(toki_aws::DynamoIndexFootprint::new(
+            dynamo.clone(),
+            names.index_table.clone(),
+        ))],
         // In the index table, under keys of their own (`D#<key>`).
         debounce: Arc::new(DynamoDebounceStore::new(
             dynamo.clone(),

@@ -41,6 +41,9 @@ pub(crate) async fn open(
             control.pool.clone(),
             "reminders",
         ))),
+        footprints: vec![Arc::new(toki_sql::SqliteControlFootprint::new(
+            control.pool.clone(),
+        ))],
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),
         stores: Arc::new(stores),

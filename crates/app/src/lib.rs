@@ -22,6 +22,7 @@ pub mod emf;
 pub mod key_secret;
 pub mod logging;
 pub mod metrics;
+pub mod offboard;
 #[cfg(feature = "api")]
 mod openapi;
 #[cfg(feature = "api")]

@@ -19,4 +19,6 @@ pub(crate) struct Ports {
     pub leases: Arc<dyn LeaseStore>,
     /// The retention purge's part in the control store (embedded only).
     pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
+    /// What the control stores hold of a tenant (offboarding).
+    pub footprints: Vec<Arc<dyn toki_ports::TenantFootprint>>,
 }

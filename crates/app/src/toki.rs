@@ -40,6 +40,8 @@ pub struct Toki {
     pub clock: Arc<dyn Clock>,
     /// This process's figures for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// What the control stores hold of a tenant (offboarding).
+    pub footprints: Vec<Arc<dyn toki_ports::TenantFootprint>>,
 }
 
 /// A new API key: `toki_` and 192 random bits in hex. Shown once; the
@@ -81,6 +83,7 @@ impl Toki {
             debounce: ports.debounce,
             leases: ports.leases,
             control_purge: ports.control_purge,
+            footprints: ports.footprints,
             clock,
             metrics: crate::metrics::Metrics::new(),
         })
@@ -396,6 +399,7 @@ mod delivery {
                 action: notices.action,
             })
             .with_flow(self.flow())
+            .with_directory(self.directory.clone())
             .with_observer(self.metrics.clone());
             // The daemon's counters, in-flight messages and flow keys, read at each scrape.
             self.metrics

@@ -164,6 +164,19 @@ impl TenantDirectory for DynamoTenantDirectory {
         Ok(())
     }
 
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool> {
+        let resp = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("tenant", s(tenant.as_str()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| sdk("DeleteItem", e))?;
+        Ok(resp.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
     async fn list(&self) -> StoreResult<Vec<TenantRecord>> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;

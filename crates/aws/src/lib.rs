@@ -22,16 +22,20 @@ pub mod directory;
 pub mod error;
 pub mod index;
 pub mod lease;
+pub mod offboard;
 pub mod queue;
 pub mod resources;
 #[cfg(feature = "secrets")]
 pub mod secrets;
+#[cfg(feature = "secrets")]
+pub mod tenant_secrets;
 
 pub use debounce::DynamoDebounceStore;
 pub use directory::DynamoTenantDirectory;
 pub use error::AwsError;
 pub use index::DynamoReminderIndex;
 pub use lease::DynamoLeaseStore;
+pub use offboard::DynamoIndexFootprint;
 pub use queue::SqsDelayQueue;
 pub use resources::{
     ensure_directory_table, ensure_index_table, ensure_queue, ensure_resources, sdk_config,

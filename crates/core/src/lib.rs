@@ -9,6 +9,7 @@ pub mod enqueue;
 pub mod events;
 pub mod notice;
 pub mod observe;
+pub mod offboard;
 pub mod periodic;
 pub mod registrar;
 pub mod render;

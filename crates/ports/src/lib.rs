@@ -12,6 +12,7 @@ mod lease;
 pub mod message;
 pub mod retention;
 pub mod suppression;
+pub mod offboard;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -24,6 +25,7 @@ pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
 pub use retention::{ControlPurge, RetentionStore};
 pub use suppression::{RefusedRecipient, SuppressionList};
+pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -483,6 +485,8 @@ pub trait TenantDirectory: Send + Sync {
     async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>>;
     async fn put(&self, record: &TenantRecord) -> StoreResult<()>;
     async fn list(&self) -> StoreResult<Vec<TenantRecord>>;
+    /// Removes a tenant's entry (offboarding, its last step); false if there was none.
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool>;
 }
 
 /// What a schedule write left to mirror into the index.
@@ -526,7 +530,9 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + RetentionStore + SuppressionList + Send + Sync {
+pub trait TenantStore:
+    EventLog + RetentionStore + SuppressionList + TenantOffboard + Send + Sync
+{
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

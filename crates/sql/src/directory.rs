@@ -77,6 +77,15 @@ impl TenantDirectory for SqliteTenantDirectory {
         row.as_ref().map(record).transpose()
     }
 
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM tenants WHERE id = $1")
+            .bind(tenant.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {
         sqlx::query(
             // api_key_sha256 '': the keys are in api_keys (migration 0008).

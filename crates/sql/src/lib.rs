@@ -17,6 +17,8 @@ pub mod index;
 #[cfg(feature = "sqlite")]
 pub mod lease;
 #[cfg(feature = "sqlite")]
+pub mod offboard;
+#[cfg(feature = "sqlite")]
 pub mod queue;
 pub mod stores;
 pub mod tenant_store;
@@ -100,6 +102,8 @@ pub use directory::SqliteTenantDirectory;
 pub use index::SqliteReminderIndex;
 #[cfg(feature = "sqlite")]
 pub use lease::SqliteLeaseStore;
+#[cfg(feature = "sqlite")]
+pub use offboard::SqliteControlFootprint;
 #[cfg(feature = "sqlite")]
 pub use queue::SqliteDelayQueue;
 pub use stores::{

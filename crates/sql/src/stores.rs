@@ -132,6 +132,11 @@ impl SqlTenantStores {
         self
     }
 
+    /// Forgets a tenant's open store (its database is being dropped).
+    pub async fn forget(&self, tenant: &TenantId) {
+        self.open.lock().await.remove(tenant);
+    }
+
     /// Tenants whose databases this process has opened (for tests of isolation).
     pub async fn opened(&self) -> Vec<TenantId> {
         let mut v: Vec<_> = self.open.lock().await.keys().cloned().collect();

@@ -100,6 +100,12 @@ impl DaemonCollector {
             "Change notices sent",
             &[(none(), s.notices_delivered)],
         )?;
+        counter(
+            e,
+            "toki_messages_disposed",
+            "Queue messages deleted unsent for a reason that no retry can change",
+            &[(reason("tenant deleted"), s.tenant_deleted)],
+        )?;
         gauge(
             e,
             "toki_messages_in_flight",

@@ -69,6 +69,9 @@ impl Daemon {
         let mut renewals: Vec<(ReceivedMessage, Duration, String)> = Vec::new();
         for (msg, fate) in fates {
             let near_limit = renew_from.is_some_and(|from| msg.receive_count >= from);
+            if fate == MessageFate::TenantDeleted {
+                self.stats.add(&self.stats.tenant_deleted, 1);
+            }
             match disposition(&fate, msg.receive_count, policy, jitter(&msg.receipt)) {
                 Disposition::Ack => acks.push(msg.receipt),
                 Disposition::Redelay(wait) if near_limit => {

@@ -23,6 +23,7 @@ mod heartbeat;
 mod holdings;
 mod intake;
 mod notices;
+mod offboarded;
 mod plan;
 mod prepare;
 mod receive;
@@ -47,7 +48,7 @@ use toki_flow::Flow;
 use toki_model::domain::{Channel, Instant};
 use toki_model::error::chain;
 use toki_ports::channel::ChannelSender;
-use toki_ports::{Clock, DelayQueue, TenantStores};
+use toki_ports::{Clock, DelayQueue, TenantDirectory, TenantStores};
 
 pub use breaker::{BreakerSettings, Breakers};
 pub use checks::DebounceChecks;
@@ -136,6 +137,9 @@ pub struct Daemon {
     receive_limit_failed: Mutex<Option<tokio::time::Instant>>,
     /// Batches sending now: the others' rows and deletes wait for them.
     burst: burst::Burst,
+    /// Asked whether a tenant still exists when its database fails or holds
+    /// nothing a batch needs (none: never asked; see [`offboarded`]).
+    directory: Option<Arc<dyn TenantDirectory>>,
 }
 
 /// How long past due a message is at `now` (zero before).
@@ -170,6 +174,7 @@ impl Daemon {
             receive_limit: tokio::sync::OnceCell::new(),
             receive_limit_failed: Mutex::new(None),
             burst: burst::Burst::default(),
+            directory: None,
         }
     }
 
@@ -187,6 +192,12 @@ impl Daemon {
             in_flight: self.holdings.messages.clone(),
             flow: self.flow.clone(),
         }
+    }
+
+    /// Disposes of the messages of tenants `directory` no longer has.
+    pub fn with_directory(mut self, directory: Arc<dyn TenantDirectory>) -> Self {
+        self.directory = Some(directory);
+        self
     }
 
     /// Sends through the gates of `flow`'s limits.

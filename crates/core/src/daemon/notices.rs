@@ -44,10 +44,20 @@ impl Daemon {
                 .map(|(msg, n)| self.deliver_notice(msg, n, hidden_until)),
         )
         .await;
+        let mut gone = HashSet::new();
+        for ((_, n), fate) in notices.iter().zip(&fates) {
+            if fate.is_err() && !gone.contains(&n.tenant) && self.tenant_deleted(&n.tenant).await {
+                gone.insert(n.tenant.clone());
+            }
+        }
         notices
             .into_iter()
             .zip(fates)
             .map(|((msg, n), fate)| {
+                if fate.is_err() && gone.contains(&n.tenant) {
+                    warn!(tenant = %n.tenant, reason = "tenant deleted", "change notice disposed of unsent");
+                    return (msg, MessageFate::TenantDeleted);
+                }
                 let fate = fate.unwrap_or_else(|e| {
                     let reason = format!("tenant {}: {}", n.tenant, chain(&e));
                     warn!(tenant = %n.tenant, schedule = %n.schedule, %reason, "change notice not delivered; it comes back");

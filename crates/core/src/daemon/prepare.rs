@@ -110,6 +110,16 @@ impl Daemon {
                 };
                 let read = self.read_and_claim(&tenant, &work, channels, now).await;
                 drop(permit);
+                // A fenced or dropped database: is the tenant gone?
+                let suspect = match &read {
+                    Ok((_, ctx, _, _)) => ctx.schedules.is_empty(),
+                    Err(_) => true,
+                };
+                if suspect && self.tenant_deleted(&tenant).await {
+                    self.dispose_deleted(&tenant, work.into_iter().map(|w| w.msg).collect())
+                        .await;
+                    return None;
+                }
                 match read {
                     Ok((store, ctx, claims, templates)) => {
                         let token = claims.token.clone();

@@ -70,7 +70,7 @@ pub fn disposition(
 ) -> Disposition {
     let backoff = |n| retry_backoff(n, policy.base, policy.cap, jitter);
     match fate {
-        MessageFate::Done => Disposition::Ack,
+        MessageFate::Done | MessageFate::TenantDeleted => Disposition::Ack,
         MessageFate::Early { wait } => Disposition::Redelay(*wait),
         MessageFate::Failed {
             channel,

@@ -43,6 +43,8 @@ pub struct DaemonStats {
     pub notices_delivered: AtomicU64,
     /// Addresses put on a tenant's suppression list after a server refused them.
     pub suppressed: AtomicU64,
+    /// Messages deleted because their tenant was deleted (offboarded).
+    pub tenant_deleted: AtomicU64,
     /// Woken whenever the counters move, so waiters need not poll.
     changed: Notify,
 }
@@ -68,6 +70,7 @@ pub struct StatsSnapshot {
     pub deferred: u64,
     pub notices_delivered: u64,
     pub suppressed: u64,
+    pub tenant_deleted: u64,
 }
 
 /// Outcome rows of a batch, counted by status.
@@ -121,6 +124,7 @@ impl DaemonStats {
             deferred: l(&self.deferred),
             notices_delivered: l(&self.notices_delivered),
             suppressed: l(&self.suppressed),
+            tenant_deleted: l(&self.tenant_deleted),
         }
     }
 

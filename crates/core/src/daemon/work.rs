@@ -46,4 +46,7 @@ pub enum MessageFate {
     /// written. Comes back with backoff until it is `overdue` by more than
     /// the policy allows (an outage of minutes loses nothing).
     Unprocessed { reason: String, overdue: Duration },
+    /// Its tenant was deleted (offboarded): deleted from the queue, counted
+    /// and logged with that reason, never retried nor dead-lettered.
+    TenantDeleted,
 }

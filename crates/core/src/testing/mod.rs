@@ -206,7 +206,8 @@ impl TestKit {
             debouncer: notices.debouncer,
             settings: Default::default(),
             action: notices.action,
-        });
+        })
+        .with_directory(self.directory.clone());
         let daemon = match &self.flow {
             Some(settings) => {
                 let leases: Arc<dyn toki_ports::LeaseStore> = self.leases.clone();

@@ -51,3 +51,31 @@ impl DebounceStore for MemoryDebounceStore {
         Ok(Conditional::Refused)
     }
 }
+
+// Offboarding: the tenant's rows.
+#[async_trait]
+impl crate::offboard::TenantFootprint for MemoryDebounceStore {
+    async fn holdings(
+        &self,
+        tenant: &toki_model::domain::TenantId,
+    ) -> StoreResult<Vec<crate::offboard::Holding>> {
+        let rows = self.rows.lock().expect("rows lock");
+        let n = rows
+            .keys()
+            .filter(|k| crate::offboard::is_tenants_debounce_key(k, tenant))
+            .count();
+        Ok(vec![crate::offboard::Holding::new("debounce", n as u64)])
+    }
+
+    async fn delete_tenant(
+        &self,
+        tenant: &toki_model::domain::TenantId,
+    ) -> StoreResult<Vec<crate::offboard::Holding>> {
+        let held = self.holdings(tenant).await?;
+        self.rows
+            .lock()
+            .expect("rows lock")
+            .retain(|k, _| !crate::offboard::is_tenants_debounce_key(k, tenant));
+        Ok(held)
+    }
+}

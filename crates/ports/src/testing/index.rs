@@ -13,6 +13,8 @@ use toki_model::domain::{IndexStatus, IndexedReminder, Instant, Reminder, Schedu
 use toki_model::index::{sort_key, Partition};
 use toki_model::TenantRecord;
 
+mod footprint;
+
 pub struct MemoryIndex {
     shards: u16,
     rows: Mutex<BTreeMap<(String, String), IndexedReminder>>,
@@ -214,5 +216,14 @@ impl TenantDirectory for MemoryDirectory {
             .values()
             .cloned()
             .collect())
+    }
+
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool> {
+        Ok(self
+            .tenants
+            .lock()
+            .expect("directory lock")
+            .remove(tenant)
+            .is_some())
     }
 }

@@ -58,3 +58,31 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(rows.values().filter(|l| l.key == key).cloned().collect())
     }
 }
+
+// Offboarding: the tenant's rows.
+#[async_trait]
+impl crate::offboard::TenantFootprint for MemoryLeaseStore {
+    async fn holdings(
+        &self,
+        tenant: &toki_model::domain::TenantId,
+    ) -> StoreResult<Vec<crate::offboard::Holding>> {
+        let rows = self.rows.lock().expect("rows lock");
+        let n = rows
+            .keys()
+            .filter(|(k, _)| crate::offboard::is_tenants_lease_key(k, tenant))
+            .count();
+        Ok(vec![crate::offboard::Holding::new("rate_leases", n as u64)])
+    }
+
+    async fn delete_tenant(
+        &self,
+        tenant: &toki_model::domain::TenantId,
+    ) -> StoreResult<Vec<crate::offboard::Holding>> {
+        let held = self.holdings(tenant).await?;
+        self.rows
+            .lock()
+            .expect("rows lock")
+            .retain(|(k, _), _| !crate::offboard::is_tenants_lease_key(k, tenant));
+        Ok(held)
+    }
+}

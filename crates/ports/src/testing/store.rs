@@ -26,6 +26,8 @@ use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::ScheduleSnapshot;
 
+mod offboard;
+
 #[derive(Debug, Clone)]
 pub(super) struct DeliveryRow {
     version: i64,
@@ -696,6 +698,15 @@ impl MemoryTenantStores {
             .expect("stores lock")
             .get(tenant)
             .cloned()
+    }
+
+    /// Removes a tenant's store (its database dropped): opening it fails from now on.
+    pub fn remove(&self, tenant: &TenantId) -> bool {
+        self.stores
+            .lock()
+            .expect("stores lock")
+            .remove(tenant)
+            .is_some()
     }
 
     /// Forgets which stores were opened (to watch one phase of a test).

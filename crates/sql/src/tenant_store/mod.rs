@@ -7,6 +7,7 @@ mod claim;
 mod events;
 mod idempotency;
 mod retention;
+mod offboard;
 mod rows;
 mod schedule_write;
 mod statement;

@@ -1,0 +1,138 @@
+//! Offboarding on the embedded backend, through the `toki` binary while a
+//! pipeline runs: the dry run lists, the delete leaves nothing of the tenant
+//! (its file gone, no row of any control table mentioning it), and another
+//! tenant still gets its reminders.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::pipeline::{due_in, meeting, sid, Harness};
+use sqlx::Row;
+
+const TOKI: &str = env!("CARGO_BIN_EXE_toki");
+
+/// `toki ARGS --data-dir DATA`: its exit code and stdout.
+fn toki(args: &[&str], data: &Path) -> (i32, String) {
+    let out = Command::new(TOKI)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!(
+        "toki {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+/// Every row of every table of a SQLite file, each column as text, in which
+/// `needle` occurs: (table, row as text).
+async fn rows_mentioning(file: &Path, needle: &str) -> Vec<(String, String)> {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", file.display()))
+        .await
+        .unwrap();
+    let tables: Vec<(String,)> =
+        sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let mut found = Vec::new();
+    for (table,) in tables {
+        let rows = sqlx::query(&format!("SELECT * FROM \"{table}\""))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        for row in rows {
+            let text: Vec<String> = (0..row.columns().len())
+                .map(|i| {
+                    row.try_get::<String, _>(i)
+                        .or_else(|_| row.try_get::<i64, _>(i).map(|v| v.to_string()))
+                        .or_else(|_| {
+                            row.try_get::<Vec<u8>, _>(i)
+                                .map(|v| String::from_utf8_lossy(&v).into_owned())
+                        })
+                        .unwrap_or_default()
+                })
+                .collect();
+            let line = text.join(" | ");
+            if line.contains(needle) {
+                found.push((table.clone(), line));
+            }
+        }
+    }
+    pool.close().await;
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_delete_lists_then_leaves_nothing_and_the_other_tenant_is_served() {
+    let h = Harness::start(|_| {}).await;
+    let acme = h.tenant("acme", true).await;
+    let globex = h.tenant("globex", true).await;
+    let registrar = h.toki.registrar();
+    // Due after the delete has returned (it waits at least a lease, 10 s):
+    // queued at once (within the scan window), and a day ahead (index only).
+    let due = due_in(40);
+    for (t, prefix) in [(&acme, "acme"), (&globex, "globex")] {
+        for (i, at) in [due, due + chrono::Duration::days(1)]
+            .into_iter()
+            .enumerate()
+        {
+            registrar
+                .put_schedule(t, &sid(&format!("{prefix}-{i}")), &meeting(at))
+                .await
+                .unwrap();
+        }
+    }
+    let file = h.dir.join("tenants").join("acme.sqlite");
+    assert!(file.exists());
+
+    let (code, listed) = toki(&["tenant", "delete", "acme", "--dry-run"], &h.dir);
+    assert_eq!(code, 0);
+    for expected in [
+        "tenant.users",
+        "tenant.schedules",
+        "control.reminder_index",
+        "control.queue_messages",
+        "directory.api_keys",
+    ] {
+        assert!(
+            listed.contains(expected),
+            "dry run lists {expected}: {listed}"
+        );
+    }
+    assert!(file.exists(), "a dry run deletes nothing");
+    assert!(!rows_mentioning(&h.dir.join("control.sqlite"), "acme")
+        .await
+        .is_empty());
+
+    let (code, _) = toki(&["tenant", "delete", "acme"], &h.dir);
+    assert_eq!(code, 2, "refused without --yes (stdin is no terminal)");
+    assert!(file.exists());
+
+    let (code, out) = toki(&["tenant", "delete", "acme", "--yes"], &h.dir);
+    assert_eq!(code, 0, "{out}");
+    assert!(!file.exists(), "its database file is gone");
+    assert!(!h.dir.join("tenants").join("acme.sqlite-wal").exists());
+    let left = rows_mentioning(&h.dir.join("control.sqlite"), "acme").await;
+    assert!(left.is_empty(), "control rows mentioning acme: {left:?}");
+
+    // globex: 2 recipients × mail and Slack at `due`; acme: nothing.
+    let delivered = h.wait_delivered(&globex, 4, Duration::from_secs(90)).await;
+    assert_eq!(delivered.len(), 4);
+    let sinks = h.sinks();
+    let of_acme: Vec<_> = sinks.keys().filter(|k| k.starts_with("acme/")).collect();
+    assert!(
+        of_acme.is_empty(),
+        "sent for acme after its delete: {of_acme:?}"
+    );
+    assert_eq!(sinks.keys().filter(|k| k.starts_with("globex/")).count(), 4);
+    let (code, _) = toki(&["tenant", "delete", "acme", "--yes"], &h.dir);
+    assert_ne!(code, 0, "a deleted tenant is no tenant");
+    h.stop().await;
+}
