@@ -12,6 +12,7 @@ mod processes;
 mod reports;
 mod tenant;
 mod tenant_key;
+mod user;
 
 use std::path::PathBuf;
 
@@ -63,6 +64,11 @@ pub enum Command {
         #[command(subcommand)]
         command: events::EventsCommand,
     },
+    /// A tenant's users: erase one (docs/erasure.md).
+    User {
+        #[command(subcommand)]
+        command: user::UserCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -80,5 +86,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Redrive(args) => args.run(file).await,
         Command::Migrate(args) => args.run(file).await,
         Command::Events { command } => command.run(file).await,
+        Command::User { command } => command.run(file).await,
     }
 }

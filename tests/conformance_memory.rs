@@ -38,3 +38,4 @@ lease_conformance!(lease_store);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);
+erasure_conformance!(common::erasure::memory);

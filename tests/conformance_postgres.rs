@@ -15,6 +15,11 @@ store_conformance!(
     store
 );
 
+erasure_conformance!(
+    #[ignore = "needs Postgres: scripts/test.sh runs it"]
+    common::erasure::postgres
+);
+
 /// The same suite through the stores the services open, with sqlx's named
 /// prepared statements off, as behind RDS Proxy (`StatementCache::Auto`
 /// turns them off for a proxy endpoint).

@@ -19,6 +19,7 @@ mod conformance_embedded;
 mod conformance_memory;
 mod conformance_postgres;
 mod delivery_events;
+mod erasure_embedded;
 mod demo;
 mod faults;
 mod hostile;

@@ -15,7 +15,9 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{batch, events, health, occurrences, schedules, templates, users, webhook};
+use crate::api::{
+    batch, erase, events, health, occurrences, schedules, templates, users, webhook,
+};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {
@@ -51,6 +53,7 @@ pub fn json() -> Bytes {
         occurrences::split_series,
         users::put_user,
         users::get_user,
+        erase::erase_user,
         templates::list_templates,
         templates::put_template,
         templates::get_template,

@@ -2,7 +2,10 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+mod erase;
 mod webhook;
+
+pub use erase::Erased;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

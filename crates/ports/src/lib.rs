@@ -5,6 +5,7 @@
 pub mod channel;
 mod conditional;
 mod debounce;
+pub mod erasure;
 pub mod error;
 pub mod events;
 mod idempotency;
@@ -16,6 +17,7 @@ pub mod testing;
 pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
+pub use erasure::Erasure;
 pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
@@ -517,7 +519,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + Send + Sync {
+pub trait TenantStore: EventLog + Erasure + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

@@ -4,6 +4,7 @@
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
 mod claim;
+mod erasure;
 mod events;
 mod idempotency;
 mod rows;
