@@ -105,3 +105,42 @@ async fn an_erased_person_is_in_no_table_and_no_outbox() {
     assert!(seen > 0, "the table search finds another user's address");
     assert!(texts.iter().any(|(_, t)| t.contains(u1[0].as_str())), "the outbox has u1's mail");
 }
+
+/// `toki user erase` does what the API does: counts as JSON, exit 1 when
+/// nothing of the id is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_erases_and_then_finds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = toki_app::Config {
+        data_dir: dir.path().to_path_buf(),
+        ..toki_app::Config::default()
+    };
+    let toki = toki_app::Toki::open(config).await.unwrap();
+    let t: toki_model::TenantId = "acme".parse().unwrap();
+    toki.create_tenant(&t, true).await.unwrap();
+    let who = person();
+    let input = UserInput {
+        name: who.name.clone(),
+        email: who.email.clone(),
+        slack_user_id: None,
+        webhook_url: None,
+        time_zone: "Europe/Paris".into(),
+        locale: "en".into(),
+        channels: Default::default(),
+    };
+    toki.registrar().put_user(&t, &who.id, &input).await.unwrap();
+    drop(toki);
+    let erase = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
+            .args(["user", "erase", "--tenant", "acme", who.id.as_str(), "--json", "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = erase();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["erased"]["users"], 1, "{answer}");
+    let again = erase();
+    assert_eq!(again.status.code(), Some(1), "{}", String::from_utf8_lossy(&again.stdout));
+}

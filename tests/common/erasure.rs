@@ -417,6 +417,31 @@ pub async fn an_erased_id_starts_afresh(make: Erasable) {
     assert_eq!(claims.owned.len(), 1, "the new user's delivery is theirs to send");
 }
 
+/// A daemon holding a claim when the erasure commits records its (stale)
+/// outcome after it, naming the person again; a second erasure finds it.
+pub async fn a_late_outcome_is_erased_by_a_second_call(make: Erasable) {
+    let (s, holdings) = make;
+    let who = person();
+    hold_everywhere(s.as_ref(), &who).await;
+    s.erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    let late = delivery("shared", 1_800_001_200_000, &who.id, Channel::Slack);
+    s.record_outcomes(&[outcome(&late, DeliveryStatus::Stale, Some("schedule is at version 3"))])
+        .await
+        .unwrap();
+    let needles = needles(&who);
+    assert!(!found(holdings.as_ref(), &needles).await.is_empty(), "the late row names them");
+    let again = s
+        .erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!((again.users, again.deliveries_pseudonymised), (0, 1));
+    assert_eq!(again.delivery_events, 1, "its event too");
+    let after = found(holdings.as_ref(), &needles).await;
+    assert!(after.is_empty(), "found after the second erasure: {after:?}");
+}
+
 #[macro_export]
 macro_rules! erasure_conformance {
     ($(#[$meta:meta])* $factory:path) => {
@@ -431,6 +456,11 @@ macro_rules! erasure_conformance {
             $(#[$meta])*
             async fn an_erased_id_starts_afresh() {
                 common::erasure::an_erased_id_starts_afresh($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn a_late_outcome_is_erased_by_a_second_call() {
+                common::erasure::a_late_outcome_is_erased_by_a_second_call($factory().await).await
             }
         }
     };
