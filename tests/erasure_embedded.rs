@@ -62,20 +62,29 @@ async fn an_erased_person_is_in_no_table_and_no_outbox() {
         .put_schedule(&t, &sid("review"), &review)
         .await
         .unwrap();
-    assert!(r.enqueued_directly > 0, "the reminder is on the queue before the erasure");
+    assert!(
+        r.enqueued_directly > 0,
+        "the reminder is on the queue before the erasure"
+    );
     let erased = registrar.erase_user(&t, &who.id).await.unwrap();
     assert_eq!((erased.report.users, erased.report.participations), (1, 1));
     assert!(erased.mirrored);
 
     let delivered = h.wait_delivered(&t, 2, Duration::from_secs(30)).await;
-    let to: Vec<String> = delivered.iter().map(|o| o.key.recipient.to_string()).collect();
+    let to: Vec<String> = delivered
+        .iter()
+        .map(|o| o.key.recipient.to_string())
+        .collect();
     assert_eq!(to, ["u1", "u1"], "mail and Slack to u1, nothing to them");
     let dir = h.stop().await;
 
     let mut needles = needles(&who);
     needles.retain(|n| !n.starts_with("https://")); // no endpoint set on the embedded run
     let (dbs, texts) = files(&dir);
-    assert!(dbs.len() >= 2, "the control and the tenant database: {dbs:?}");
+    assert!(
+        dbs.len() >= 2,
+        "the control and the tenant database: {dbs:?}"
+    );
     let mut found = Vec::new();
     for db in &dbs {
         let pool = toki_sql::control::open_sqlite(db).await.unwrap();
@@ -103,7 +112,10 @@ async fn an_erased_person_is_in_no_table_and_no_outbox() {
             .count();
     }
     assert!(seen > 0, "the table search finds another user's address");
-    assert!(texts.iter().any(|(_, t)| t.contains(u1[0].as_str())), "the outbox has u1's mail");
+    assert!(
+        texts.iter().any(|(_, t)| t.contains(u1[0].as_str())),
+        "the outbox has u1's mail"
+    );
 }
 
 /// `toki user erase` does what the API does: counts as JSON, exit 1 when
@@ -128,19 +140,39 @@ async fn the_cli_erases_and_then_finds_nothing() {
         locale: "en".into(),
         channels: Default::default(),
     };
-    toki.registrar().put_user(&t, &who.id, &input).await.unwrap();
+    toki.registrar()
+        .put_user(&t, &who.id, &input)
+        .await
+        .unwrap();
     drop(toki);
     let erase = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_toki"))
-            .args(["user", "erase", "--tenant", "acme", who.id.as_str(), "--json", "--data-dir"])
+            .args([
+                "user",
+                "erase",
+                "--tenant",
+                "acme",
+                who.id.as_str(),
+                "--json",
+                "--data-dir",
+            ])
             .arg(dir.path())
             .output()
             .unwrap()
     };
     let out = erase();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["erased"]["users"], 1, "{answer}");
     let again = erase();
-    assert_eq!(again.status.code(), Some(1), "{}", String::from_utf8_lossy(&again.stdout));
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
 }

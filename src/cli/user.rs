@@ -53,7 +53,10 @@ impl EraseArgs {
         };
         let counts = serde_json::to_value(erased.report)?;
         if self.json {
-            println!("{}", serde_json::json!({"erased": counts, "mirrored": erased.mirrored}));
+            println!(
+                "{}",
+                serde_json::json!({"erased": counts, "mirrored": erased.mirrored})
+            );
             return Ok(0);
         }
         let rows: Vec<Vec<String>> = counts

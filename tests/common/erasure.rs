@@ -56,12 +56,11 @@ impl Holdings for SqliteHoldings {
                 .unwrap();
         let mut out = Vec::new();
         for table in tables {
-            let columns: Vec<String> =
-                sqlx::query_scalar("SELECT name FROM pragma_table_info(?)")
-                    .bind(&table)
-                    .fetch_all(&self.0)
-                    .await
-                    .unwrap();
+            let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info(?)")
+                .bind(&table)
+                .fetch_all(&self.0)
+                .await
+                .unwrap();
             for c in columns {
                 // As bytes: a BLOB column need not hold UTF-8.
                 let sql = format!("SELECT CAST(\"{c}\" AS BLOB) FROM \"{table}\"");
@@ -98,7 +97,12 @@ impl Holdings for PostgresHoldings {
             let sql = format!("SELECT CAST(\"{c}\" AS TEXT) FROM \"{table}\"");
             let values: Vec<Option<String>> =
                 sqlx::query_scalar(&sql).fetch_all(&self.0).await.unwrap();
-            out.extend(values.into_iter().flatten().map(|v| (format!("{table}.{c}"), v)));
+            out.extend(
+                values
+                    .into_iter()
+                    .flatten()
+                    .map(|v| (format!("{table}.{c}"), v)),
+            );
         }
         out
     }
@@ -168,7 +172,12 @@ pub async fn found(h: &dyn Holdings, needles: &[String]) -> Vec<(String, String)
     out
 }
 
-fn delivery(schedule: &str, occurrence_ms: i64, recipient: &UserId, channel: Channel) -> DeliveryKey {
+fn delivery(
+    schedule: &str,
+    occurrence_ms: i64,
+    recipient: &UserId,
+    channel: Channel,
+) -> DeliveryKey {
     DeliveryKey {
         schedule: schedule.parse().unwrap(),
         occurrence: Occurrence(from_millis("occurrence", occurrence_ms).unwrap()),
@@ -211,7 +220,10 @@ fn endpoint(now: Instant) -> EventEndpoint {
 async fn keep_answers(s: &dyn TenantStore, who: &User, now: Instant) -> [IdempotencyKey; 2] {
     let keys: [IdempotencyKey; 2] = ["batch-1".parse().unwrap(), "batch-2".parse().unwrap()];
     let bodies = [
-        format!("{{\"results\":[{{\"participants\":[\"{}\",\"bob\"]}}]}}", who.id),
+        format!(
+            "{{\"results\":[{{\"participants\":[\"{}\",\"bob\"]}}]}}",
+            who.id
+        ),
         "{\"results\":[{\"participants\":[\"bob\"]}]}".to_owned(),
     ];
     for (key, body) in keys.iter().zip(bodies) {
@@ -223,7 +235,10 @@ async fn keep_answers(s: &dyn TenantStore, who: &User, now: Instant) -> [Idempot
             expired_before: now - ChronoDuration::hours(24),
             abandoned_before: now - ChronoDuration::minutes(5),
         };
-        assert_eq!(s.start_idempotent(&start).await.unwrap(), KeyedRequest::Started);
+        assert_eq!(
+            s.start_idempotent(&start).await.unwrap(),
+            KeyedRequest::Started
+        );
         let answer = KeptAnswer { status: 200, body };
         s.finish_idempotent(key, now, &answer).await.unwrap();
     }
@@ -241,21 +256,34 @@ async fn hold_everywhere(s: &dyn TenantStore, who: &User) {
         .unwrap();
     s.put_event_endpoint(&endpoint(now)).await.unwrap();
     let z = who.id.as_str();
-    s.put_schedule(&schedule("shared", &[z, "bob"]), now).await.unwrap();
+    s.put_schedule(&schedule("shared", &[z, "bob"]), now)
+        .await
+        .unwrap();
     s.put_schedule(&schedule("alone", &[z]), now).await.unwrap();
     // An edit with change notices: the baseline and the notice list them.
     let shared: ScheduleId = "shared".parse().unwrap();
-    s.keep_change_baselines(std::slice::from_ref(&shared)).await.unwrap();
-    s.put_schedule(&schedule("shared", &[z, "bob"]), now).await.unwrap();
+    s.keep_change_baselines(std::slice::from_ref(&shared))
+        .await
+        .unwrap();
+    s.put_schedule(&schedule("shared", &[z, "bob"]), now)
+        .await
+        .unwrap();
     s.freeze_change_notice(&shared, "tok-1", NoticeEdge::Leading, now)
         .await
         .unwrap()
         .expect("a notice");
-    s.keep_change_baselines(std::slice::from_ref(&shared)).await.unwrap();
+    s.keep_change_baselines(std::slice::from_ref(&shared))
+        .await
+        .unwrap();
     let delivered = delivery("shared", 1_800_000_000_000, &who.id, Channel::Mail);
     let failed = delivery("shared", 1_800_000_600_000, &who.id, Channel::Mail);
     let claimed = delivery("shared", 1_800_001_200_000, &who.id, Channel::Slack);
-    let bobs = delivery("shared", 1_800_000_000_000, &"bob".parse().unwrap(), Channel::Mail);
+    let bobs = delivery(
+        "shared",
+        1_800_000_000_000,
+        &"bob".parse().unwrap(),
+        Channel::Mail,
+    );
     let claims: Vec<DeliveryClaim> = [&delivered, &failed, &claimed, &bobs]
         .into_iter()
         .map(|k| DeliveryClaim {
@@ -317,7 +345,10 @@ pub async fn erasure_leaves_no_trace(make: Erasable) {
             "change_notices",
             "idempotency_keys",
         ] {
-            assert!(places.contains(table), "not found in {table} before: {places:?}");
+            assert!(
+                places.contains(table),
+                "not found in {table} before: {places:?}"
+            );
         }
     }
     let now = Utc::now();
@@ -355,9 +386,20 @@ async fn what_remains(s: &dyn TenantStore, who: &User, pseudonym: &UserId) {
     let bob: UserId = "bob".parse().unwrap();
     assert!(s.get_user(&bob).await.unwrap().is_some());
     assert!(s.get_user(&who.id).await.unwrap().is_none());
-    let shared = s.get_schedule(&"shared".parse().unwrap()).await.unwrap().unwrap();
-    assert_eq!((shared.participants.clone(), shared.version), (vec![bob.clone()], 3));
-    let alone = s.get_schedule(&"alone".parse().unwrap()).await.unwrap().unwrap();
+    let shared = s
+        .get_schedule(&"shared".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (shared.participants.clone(), shared.version),
+        (vec![bob.clone()], 3)
+    );
+    let alone = s
+        .get_schedule(&"alone".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((alone.participants.len(), alone.version), (0, 2));
     let versions = s
         .schedule_versions(&[shared.id.clone(), alone.id.clone()])
@@ -365,7 +407,11 @@ async fn what_remains(s: &dyn TenantStore, who: &User, pseudonym: &UserId) {
         .unwrap();
     assert_eq!((versions[&shared.id], versions[&alone.id]), (3, 2));
     let unmirrored = s.unmirrored(Utc::now()).await.unwrap();
-    assert_eq!(unmirrored.len(), 2, "both schedules are to mirror again: {unmirrored:?}");
+    assert_eq!(
+        unmirrored.len(),
+        2,
+        "both schedules are to mirror again: {unmirrored:?}"
+    );
     let rows = s.deliveries().await.unwrap();
     assert_eq!(rows.len(), 2, "bob's and the pseudonym's: {rows:?}");
     let kept = rows.iter().find(|r| &r.key.recipient == pseudonym).unwrap();
@@ -377,15 +423,22 @@ async fn what_remains(s: &dyn TenantStore, who: &User, pseudonym: &UserId) {
     assert!(rows.iter().any(|r| r.key.recipient == bob));
     assert!(s.chat_messages(&who.id).await.unwrap().is_empty());
     let events = s.events_after(0, 100).await.unwrap();
-    assert_eq!(events.len(), 3, "delivered and failed for them, delivered for bob");
+    assert_eq!(
+        events.len(),
+        3,
+        "delivered and failed for them, delivered for bob"
+    );
     let theirs: Vec<_> = events
         .iter()
         .filter(|e| e.data.recipient.as_deref() == Some(pseudonym.as_str()))
         .collect();
     assert_eq!(theirs.len(), 2);
-    assert!(theirs
-        .iter()
-        .all(|e| e.data.delivery.as_deref().unwrap().contains(pseudonym.as_str())));
+    assert!(theirs.iter().all(|e| e
+        .data
+        .delivery
+        .as_deref()
+        .unwrap()
+        .contains(pseudonym.as_str())));
     let notices = s.change_notices(&shared.id).await.unwrap();
     assert_eq!(notices[0].after.as_ref().unwrap().participants, vec![bob]);
 }
@@ -414,7 +467,11 @@ pub async fn an_erased_id_starts_afresh(make: Erasable) {
         )
         .await
         .unwrap();
-    assert_eq!(claims.owned.len(), 1, "the new user's delivery is theirs to send");
+    assert_eq!(
+        claims.owned.len(),
+        1,
+        "the new user's delivery is theirs to send"
+    );
 }
 
 /// A daemon holding a claim when the erasure commits records its (stale)
@@ -427,11 +484,18 @@ pub async fn a_late_outcome_is_erased_by_a_second_call(make: Erasable) {
         .await
         .unwrap();
     let late = delivery("shared", 1_800_001_200_000, &who.id, Channel::Slack);
-    s.record_outcomes(&[outcome(&late, DeliveryStatus::Stale, Some("schedule is at version 3"))])
-        .await
-        .unwrap();
+    s.record_outcomes(&[outcome(
+        &late,
+        DeliveryStatus::Stale,
+        Some("schedule is at version 3"),
+    )])
+    .await
+    .unwrap();
     let needles = needles(&who);
-    assert!(!found(holdings.as_ref(), &needles).await.is_empty(), "the late row names them");
+    assert!(
+        !found(holdings.as_ref(), &needles).await.is_empty(),
+        "the late row names them"
+    );
     let again = s
         .erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
         .await
@@ -439,7 +503,10 @@ pub async fn a_late_outcome_is_erased_by_a_second_call(make: Erasable) {
     assert_eq!((again.users, again.deliveries_pseudonymised), (0, 1));
     assert_eq!(again.delivery_events, 1, "its event too");
     let after = found(holdings.as_ref(), &needles).await;
-    assert!(after.is_empty(), "found after the second erasure: {after:?}");
+    assert!(
+        after.is_empty(),
+        "found after the second erasure: {after:?}"
+    );
 }
 
 #[macro_export]

@@ -15,9 +15,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{
-    batch, erase, events, health, occurrences, schedules, templates, users, webhook,
-};
+use crate::api::{batch, erase, events, health, occurrences, schedules, templates, users, webhook};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {

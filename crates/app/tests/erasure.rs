@@ -59,7 +59,13 @@ async fn put_people(kit: &TestKit) {
         ("bob", user("Bob", "bob@example.com", "UBOB")),
         ("carol", user("Carol", "carol@example.com", "UCAROL")),
     ] {
-        let (status, b) = call(kit, "PUT", &format!("/v1/tenants/acme/users/{id}"), Some(body)).await;
+        let (status, b) = call(
+            kit,
+            "PUT",
+            &format!("/v1/tenants/acme/users/{id}"),
+            Some(body),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK, "{b}");
     }
 }
@@ -87,11 +93,18 @@ async fn an_erased_user_gets_nothing_and_the_others_get_theirs() {
     assert_eq!(body["mirrored"], true);
     let erased = &body["erased"];
     assert_eq!(
-        (&erased["users"], &erased["participations"], &erased["schedules_changed"]),
+        (
+            &erased["users"],
+            &erased["participations"],
+            &erased["schedules_changed"]
+        ),
         (&json!(1), &json!(2), &json!(2))
     );
     for n in NEEDLES {
-        assert!(!body.to_string().contains(n), "the answer names them: {body}");
+        assert!(
+            !body.to_string().contains(n),
+            "the answer names them: {body}"
+        );
     }
 
     tokio::time::sleep(Duration::from_secs(60 * 60)).await;
@@ -157,8 +170,23 @@ async fn erase_is_required_and_unknown_users_are_not_found() {
     assert_eq!(status, StatusCode::OK);
     let (status, body) = call(&kit, "DELETE", &format!("{base}?erase=true"), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "nothing left: {body}");
-    let (status, _) = call(&kit, "DELETE", "/v1/tenants/acme/users/nobody?erase=true", None).await;
+    let (status, _) = call(
+        &kit,
+        "DELETE",
+        "/v1/tenants/acme/users/nobody?erase=true",
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, body) = call(&kit, "DELETE", "/v1/tenants/acme/users/no%20such?erase=true", None).await;
-    assert_eq!((status, &body["error"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("id")));
+    let (status, body) = call(
+        &kit,
+        "DELETE",
+        "/v1/tenants/acme/users/no%20such?erase=true",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("id"))
+    );
 }

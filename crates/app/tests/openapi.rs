@@ -872,7 +872,14 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     view("BatchResult", &a.body);
 
     // An erasure: its counts as documented.
-    let a = call(&kit, &doc, "DELETE", &format!("{base}/users/bob?erase=true"), None).await;
+    let a = call(
+        &kit,
+        &doc,
+        "DELETE",
+        &format!("{base}/users/bob?erase=true"),
+        None,
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     view("ErasedView", &a.body);
 

@@ -1,7 +1,6 @@
 //! Erasure of a person: `DELETE /v1/tenants/{tenant}/users/{id}?erase=true`
 //! (docs/erasure.md).
 
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;

@@ -46,8 +46,7 @@ impl Erasure for MemoryTenantStore {
         }
         let keys = state.idempotency.len();
         state.idempotency.retain(|_, row| {
-            !row
-                .answer
+            !row.answer
                 .as_ref()
                 .is_some_and(|a| needles.iter().any(|n| a.body.contains(n.as_str())))
         });

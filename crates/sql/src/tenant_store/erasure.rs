@@ -71,7 +71,9 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
 {
-    Ok(texts::<DB>(conn, s.query_as::<DB, (String,)>()).await?.len() as u64)
+    Ok(texts::<DB>(conn, s.query_as::<DB, (String,)>())
+        .await?
+        .len() as u64)
 }
 
 async fn texts<'q, DB>(
