@@ -92,25 +92,51 @@ where
 
 step! {
     /// Takes `user` out of every schedule, each moved to its next version
-    /// and marked unmirrored (in id order: the lock order of schedule writes).
+    /// and marked unmirrored. The versions move first, in id order (the
+    /// lock order of schedule writes, so the two wait for each other on
+    /// Postgres rather than deadlock); a schedule a write gave them since is
+    /// moved after.
     async fn leave_schedules(conn, user: &UserId, now: Instant, report: &mut ErasureReport) -> () {
+        let mut s = Statement::new("SELECT schedule_id FROM participants WHERE user_id = ");
+        s.bind(user.as_str());
+        let mut theirs = texts::<DB>(conn, s.query_as::<DB, (String,)>()).await?;
+        theirs.sort();
+        report.schedules_changed = next_versions::<DB>(conn, &theirs, now).await?;
         let mut s = Statement::new("DELETE FROM participants WHERE user_id = ");
         s.bind(user.as_str()).push(" RETURNING schedule_id");
         let mut left = texts::<DB>(conn, s.query_as::<DB, (String,)>()).await?;
-        left.sort();
         report.participations = left.len() as u64;
-        for chunk in left.chunks(CHUNK) {
+        left.retain(|id| theirs.binary_search(id).is_err());
+        left.sort();
+        report.schedules_changed += next_versions::<DB>(conn, &left, now).await?;
+        Ok(())
+    }
+}
+
+step! {
+    /// Moves each of `schedules` (sorted) to its next version, unmirrored,
+    /// its row and its mirror row alike; how many moved.
+    async fn next_versions(conn, schedules: &[String], now: Instant) -> u64 {
+        let mut moved = 0;
+        for chunk in schedules.chunks(CHUNK) {
+            // An upsert as schedule writes take the lock: row by row, in order.
             let mut s = Statement::new(
-                "UPDATE schedule_mirror SET version = version + 1, mirrored = FALSE, changed_at = ",
+                "INSERT INTO schedule_mirror (schedule_id, version, deleted, mirrored, changed_at)",
             );
-            s.bind(now.timestamp_millis()).push(" WHERE schedule_id IN ");
-            s.list(chunk.iter().map(String::as_str)).push(" RETURNING schedule_id, version");
-            let moved: Vec<(String, i64)> = s
+            s.values(chunk, |r, id| {
+                r.bind(id.as_str()).bind(1_i64).bind(false).bind(false).bind(now.timestamp_millis());
+            });
+            s.push(
+                " ON CONFLICT (schedule_id) DO UPDATE SET version = schedule_mirror.version + 1,
+                   mirrored = FALSE, changed_at = excluded.changed_at
+                 RETURNING schedule_id, version",
+            );
+            let rows: Vec<(String, i64)> = s
                 .query_as::<DB, (String, i64)>()
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(db_err)?;
-            report.schedules_changed += moved.len() as u64;
+            moved += rows.len() as u64;
             let mut s = Statement::new(
                 "UPDATE schedules SET version = (SELECT m.version FROM schedule_mirror m
                    WHERE m.schedule_id = schedules.id), updated_at = ",
@@ -119,7 +145,7 @@ step! {
             s.list(chunk.iter().map(String::as_str)).push(" RETURNING id");
             changed::<DB>(conn, s).await?;
         }
-        Ok(())
+        Ok(moved)
     }
 }
 
