@@ -14,6 +14,7 @@ mod suppression;
 mod tenant;
 mod tenant_delete;
 mod tenant_key;
+mod user;
 
 use std::path::PathBuf;
 
@@ -71,6 +72,11 @@ pub enum Command {
         #[command(subcommand)]
         command: suppression::SuppressionCommand,
     },
+    /// A tenant's users: erase one (docs/erasure.md).
+    User {
+        #[command(subcommand)]
+        command: user::UserCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -89,5 +95,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Migrate(args) => args.run(file).await,
         Command::Events { command } => command.run(file).await,
         Command::Suppression { command } => command.run(file).await,
+        Command::User { command } => command.run(file).await,
     }
 }

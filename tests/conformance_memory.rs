@@ -39,3 +39,4 @@ index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);
 retention_conformance!(store);
+erasure_conformance!(common::erasure::memory);

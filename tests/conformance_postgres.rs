@@ -19,6 +19,11 @@ retention_conformance!(
     store
 );
 
+erasure_conformance!(
+    #[ignore = "needs Postgres: scripts/test.sh runs it"]
+    common::erasure::postgres
+);
+
 /// The same suite through the stores the services open, with sqlx's named
 /// prepared statements off, as behind RDS Proxy (`StatementCache::Auto`
 /// turns them off for a proxy endpoint).

@@ -20,6 +20,7 @@ mod conformance_memory;
 mod conformance_postgres;
 mod delivery_events;
 mod demo;
+mod erasure_embedded;
 mod faults;
 mod hostile;
 mod key_secret;

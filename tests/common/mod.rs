@@ -6,6 +6,8 @@
 pub mod conformance;
 pub mod clock;
 pub mod debounce;
+#[macro_use]
+pub mod erasure;
 pub mod faults;
 pub mod pipeline;
 pub mod process;

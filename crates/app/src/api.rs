@@ -19,6 +19,7 @@
 //! - [`router`], which puts every route (the document's too) on its path.
 
 pub(crate) mod batch;
+pub(crate) mod erase;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod occurrences;

@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
 use crate::api::{
-    batch, events, health, occurrences, schedules, suppressions, templates, users, webhook,
+    batch, erase, events, health, occurrences, schedules, suppressions, templates, users, webhook,
 };
 
 /// The document as served, serialised once.
@@ -53,6 +53,7 @@ pub fn json() -> Bytes {
         occurrences::split_series,
         users::put_user,
         users::get_user,
+        erase::erase_user,
         templates::list_templates,
         templates::put_template,
         templates::get_template,

@@ -44,11 +44,14 @@ const ROUTES: &[(&str, &[&str])] = &[
         "/v1/tenants/{tenant}/schedules/{id}/occurrences/{original}/following",
         &["put"],
     ),
-    ("/v1/tenants/{tenant}/users/{id}", &["get", "put"]),
+    ("/v1/tenants/{tenant}/users/{id}", &["delete", "get", "put"]),
     ("/v1/tenants/{tenant}/webhook", &["get", "put"]),
     ("/v1/tenants/{tenant}/webhook/secret:rotate", &["post"]),
     ("/v1/tenants/{tenant}/suppressions", &["get"]),
-    ("/v1/tenants/{tenant}/suppressions/{address}", &["delete", "put"]),
+    (
+        "/v1/tenants/{tenant}/suppressions/{address}",
+        &["delete", "put"],
+    ),
     ("/v1/tenants/{tenant}/mail", &["get", "put"]),
     ("/v1/tenants/{tenant}/templates", &["get"]),
     (
@@ -608,7 +611,7 @@ async fn path_patterns_are_the_id_parsers() {
                 "schedule {s:?}"
             );
         }
-        for m in ["put", "get"] {
+        for m in ["put", "get", "delete"] {
             let p = pattern(users, m, "id");
             assert_eq!(p.is_match(s), s.parse::<UserId>().is_ok(), "user {s:?}");
         }
@@ -874,6 +877,18 @@ async fn every_answer_matches_the_document_and_views_have_exactly_the_documented
     );
     assert_eq!(a.body["results"][1]["id"], "standup-4");
     view("BatchResult", &a.body);
+
+    // An erasure: its counts as documented.
+    let a = call(
+        &kit,
+        &doc,
+        "DELETE",
+        &format!("{base}/users/bob?erase=true"),
+        None,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    view("ErasedView", &a.body);
 
     // Errors, each as documented; field named where there is one.
     let a = call(

@@ -2,8 +2,11 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+mod erase;
 mod suppression;
 mod webhook;
+
+pub use erase::Erased;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

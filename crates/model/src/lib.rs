@@ -9,6 +9,7 @@ pub mod change;
 pub mod debounce;
 pub mod domain;
 pub mod egress;
+pub mod erasure;
 pub mod error;
 pub mod event;
 pub mod flow_key;

@@ -5,27 +5,29 @@
 pub mod channel;
 mod conditional;
 mod debounce;
+pub mod erasure;
 pub mod error;
 pub mod events;
 mod idempotency;
 mod lease;
 pub mod message;
+pub mod offboard;
 pub mod retention;
 pub mod suppression;
-pub mod offboard;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
+pub use erasure::Erasure;
 pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
+pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
 pub use retention::{ControlPurge, RetentionStore};
 pub use suppression::{RefusedRecipient, SuppressionList};
-pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -531,7 +533,7 @@ pub struct ChatMessage {
 /// One tenant's database (the source of truth).
 #[async_trait]
 pub trait TenantStore:
-    EventLog + RetentionStore + SuppressionList + TenantOffboard + Send + Sync
+    EventLog + RetentionStore + SuppressionList + TenantOffboard + Erasure + Send + Sync
 {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;

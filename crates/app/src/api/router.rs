@@ -90,7 +90,10 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         )
         .route(
             "/v1/tenants/{tenant}/users/{id}",
-            put(put_user).get(get_user).route_layer(quota.clone()),
+            put(put_user)
+                .get(get_user)
+                .delete(super::erase::erase_user)
+                .route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/event-endpoints",

@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use toki_model::domain::{EndpointId, Instant};
 use toki_model::event::{EndpointStatus, EventEndpoint, EventKinds, NewEvent, StoredEvent};
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct MemoryEvents {
     pub(super) log: BTreeMap<u64, StoredEvent>,
     pub(super) next_seq: u64,
     pub(super) endpoints: BTreeMap<EndpointId, Endpoint>,
 }
 
+#[derive(Debug)]
 pub(super) struct Endpoint {
     pub(super) endpoint: EventEndpoint,
     pub(super) revision: u64,

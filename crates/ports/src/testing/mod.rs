@@ -5,6 +5,7 @@
 mod channel;
 mod clock;
 mod debounce;
+mod erasure;
 mod event_log;
 mod events;
 mod index;

@@ -35,7 +35,7 @@ pub(super) struct DeliveryRow {
     due_at: DueAt,
     claimed_at: Option<Instant>,
     pub(super) finished_at: Option<Instant>,
-    detail: Option<String>,
+    pub(super) detail: Option<String>,
     claim_token: Option<u64>,
     failures: u32,
     taken_over: bool,
@@ -55,7 +55,7 @@ fn replaces(row: &DeliveryRow, o: &DeliveryOutcome) -> bool {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct MirrorRow {
+pub(super) struct MirrorRow {
     version: i64,
     deleted: bool,
     mirrored: bool,
@@ -64,11 +64,11 @@ struct MirrorRow {
     changed_at: Instant,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(super) struct State {
     pub(super) users: BTreeMap<UserId, User>,
-    schedules: BTreeMap<ScheduleId, Schedule>,
-    mirror: BTreeMap<ScheduleId, MirrorRow>,
+    pub(super) schedules: BTreeMap<ScheduleId, Schedule>,
+    pub(super) mirror: BTreeMap<ScheduleId, MirrorRow>,
     pub(super) deliveries: BTreeMap<DeliveryKey, DeliveryRow>,
     pub(super) chat: BTreeMap<DeliveryKey, ChatMessage>,
     /// What the last purge pass did, per kind (`testing::retention`).
@@ -77,12 +77,12 @@ pub(super) struct State {
     next_token: u64,
     /// Per schedule: the state its participants know (None after a
     /// cancellation) and the last notice's instant.
-    baselines: BTreeMap<ScheduleId, (Option<Schedule>, Option<Instant>)>,
-    notices: Vec<ChangeNotice>,
+    pub(super) baselines: BTreeMap<ScheduleId, (Option<Schedule>, Option<Instant>)>,
+    pub(super) notices: Vec<ChangeNotice>,
     /// By channel name then locale: the SQL stores' order.
     templates: BTreeMap<(&'static str, String), ReminderTemplate>,
     webhook: Option<Arc<toki_model::webhook::WebhookSettings>>,
-    idempotency: BTreeMap<IdempotencyKey, KeyRow>,
+    pub(super) idempotency: BTreeMap<IdempotencyKey, KeyRow>,
     /// The suppression list and `List-Unsubscribe` (testing/suppression.rs).
     pub(super) suppressed: BTreeMap<ListedAddress, Suppression>,
     pub(super) list_unsubscribe: Option<Arc<ListUnsubscribe>>,
@@ -90,10 +90,10 @@ pub(super) struct State {
 
 /// A request under its idempotency key.
 #[derive(Debug, Clone)]
-struct KeyRow {
+pub(super) struct KeyRow {
     digest: RequestDigest,
     started: Instant,
-    answer: Option<KeptAnswer>,
+    pub(super) answer: Option<KeptAnswer>,
 }
 
 impl KeyRow {
@@ -120,12 +120,19 @@ impl MemoryTenantStore {
         self.down.store(down, Ordering::SeqCst);
     }
 
+    /// Everything it holds, as `Debug` text: what a test searches for a
+    /// value that must not be there (a field added later is in it too).
+    pub fn dump(&self) -> String {
+        let state = format!("{:?}", self.state.lock().expect("store lock"));
+        format!("{state}\n{:?}", *self.events())
+    }
+
     /// While `Some`, every call waits that long before it answers.
     pub fn set_stall(&self, stall: Option<std::time::Duration>) {
         *self.stall.lock().expect("stall lock") = stall;
     }
 
-    fn events(&self) -> std::sync::MutexGuard<'_, super::event_log::MemoryEvents> {
+    pub(super) fn events(&self) -> std::sync::MutexGuard<'_, super::event_log::MemoryEvents> {
         self.events.lock().expect("events lock")
     }
 
@@ -157,7 +164,7 @@ impl MemoryTenantStore {
     }
 }
 
-fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, now: Instant) -> i64 {
+pub(super) fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, now: Instant) -> i64 {
     let row = state.mirror.entry(id.clone()).or_insert(MirrorRow {
         version: 0,
         deleted,

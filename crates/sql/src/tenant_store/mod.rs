@@ -4,10 +4,11 @@
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
 mod claim;
+mod erasure;
 mod events;
 mod idempotency;
-mod retention;
 mod offboard;
+mod retention;
 mod rows;
 mod schedule_write;
 mod statement;
