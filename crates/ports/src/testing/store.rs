@@ -302,7 +302,7 @@ impl TenantStore for MemoryTenantStore {
             );
         }
         ctx.webhook = state.webhook.clone();
-        ctx.suppressed = super::suppression::listed_among(&state, ctx.users.values());
+        ctx.suppressed = listed_among(&state.suppressed, ctx.users.values());
         ctx.list_unsubscribe = state.list_unsubscribe.clone();
         Ok(ctx)
     }
@@ -747,4 +747,19 @@ impl TenantStores for MemoryTenantStores {
             .insert(tenant.clone());
         Ok(store)
     }
+}
+
+/// The suppression-list entries of `users`' addresses (a delivery context's).
+fn listed_among<'a>(
+    list: &BTreeMap<ListedAddress, Suppression>,
+    users: impl Iterator<Item = &'a Arc<User>>,
+) -> HashMap<ListedAddress, Suppression> {
+    if list.is_empty() {
+        return HashMap::new();
+    }
+    users
+        .filter_map(|u| u.email.as_deref())
+        .filter_map(|e| ListedAddress::parse("email", e).ok())
+        .filter_map(|a| list.get(&a).map(|s| (a, s.clone())))
+        .collect()
 }

@@ -1,30 +1,15 @@
 //! A tenant's suppression list in memory, with the SQL one's semantics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::store::{MemoryTenantStore, State};
+use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
 use crate::suppression::{RefusedRecipient, SuppressionList};
-use toki_model::domain::{Instant, User};
+use toki_model::domain::Instant;
 use toki_model::suppression::{bounded_detail, ListUnsubscribe, ListedAddress, Suppression};
-
-/// The entries of `users`' addresses (a delivery context's).
-pub(super) fn listed_among<'a>(
-    state: &State,
-    users: impl Iterator<Item = &'a Arc<User>>,
-) -> HashMap<ListedAddress, Suppression> {
-    if state.suppressed.is_empty() {
-        return HashMap::new();
-    }
-    users
-        .filter_map(|u| u.email.as_deref())
-        .filter_map(|e| ListedAddress::parse("email", e).ok())
-        .filter_map(|a| state.suppressed.get(&a).map(|s| (a, s.clone())))
-        .collect()
-}
 
 fn add(list: &mut BTreeMap<ListedAddress, Suppression>, entry: Suppression) -> u64 {
     if list.contains_key(&entry.address) {
