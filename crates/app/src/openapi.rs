@@ -15,7 +15,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
-use crate::api::{batch, events, health, occurrences, schedules, templates, users, webhook};
+use crate::api::{audit, batch, events, health, occurrences, schedules, templates, users, webhook};
 
 /// The document as served, serialised once.
 static JSON: LazyLock<Bytes> = LazyLock::new(|| {
@@ -67,6 +67,7 @@ pub fn json() -> Bytes {
         webhook::get_webhook,
         webhook::put_webhook,
         webhook::rotate_webhook_secret,
+        audit::list_audit,
         health::healthz,
         openapi_json,
     ),
@@ -78,6 +79,7 @@ pub fn json() -> Bytes {
         (name = "templates", description = "A tenant's reminder texts, per channel and locale"),
         (name = "events", description = "Delivery events posted to the tenant's endpoints, signed (Standard Webhooks), and their log"),
         (name = "webhooks", description = "The webhook channel: the tenant's default endpoint and signing secret"),
+        (name = "audit", description = "The tenant's audit log: who changed what, and when (read-only)"),
         (name = "operations", description = "Health and this document"),
     )
 )]

@@ -2,6 +2,7 @@
 //! Each has one implementation per backend (embedded SQLite, AWS, Postgres, SMTP, Slack),
 //! and one in memory for tests (`testing`).
 
+pub mod audit;
 pub mod channel;
 mod conditional;
 mod debounce;
@@ -13,6 +14,7 @@ pub mod message;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use audit::AuditLog;
 pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
@@ -517,7 +519,7 @@ pub struct ChatMessage {
 
 /// One tenant's database (the source of truth).
 #[async_trait]
-pub trait TenantStore: EventLog + Send + Sync {
+pub trait TenantStore: EventLog + AuditLog + Send + Sync {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;
     /// The users of `ids` that exist. Backends that can read them in one

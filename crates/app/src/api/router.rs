@@ -8,6 +8,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use toki_core::registrar::Registrar;
 
+use super::audit::list_audit;
 use super::batch::put_schedules;
 use super::events::{
     delete_endpoint, enable_endpoint, get_endpoint, list_endpoints, list_events, put_endpoint,
@@ -129,6 +130,10 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             post(rotate_webhook_secret)
                 .route_layer(idempotent.clone())
                 .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/audit",
+            get(list_audit).route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/templates",
