@@ -1,10 +1,11 @@
 //! The `toki` command line: the commands and their dispatch. Each command's
 //! arguments and what it does are in a module by kind: [`dev`] (demo,
 //! bench), [`processes`] (serve, daemon, scan), [`reports`] (report,
-//! preview), [`admin`] (migrate, redrive), [`tenant`] and [`events`]; [`common`] is
+//! preview), [`admin`] (migrate, redrive), [`tenant`], [`events`] and [`audit`]; [`common`] is
 //! what they share.
 
 mod admin;
+mod audit;
 mod common;
 mod dev;
 mod events;
@@ -63,6 +64,11 @@ pub enum Command {
         #[command(subcommand)]
         command: events::EventsCommand,
     },
+    /// A tenant's audit log: who changed what, and when.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -80,5 +86,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Redrive(args) => args.run(file).await,
         Command::Migrate(args) => args.run(file).await,
         Command::Events { command } => command.run(file).await,
+        Command::Audit { command } => command.run(file).await,
     }
 }

@@ -4,6 +4,7 @@
 
 #[macro_use]
 pub mod conformance;
+pub mod audit;
 pub mod clock;
 pub mod debounce;
 pub mod faults;

@@ -24,6 +24,7 @@ pub mod logging;
 pub mod metrics;
 #[cfg(feature = "api")]
 mod openapi;
+pub mod operator_audit;
 #[cfg(feature = "api")]
 pub mod ops;
 pub mod otel;

@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use toki_core::registrar::RegistrarError;
 use toki_model::audit::{StoredAuditEntry, MAX_LISTED};
 use toki_model::ValidationError;
-use toki_ports::AuditLog;
 use utoipa::{IntoParams, ToSchema};
 
-use super::shared::{bad_query, ApiError, ApiState, AuthedTenant, ErrorBody, TenantErrors, TenantPath};
+use super::shared::{
+    bad_query, ApiError, ApiState, AuthedTenant, ErrorBody, TenantErrors, TenantPath,
+};
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

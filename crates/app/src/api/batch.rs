@@ -1,8 +1,8 @@
 //! Many schedules at once: `POST /v1/tenants/{tenant}/schedules:batch`.
 
+use super::shared::{AuditTarget, Audited};
 use axum::extract::State;
 use axum::{Extension, Json};
-use super::shared::{AuditTarget, Audited};
 use serde::Serialize;
 use serde_json::Value;
 use toki_core::registrar::{check_batch_len, Registered, RegistrarError};

@@ -2,11 +2,11 @@
 //! `PUT/DELETE .../occurrences/{original}`, and "this and following"
 //! (`PUT .../occurrences/{original}/following`).
 
+use super::shared::{AuditTarget, Audited, ScheduleAnswer};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use super::shared::{AuditTarget, Audited, ScheduleAnswer};
 use serde::Serialize;
 use toki_model::input::{OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView};
 use toki_model::{ScheduleId, ValidationError};

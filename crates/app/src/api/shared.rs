@@ -19,7 +19,7 @@ mod strict;
 mod written;
 
 pub(crate) use admission::tenant_quota;
-pub(crate) use audit::{action_of, Audited, AuditTarget};
+pub(crate) use audit::{AuditTarget, Audited};
 pub(crate) use auth::AuthedTenant;
 pub use error::ApiError;
 pub(crate) use error::{ErrorBody, ErrorDetail};

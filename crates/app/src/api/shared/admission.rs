@@ -7,7 +7,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::audit::{record_write, WriteRequest};
+use super::audit::{record_write, write_entries, WriteRequest};
 use super::auth::authenticate_request;
 use super::state::ApiState;
 
@@ -33,7 +33,8 @@ pub(crate) async fn tenant_quota(
     parts.extensions.insert(tenant.clone());
     let response = next.run(Request::from_parts(parts, body)).await;
     if let Some(write) = write {
-        record_write(&state, &tenant.0, &key, &write, &response).await;
+        let entries = write_entries(&state, &tenant.0, &key, &write, &response);
+        record_write(&state, &tenant.0, entries).await;
     }
     drop(slot);
     response

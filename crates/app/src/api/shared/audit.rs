@@ -12,7 +12,6 @@ use axum::http::Method;
 use axum::response::Response;
 use toki_model::audit::{schedule_versions, Actor, AuditAction, AuditEntry};
 use toki_model::{KeyName, TenantId};
-use toki_ports::AuditLog;
 
 use super::idempotency::IDEMPOTENT_REPLAYED_HEADER;
 use super::state::ApiState;
@@ -148,7 +147,8 @@ fn entries(
     at: toki_model::Instant,
     response: &Response,
 ) -> Result<Vec<AuditEntry>, &'static str> {
-    if !response.status().is_success() || response.headers().contains_key(IDEMPOTENT_REPLAYED_HEADER)
+    if !response.status().is_success()
+        || response.headers().contains_key(IDEMPOTENT_REPLAYED_HEADER)
     {
         return Ok(Vec::new());
     }
@@ -169,23 +169,35 @@ fn entries(
     })
 }
 
-/// Appends what a write answered `response` did to the tenant's audit log.
-/// After the write (which has happened): a failure to append cannot undo
-/// it, so it is logged and counted (`toki_audit_append_failures_total`),
-/// and the caller gets the write's answer.
-pub(crate) async fn record_write(
+/// The entries a write answered `response` makes, by the request's key
+/// (none for a refusal, a replay or a read). Taken before anything is
+/// awaited: a response is not `Sync`, so no reference to it may be held
+/// across an await.
+pub(crate) fn write_entries(
     state: &ApiState,
     tenant: &TenantId,
     AuthedKey(key): &AuthedKey,
     request: &WriteRequest,
     response: &Response,
-) {
+) -> Vec<AuditEntry> {
     let at = state.registrar.clock.now();
-    let entries = match entries(request, Actor::Key(key.clone()), at, response) {
-        Ok(e) if e.is_empty() => return,
+    match entries(request, Actor::Key(key.clone()), at, response) {
         Ok(e) => e,
-        Err(why) => return failed(tenant, why, request.route.as_deref().unwrap_or("")),
-    };
+        Err(why) => {
+            failed(tenant, why, request.route.as_deref().unwrap_or(""));
+            Vec::new()
+        }
+    }
+}
+
+/// Appends a write's entries to the tenant's audit log. After the write
+/// (which has happened): a failure to append cannot undo it, so it is
+/// logged and counted (`toki_audit_append_failures_total`), and the caller
+/// gets the write's answer.
+pub(crate) async fn record_write(state: &ApiState, tenant: &TenantId, entries: Vec<AuditEntry>) {
+    if entries.is_empty() {
+        return;
+    }
     let appended = match state.registrar.stores.open(tenant).await {
         Ok(store) => store.append_audit(&entries).await,
         Err(e) => Err(e),
@@ -204,6 +216,26 @@ fn failed(tenant: &TenantId, why: &str, route: &str) {
 mod tests {
     use super::*;
 
+    /// Every write route the API documents is recorded: a route added
+    /// without an action here fails this test, not the audit log silently.
+    #[test]
+    fn every_documented_write_route_has_an_action() {
+        let doc: serde_json::Value = serde_json::from_slice(&crate::openapi::json()).unwrap();
+        let mut writes = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                let writes_with = ["put", "post", "delete", "patch"];
+                if !writes_with.contains(&method.as_str()) || !path.starts_with("/v1/tenants/") {
+                    continue;
+                }
+                let method: Method = method.to_uppercase().parse().unwrap();
+                writes += 1;
+                assert!(action_of(&method, path, false).is_some(), "{method} {path}");
+            }
+        }
+        assert!(writes >= 17, "{writes} write routes found");
+    }
+
     #[test]
     fn each_write_route_has_its_action() {
         let put = Method::PUT;
@@ -221,6 +253,9 @@ mod tests {
             Some(AuditAction::WebhookRotateSecret)
         );
         assert_eq!(action_of(&put, &r("audit"), false), None);
-        assert_eq!(action_of(&put, "/v1/templates/{channel}/{locale}", false), None);
+        assert_eq!(
+            action_of(&put, "/v1/templates/{channel}/{locale}", false),
+            None
+        );
     }
 }

@@ -84,16 +84,8 @@ fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// Checks the tenant id and its key against the tenant's record, then that
-/// the tenant is active (only a key holder learns it is suspended).
-pub(crate) async fn authorize(
-    state: &ApiState,
-    tenant: &str,
-    headers: &HeaderMap,
-) -> Result<TenantId, ApiError> {
-    authorize_key(state, tenant, headers).await.map(|(t, _)| t)
-}
-
-/// [`authorize`], with the name of the key that matched (the audit log's actor).
+/// the tenant is active (only a key holder learns it is suspended); the
+/// name of the key that matched (the audit log's actor).
 pub(crate) async fn authorize_key(
     state: &ApiState,
     tenant: &str,

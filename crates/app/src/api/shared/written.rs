@@ -42,7 +42,10 @@ pub(crate) type ScheduleAnswer = (StatusCode, Extension<Audited>, Json<ScheduleR
 pub(crate) fn schedule_response(r: Registered) -> ScheduleAnswer {
     (
         written(r.mirrored),
-        Extension(Audited::schedule(r.schedule.id.as_str(), r.schedule.version)),
+        Extension(Audited::schedule(
+            r.schedule.id.as_str(),
+            r.schedule.version,
+        )),
         Json(ScheduleResponse {
             schedule: ScheduleView::from(&r.schedule),
             mirrored: r.mirrored,
