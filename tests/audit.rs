@@ -68,7 +68,8 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
     let t = Toki::open(config).await.unwrap();
     let base = serve_api(&t).await;
     let starts = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
-    let meeting = json!({"title": "Review", "starts_at": starts, "participants": ["ann"]});
+    let meeting = json!({"title": "Review", "starts_at": starts, "participants": ["ann"],
+                         "reminders": [{"minutes_before": 5, "channels": ["chat"]}]});
     for (method, path, body, want) in [
         ("PUT", "users/ann", Some(json!({"name": "Ann"})), 200),
         ("GET", "users/ann", None, 200),

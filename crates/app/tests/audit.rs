@@ -88,14 +88,16 @@ async fn every_write_of_a_scripted_sequence_is_listed_in_order() {
     .await);
     ok(call(&kit, "GET", "schedules/m1", None).await);
     // Refused writes are not recorded.
-    let (status, _) = call(&kit, "PUT", "schedules/m2", Some(json!({"title": 1}))).await;
+    let mut unknown = meeting("2026-11-24T09:00:00Z");
+    unknown["participants"] = json!(["nobody"]);
+    let (status, _) = call(&kit, "PUT", "schedules/m2", Some(unknown)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     let (status, _) = call(&kit, "DELETE", "schedules/nope", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     ok(call(&kit, "DELETE", "schedules/m1", None).await);
     let batch = json!({"schedules": [
-        {"id": "b1", "title": "A", "starts_at": "2026-11-25T09:00:00Z", "participants": ["ann"]},
-        {"id": "b2", "title": "B", "starts_at": "2026-11-25T09:00:00Z", "participants": ["nobody"]},
+        {"id": "b1", "title": "A", "starts_at": "2026-11-25T09:00:00Z", "participants": ["ann"], "reminders": []},
+        {"id": "b2", "title": "B", "starts_at": "2026-11-25T09:00:00Z", "participants": ["nobody"], "reminders": []},
     ]});
     ok(call(&kit, "POST", "schedules:batch", Some(batch)).await);
     ok(call(
@@ -289,7 +291,7 @@ async fn an_idempotent_replay_is_not_recorded_again() {
     let (s, _) = call(&kit, "PUT", "users/ann", Some(json!({"name": "Ann"}))).await;
     assert_eq!(s, StatusCode::OK);
     let batch = json!({"schedules": [{"id": "b1", "title": "A",
-        "starts_at": "2026-11-25T09:00:00Z", "participants": ["ann"]}]});
+        "starts_at": "2026-11-25T09:00:00Z", "participants": ["ann"], "reminders": []}]});
     for _ in 0..2 {
         let mut req = request(
             "POST",
@@ -301,6 +303,7 @@ async fn an_idempotent_replay_is_not_recorded_again() {
             .insert("idempotency-key", "k-1".parse().unwrap());
         let (s, body) = send(&kit, req).await;
         assert_eq!(s, StatusCode::OK, "{body}");
+        assert_eq!(body["written"], 1, "{body}");
     }
     let actions: Vec<String> = listed(&kit).await.into_iter().map(|e| e.1).collect();
     assert_eq!(actions, ["user.put", "schedule.put"]);
