@@ -1,10 +1,11 @@
 //! The `toki` command line: the commands and their dispatch. Each command's
 //! arguments and what it does are in a module by kind: [`dev`] (demo,
 //! bench), [`processes`] (serve, daemon, scan), [`reports`] (report,
-//! preview), [`admin`] (migrate, redrive), [`tenant`] and [`events`]; [`common`] is
+//! preview), [`admin`] (migrate, redrive), [`tenant`], [`events`] and [`audit`]; [`common`] is
 //! what they share.
 
 mod admin;
+mod audit;
 mod common;
 mod dev;
 mod events;
@@ -77,6 +78,11 @@ pub enum Command {
         #[command(subcommand)]
         command: user::UserCommand,
     },
+    /// A tenant's audit log: who changed what, and when.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -96,5 +102,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Events { command } => command.run(file).await,
         Command::Suppression { command } => command.run(file).await,
         Command::User { command } => command.run(file).await,
+        Command::Audit { command } => command.run(file).await,
     }
 }

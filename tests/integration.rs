@@ -11,6 +11,7 @@ mod common;
 mod aws_support;
 
 mod api;
+mod audit;
 mod bench_plot;
 mod calendar;
 mod channels;

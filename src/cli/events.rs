@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use toki_app::table::table;
 use toki_app::Toki;
 use toki_core::events::{EventEndpoints, Put, MAX_LISTED};
+use toki_model::audit::AuditAction;
 use toki_model::event::{
     EndpointSpec, EndpointStatus, EndpointUrl, EventEndpoint, EventKind, EventKinds, EventOrdering,
 };
@@ -111,9 +112,18 @@ pub struct EndpointArgs {
 }
 
 impl EndpointArgs {
+    /// Appends this command's write, made, to the tenant's audit log.
+    async fn record(&self, file: Option<&Path>, action: AuditAction) -> anyhow::Result<()> {
+        let toki = Toki::open(config_with(file, &self.tenant.common)?).await?;
+        toki.audit_operator_write(&self.tenant.tenant, action, Some(self.endpoint.as_str()))
+            .await;
+        Ok(())
+    }
+
     async fn delete(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let service = self.tenant.service(file).await?;
         if service.delete(&self.tenant.tenant, &self.endpoint).await? {
+            self.record(file, AuditAction::EventEndpointDelete).await?;
             eprintln!("endpoint {} removed", self.endpoint);
             Ok(0)
         } else {
@@ -125,6 +135,7 @@ impl EndpointArgs {
     async fn enable(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let service = self.tenant.service(file).await?;
         let e = service.enable(&self.tenant.tenant, &self.endpoint).await?;
+        self.record(file, AuditAction::EventEndpointEnable).await?;
         eprintln!(
             "endpoint {} enabled; it gets the events after {}",
             e.id, e.progress.cursor
@@ -136,6 +147,8 @@ impl EndpointArgs {
         let service = self.tenant.service(file).await?;
         let (_, secret) = service
             .rotate_secret(&self.tenant.tenant, &self.endpoint)
+            .await?;
+        self.record(file, AuditAction::EventEndpointRotateSecret)
             .await?;
         eprintln!("new signing secret (shown once; the old one signs for 24 h more):");
         println!("{}", secret.expose());
@@ -178,10 +191,13 @@ impl PutArgs {
         };
         let t = &self.endpoint.tenant;
         let service = t.service(file).await?;
-        match service
+        let put = service
             .put(&t.tenant, &self.endpoint.endpoint, spec)
-            .await?
-        {
+            .await?;
+        self.endpoint
+            .record(file, AuditAction::EventEndpointPut)
+            .await?;
+        match put {
             Put::Created { endpoint, secret } => {
                 eprintln!(
                     "endpoint {} registered; its signing secret (shown once):",
@@ -210,6 +226,9 @@ impl ReplayArgs {
         let service = t.service(file).await?;
         let e = service
             .replay(&t.tenant, &self.endpoint.endpoint, self.since)
+            .await?;
+        self.endpoint
+            .record(file, AuditAction::EventEndpointReplay)
             .await?;
         eprintln!(
             "endpoint {} rewound: it gets the events after {} again",

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use toki_app::key_secret::SecretName;
 use toki_app::Toki;
+use toki_model::audit::AuditAction;
 use toki_model::change::ChangeNoticeSettings;
 use toki_model::{KeyName, TenantId, TenantRecord};
 
@@ -65,6 +66,8 @@ impl CreateArgs {
         let toki = Toki::open(config_with(file, &self.common)?).await?;
         // Refuses an existing id and one colliding with it (acme-corp, acme_corp).
         let (record, key) = toki.create_tenant(id, !self.disabled).await?;
+        toki.audit_operator_write(id, AuditAction::TenantCreate, None)
+            .await;
         eprintln!(
             "created tenant {} (database {})",
             record.id, record.database
@@ -164,6 +167,8 @@ impl SetArgs {
             store.clear_change_baselines().await?;
         }
         toki.directory.put(&record).await?;
+        toki.audit_operator_write(id, AuditAction::ContractSet, None)
+            .await;
         println!("{}", summary(&record));
         Ok(0)
     }

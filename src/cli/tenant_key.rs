@@ -9,6 +9,7 @@ use toki_app::key_secret::SecretName;
 use toki_app::key_secret::WrittenSecret;
 use toki_app::Toki;
 use toki_model::api_key::ApiKey;
+use toki_model::audit::AuditAction;
 use toki_model::{Instant, KeyName, TenantId};
 
 use super::common::{config_with, Common};
@@ -65,6 +66,8 @@ impl KeyCreateArgs {
         let key = toki
             .create_key(&self.tenant, self.name.clone(), expires_at)
             .await?;
+        toki.audit_operator_write(&self.tenant, AuditAction::KeyAdd, Some(self.name.as_str()))
+            .await;
         let until = expires_at.map_or("never expires".into(), |e| format!("expires {e}"));
         match &self.key_secret {
             Some(secret) => {
@@ -163,6 +166,12 @@ impl KeyRevokeArgs {
     async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let toki = Toki::open(config_with(file, &self.common)?).await?;
         toki.revoke_key(&self.tenant, &self.name).await?;
+        toki.audit_operator_write(
+            &self.tenant,
+            AuditAction::KeyRevoke,
+            Some(self.name.as_str()),
+        )
+        .await;
         eprintln!("revoked key {} of tenant {}", self.name, self.tenant);
         Ok(0)
     }

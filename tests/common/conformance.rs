@@ -2784,6 +2784,11 @@ macro_rules! store_conformance {
                 common::conformance::events::replay_point_and_purge_respect_instants($factory().await)
                     .await
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn audit_entries_round_trip_in_order_and_purge_by_age() {
+                common::audit::entries_round_trip_in_order_and_purge_by_age($factory().await).await
+            }
         }
     };
 }

@@ -4,6 +4,7 @@
 
 #[macro_use]
 pub mod conformance;
+pub mod audit;
 pub mod clock;
 pub mod debounce;
 #[macro_use]

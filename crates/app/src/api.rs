@@ -4,7 +4,7 @@
 //! `PUT/GET /v1/tenants/{tenant}/users/{id}`, reminder templates
 //! (`.../templates/{channel}/{locale}`, [`templates`]), the webhook channel's
 //! settings (`.../webhook`, [`webhook`]), delivery-event endpoints and the
-//! event log ([`events`]), JSON in and out, a bearer API
+//! event log ([`events`]), the audit log, read-only (`.../audit`, [`audit`]), JSON in and out, a bearer API
 //! key per tenant; `GET /openapi.json` describes them all (see
 //! [`crate::openapi`]). Served by `toki serve` and by the registrar Lambda.
 //!
@@ -18,6 +18,7 @@
 //! - [`crate::openapi`], the document, over the handlers;
 //! - [`router`], which puts every route (the document's too) on its path.
 
+pub(crate) mod audit;
 pub(crate) mod batch;
 pub(crate) mod erase;
 pub(crate) mod events;

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod offboard;
 #[cfg(feature = "api")]
 mod openapi;
+pub mod operator_audit;
 #[cfg(feature = "api")]
 pub mod ops;
 pub mod otel;

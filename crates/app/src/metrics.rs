@@ -33,6 +33,11 @@ pub use daemon::DaemonCollector;
 pub use events::EventsCollector;
 pub use retention::RetentionCollector;
 
+/// Writes the API made but could not append to the audit log (the write
+/// stands; docs/audit.md): process-wide, so the API's middleware needs no handle.
+pub static AUDIT_APPEND_FAILURES: std::sync::LazyLock<Counter> =
+    std::sync::LazyLock::new(Counter::default);
+
 /// Seconds late: fine enough to tell 10 ms from 100 ms from 1 s, and wide
 /// enough for a delivery that waited out a retry.
 pub const LATENESS_BUCKETS: [f64; 17] = [
@@ -226,6 +231,11 @@ impl Metrics {
             "toki_registrar_request_duration_seconds",
             "Registrar API request latency by method and route",
             m.request_duration.clone(),
+        );
+        r.register(
+            "toki_audit_append_failures",
+            "API writes made but not recorded in the tenant's audit log",
+            AUDIT_APPEND_FAILURES.clone(),
         );
         r.register(
             "toki_repair_backlog",

@@ -16,7 +16,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::shared::API_KEY_HEADER;
 use crate::api::{
-    batch, erase, events, health, occurrences, schedules, suppressions, templates, users, webhook,
+    audit, batch, erase, events, health, occurrences, schedules, suppressions, templates, users,
+    webhook,
 };
 
 /// The document as served, serialised once.
@@ -75,6 +76,7 @@ pub fn json() -> Bytes {
         suppressions::delete_suppression,
         suppressions::get_mail_settings,
         suppressions::put_mail_settings,
+        audit::list_audit,
         health::healthz,
         openapi_json,
     ),
@@ -87,6 +89,7 @@ pub fn json() -> Bytes {
         (name = "events", description = "Delivery events posted to the tenant's endpoints, signed (Standard Webhooks), and their log"),
         (name = "webhooks", description = "The webhook channel: the tenant's default endpoint and signing secret"),
         (name = "mail", description = "The tenant's suppression list (addresses not mailed again) and its List-Unsubscribe"),
+        (name = "audit", description = "The tenant's audit log: who changed what, and when (read-only)"),
         (name = "operations", description = "Health and this document"),
     )
 )]

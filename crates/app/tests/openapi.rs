@@ -77,6 +77,7 @@ const ROUTES: &[(&str, &[&str])] = &[
         &["post"],
     ),
     ("/v1/tenants/{tenant}/events", &["get"]),
+    ("/v1/tenants/{tenant}/audit", &["get"]),
     ("/healthz", &["get"]),
     ("/openapi.json", &["get"]),
 ];

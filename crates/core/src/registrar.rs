@@ -105,6 +105,15 @@ pub struct Registered {
     pub enqueued_directly: usize,
 }
 
+/// The result of a schedule's deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    /// The version the deletion took (the schedule had the one before).
+    pub version: i64,
+    /// Whether its reminders are withdrawn from the index; if not, a repair pass does it.
+    pub mirrored: bool,
+}
+
 /// What the registrar needs to notify participants of changes
 /// ([`toki_model::change`]): the debouncer of `tenant:schedule` keys and the
 /// action its edges take.
@@ -691,6 +700,16 @@ impl Registrar {
         tenant: &TenantId,
         id: &ScheduleId,
     ) -> Result<bool, RegistrarError> {
+        Ok(self.remove_schedule(tenant, id).await?.mirrored)
+    }
+
+    /// [`Registrar::delete_schedule`], with the version the deletion took
+    /// (what the audit log records).
+    pub async fn remove_schedule(
+        &self,
+        tenant: &TenantId,
+        id: &ScheduleId,
+    ) -> Result<Deleted, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
         let notices = self.notices_for(&record);
@@ -717,9 +736,15 @@ impl Registrar {
             .await
         {
             warn!(%tenant, schedule = %id, error = %chain(&e), "mirror of delete failed; repair will retry");
-            return Ok(false);
+            return Ok(Deleted {
+                version,
+                mirrored: false,
+            });
         }
-        Ok(true)
+        Ok(Deleted {
+            version,
+            mirrored: true,
+        })
     }
 
     /// The change notices to send for this tenant, if it has them on.

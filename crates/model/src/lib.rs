@@ -5,6 +5,7 @@
 //! I/O: everything here is a value or a function of its arguments.
 
 pub mod api_key;
+pub mod audit;
 pub mod change;
 pub mod debounce;
 pub mod domain;

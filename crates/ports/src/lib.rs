@@ -2,6 +2,7 @@
 //! Each has one implementation per backend (embedded SQLite, AWS, Postgres, SMTP, Slack),
 //! and one in memory for tests (`testing`).
 
+pub mod audit;
 pub mod channel;
 mod conditional;
 mod debounce;
@@ -17,6 +18,7 @@ pub mod suppression;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use audit::AuditLog;
 pub use channel::{ChannelSender, Notification, SendError, SendResult};
 pub use conditional::Conditional;
 pub use debounce::DebounceStore;
@@ -533,7 +535,14 @@ pub struct ChatMessage {
 /// One tenant's database (the source of truth).
 #[async_trait]
 pub trait TenantStore:
-    EventLog + RetentionStore + SuppressionList + TenantOffboard + Erasure + Send + Sync
+    EventLog
+    + AuditLog
+    + RetentionStore
+    + SuppressionList
+    + TenantOffboard
+    + Erasure
+    + Send
+    + Sync
 {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;

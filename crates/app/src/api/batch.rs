@@ -1,7 +1,8 @@
 //! Many schedules at once: `POST /v1/tenants/{tenant}/schedules:batch`.
 
+use super::shared::{AuditTarget, Audited};
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Serialize;
 use serde_json::Value;
 use toki_core::registrar::{check_batch_len, Registered, RegistrarError};
@@ -107,7 +108,7 @@ pub(crate) async fn put_schedules(
     State(state): State<ApiState>,
     AuthedTenant(tenant): AuthedTenant,
     body: JsonBody,
-) -> Result<Json<BatchResponse>, ApiError> {
+) -> Result<(Extension<Audited>, Json<BatchResponse>), ApiError> {
     let Json(batch) = body.map_err(|r| bad_body(r, MAX_BATCH_BODY_BYTES))?;
     let batch: BatchInput = from_json(batch).map_err(bad_input)?;
     // The whole batch, before its items: the registrar sees only the valid ones.
@@ -118,21 +119,25 @@ pub(crate) async fn put_schedules(
         .put_schedules(&tenant, &parsed.valid)
         .await?
         .into_iter();
-    let results: Vec<BatchItemResult> = parsed
+    let (results, targets): (Vec<BatchItemResult>, Vec<Option<AuditTarget>>) = parsed
         .ids
         .into_iter()
         .enumerate()
         .map(|(index, p)| item_result(index, p, &mut registered))
-        .collect();
+        .unzip();
+    let audited = Audited(targets.into_iter().flatten().collect());
     let written = results
         .iter()
         .filter(|r| (200..300).contains(&r.status))
         .count();
-    Ok(Json(BatchResponse {
-        written,
-        failed: results.len() - written,
-        results,
-    }))
+    Ok((
+        Extension(audited),
+        Json(BatchResponse {
+            written,
+            failed: results.len() - written,
+            results,
+        }),
+    ))
 }
 
 /// A batch's items parsed: each item's id or error, in order, and the
@@ -158,12 +163,13 @@ fn parse_items(schedules: Vec<Value>) -> ParsedItems {
 }
 
 /// An item's answer: its parse error, or what the registrar made of it
-/// (the next of `registered`, a result per parsed item in order).
+/// (the next of `registered`, a result per parsed item in order); and,
+/// if it was written, its audit target.
 fn item_result(
     index: usize,
     parsed: Result<ScheduleId, ValidationError>,
     registered: &mut impl Iterator<Item = Result<Registered, RegistrarError>>,
-) -> BatchItemResult {
+) -> (BatchItemResult, Option<AuditTarget>) {
     let (id, outcome) = match parsed {
         Err(e) => (None, Err(ApiError::from(e))),
         Ok(id) => (
@@ -174,10 +180,11 @@ fn item_result(
                 .map_err(|e| ApiError::from(in_item(index, e))),
         ),
     };
-    let (status, outcome) = match outcome {
+    let (status, outcome, target) = match outcome {
         Ok(r) => {
-            let (status, Json(body)) = schedule_response(r);
-            (status, BatchOutcome::Written(Box::new(body)))
+            let (status, Extension(Audited(target)), Json(body)) = schedule_response(r);
+            let target = target.into_iter().next();
+            (status, BatchOutcome::Written(Box::new(body)), target)
         }
         Err(e) => (
             e.status(),
@@ -185,13 +192,15 @@ fn item_result(
                 id,
                 error: e.body(),
             },
+            None,
         ),
     };
-    BatchItemResult {
+    let result = BatchItemResult {
         index,
         status: status.as_u16(),
         outcome,
-    }
+    };
+    (result, target)
 }
 
 /// An item's validation error names its place in the batch.

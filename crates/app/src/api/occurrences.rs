@@ -2,10 +2,11 @@
 //! `PUT/DELETE .../occurrences/{original}`, and "this and following"
 //! (`PUT .../occurrences/{original}/following`).
 
+use super::shared::{AuditTarget, Audited, ScheduleAnswer};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Serialize;
 use toki_model::input::{OccurrenceInput, OccurrenceView, ScheduleInput, ScheduleView};
 use toki_model::{ScheduleId, ValidationError};
@@ -40,7 +41,7 @@ pub(crate) async fn put_occurrence(
     Path(OccurrenceParams { id, original }): Path<OccurrenceParams>,
     AuthedTenant(tenant): AuthedTenant,
     body: JsonBody,
-) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
+) -> Result<ScheduleAnswer, ApiError> {
     let id: ScheduleId = path_id(&id)?;
     let input: OccurrenceInput = parse_body(body)?;
     let r = state
@@ -69,7 +70,7 @@ pub(crate) async fn cancel_occurrence(
     State(state): State<ApiState>,
     Path(OccurrenceParams { id, original }): Path<OccurrenceParams>,
     AuthedTenant(tenant): AuthedTenant,
-) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
+) -> Result<ScheduleAnswer, ApiError> {
     let id: ScheduleId = path_id(&id)?;
     let r = state
         .registrar
@@ -124,7 +125,7 @@ pub(crate) async fn split_series(
     Path(OccurrenceParams { id, original }): Path<OccurrenceParams>,
     AuthedTenant(tenant): AuthedTenant,
     body: JsonBody,
-) -> Result<(StatusCode, Json<SplitResponse>), ApiError> {
+) -> Result<(StatusCode, Extension<Audited>, Json<SplitResponse>), ApiError> {
     let id: ScheduleId = path_id(&id)?;
     let input: SplitInput = parse_body(body)?;
     let new_id: ScheduleId = input
@@ -136,8 +137,19 @@ pub(crate) async fn split_series(
         .split_series(&tenant, &id, &original, &new_id, &input.schedule)
         .await?;
     let mirrored = following.mirrored && ended.as_ref().is_none_or(|e| e.mirrored);
+    let old = match &ended {
+        Some(e) => AuditTarget::schedule(id.as_str(), e.schedule.version),
+        // Deleted (nothing left before the split): its version is not known here.
+        None => AuditTarget {
+            resource: Some(id.to_string()),
+            version_before: None,
+            version_after: None,
+        },
+    };
+    let new = AuditTarget::schedule(new_id.as_str(), following.schedule.version);
     Ok((
         written(mirrored),
+        Extension(Audited(vec![old, new])),
         Json(SplitResponse {
             ended: ended.map(|e| ScheduleView::from(&e.schedule)),
             following: ScheduleView::from(&following.schedule),

@@ -8,6 +8,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use toki_core::registrar::Registrar;
 
+use super::audit::list_audit;
 use super::batch::put_schedules;
 use super::events::{
     delete_endpoint, enable_endpoint, get_endpoint, list_endpoints, list_events, put_endpoint,
@@ -151,6 +152,10 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             put(put_mail_settings)
                 .get(get_mail_settings)
                 .route_layer(quota.clone()),
+        )
+        .route(
+            "/v1/tenants/{tenant}/audit",
+            get(list_audit).route_layer(quota.clone()),
         )
         .route(
             "/v1/tenants/{tenant}/templates",

@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use toki_model::input::{ScheduleInput, ScheduleView};
 use toki_model::ScheduleId;
 
@@ -12,6 +12,7 @@ use super::shared::{
     ErrorBody, IdParam, JsonBody, ScheduleInputDoc, SchedulePath, ScheduleResponse,
     ScheduleViewDoc, TenantErrors,
 };
+use super::shared::{AuditTarget, Audited, ScheduleAnswer};
 
 /// Creates or replaces a schedule.
 #[utoipa::path(
@@ -34,7 +35,7 @@ pub(crate) async fn put_schedule(
     Path(IdParam { id }): Path<IdParam>,
     AuthedTenant(tenant): AuthedTenant,
     body: JsonBody,
-) -> Result<(StatusCode, Json<ScheduleResponse>), ApiError> {
+) -> Result<ScheduleAnswer, ApiError> {
     let id: ScheduleId = path_id(&id)?;
     let input: ScheduleInput = parse_body(body)?;
     let r = state.registrar.put_schedule(&tenant, &id, &input).await?;
@@ -86,14 +87,17 @@ pub(crate) async fn delete_schedule(
     State(state): State<ApiState>,
     Path(IdParam { id }): Path<IdParam>,
     AuthedTenant(tenant): AuthedTenant,
-) -> Result<StatusCode, ApiError> {
-    let mirrored = state
-        .registrar
-        .delete_schedule(&tenant, &path_id(&id)?)
-        .await?;
-    Ok(if mirrored {
+) -> Result<(StatusCode, Extension<Audited>), ApiError> {
+    let id: ScheduleId = path_id(&id)?;
+    let deleted = state.registrar.remove_schedule(&tenant, &id).await?;
+    let status = if deleted.mirrored {
         StatusCode::NO_CONTENT
     } else {
         StatusCode::ACCEPTED
-    })
+    };
+    let audited = Audited(vec![AuditTarget::deleted_schedule(
+        id.as_str(),
+        deleted.version,
+    )]);
+    Ok((status, Extension(audited)))
 }

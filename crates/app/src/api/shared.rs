@@ -7,6 +7,7 @@
 //! handlers' OpenAPI annotations name ([`schema`]).
 
 mod admission;
+mod audit;
 mod auth;
 mod error;
 mod idempotency;
@@ -18,6 +19,7 @@ mod strict;
 mod written;
 
 pub(crate) use admission::tenant_quota;
+pub(crate) use audit::{AuditTarget, Audited};
 pub(crate) use auth::AuthedTenant;
 pub use error::ApiError;
 pub(crate) use error::{ErrorBody, ErrorDetail};
@@ -36,4 +38,4 @@ pub(crate) use schema::{
     UserViewDoc, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
-pub(crate) use written::{schedule_response, written, ScheduleResponse};
+pub(crate) use written::{schedule_response, written, ScheduleAnswer, ScheduleResponse};

@@ -2,6 +2,7 @@
 //! leases, debounce rows, channels that record what they send, and a clock
 //! on tokio's (pausable) time. Enabled by the `testing` feature.
 
+mod audit;
 mod channel;
 mod clock;
 mod debounce;

@@ -112,6 +112,7 @@ pub struct MemoryTenantStore {
     stall: Mutex<Option<std::time::Duration>>,
     /// Taken after `state` when both are (outcomes and their events).
     events: Mutex<super::event_log::MemoryEvents>,
+    audit: Mutex<super::audit::MemoryAudit>,
 }
 
 impl MemoryTenantStore {
@@ -142,6 +143,14 @@ impl MemoryTenantStore {
     ) -> StoreResult<std::sync::MutexGuard<'_, super::event_log::MemoryEvents>> {
         drop(self.enter().await?);
         Ok(self.events())
+    }
+
+    /// The audit log, down and stalled when the store is.
+    pub(super) async fn enter_audit(
+        &self,
+    ) -> StoreResult<std::sync::MutexGuard<'_, super::audit::MemoryAudit>> {
+        drop(self.enter().await?);
+        Ok(self.audit.lock().expect("audit lock"))
     }
 
     /// Waits out a stall, then takes the state as `lock` does.

@@ -3,6 +3,7 @@
 //! database, typed rows. Statements are built as text plus values
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
+mod audit;
 mod claim;
 mod erasure;
 mod events;
@@ -196,6 +197,7 @@ where
     for<'r> TemplateRow: FromRow<'r, DB::Row>,
     for<'r> ChangedDelivery: FromRow<'r, DB::Row>,
     for<'r> events::EventRow: FromRow<'r, DB::Row>,
+    for<'r> audit::AuditRow: FromRow<'r, DB::Row>,
     for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
     for<'r> retention::PurgeRow: FromRow<'r, DB::Row>,
     for<'r> idempotency::IdempotencyRow: FromRow<'r, DB::Row>,

@@ -7,8 +7,9 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use toki_core::registrar::RegistrarError;
-use toki_model::TenantId;
+use toki_model::{KeyName, TenantId};
 
+use super::audit::AuthedKey;
 use super::error::{suspended, unauthorized, ApiError, ErrorCode};
 use super::state::{ApiState, API_KEY_HEADER};
 use toki_model::api_key::authenticate;
@@ -34,14 +35,24 @@ impl FromRequestParts<ApiState> for AuthedTenant {
         if let Some(tenant) = parts.extensions.get::<AuthedTenant>() {
             return Ok(tenant.clone());
         }
-        let Path(TenantParam { tenant }) = Path::from_request_parts(parts, state)
+        authenticate_request(parts, state)
             .await
-            .map_err(IntoResponse::into_response)?;
-        authorize(state, &tenant, &parts.headers)
-            .await
-            .map(AuthedTenant)
-            .map_err(IntoResponse::into_response)
+            .map(|(tenant, _)| tenant)
     }
+}
+
+/// The path's tenant and the name of the key that opened it (see [`AuthedTenant`]).
+pub(crate) async fn authenticate_request(
+    parts: &mut Parts,
+    state: &ApiState,
+) -> Result<(AuthedTenant, AuthedKey), Response> {
+    let Path(TenantParam { tenant }) = Path::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    authorize_key(state, &tenant, &parts.headers)
+        .await
+        .map(|(t, k)| (AuthedTenant(t), AuthedKey(k)))
+        .map_err(IntoResponse::into_response)
 }
 
 /// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110).
@@ -73,12 +84,13 @@ fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// Checks the tenant id and its key against the tenant's record, then that
-/// the tenant is active (only a key holder learns it is suspended).
-pub(crate) async fn authorize(
+/// the tenant is active (only a key holder learns it is suspended); the
+/// name of the key that matched (the audit log's actor).
+pub(crate) async fn authorize_key(
     state: &ApiState,
     tenant: &str,
     headers: &HeaderMap,
-) -> Result<TenantId, ApiError> {
+) -> Result<(TenantId, KeyName), ApiError> {
     let tenant: TenantId = tenant.parse().map_err(|_| unauthorized())?;
     let key = presented_key(headers)?;
     let record = match state.registrar.tenant(&tenant).await {
@@ -88,13 +100,13 @@ pub(crate) async fn authorize(
         Err(e) => return Err(e.into()),
     };
     let now = state.registrar.clock.now();
-    if authenticate(&record.api_keys, key.trim(), now).is_none() {
+    let Some(matched) = authenticate(&record.api_keys, key.trim(), now) else {
         return Err(unauthorized());
-    }
+    };
     if !record.active {
         return Err(suspended());
     }
-    Ok(tenant)
+    Ok((tenant, matched.name.clone()))
 }
 
 #[cfg(test)]

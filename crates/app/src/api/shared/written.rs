@@ -2,12 +2,13 @@
 //! status: shared by the schedule, batch and occurrence routes.
 
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Serialize;
 use toki_core::registrar::Registered;
 use toki_model::input::ScheduleView;
 use utoipa::ToSchema;
 
+use super::audit::Audited;
 use super::schema::ScheduleViewDoc;
 
 /// A schedule as written.
@@ -34,10 +35,17 @@ pub(crate) fn written(mirrored: bool) -> StatusCode {
     }
 }
 
-/// A written schedule's answer: its status and body.
-pub(crate) fn schedule_response(r: Registered) -> (StatusCode, Json<ScheduleResponse>) {
+/// A written schedule's answer: its status, its audit target and its body.
+pub(crate) type ScheduleAnswer = (StatusCode, Extension<Audited>, Json<ScheduleResponse>);
+
+/// A written schedule's answer: its status, body, and what the audit log records.
+pub(crate) fn schedule_response(r: Registered) -> ScheduleAnswer {
     (
         written(r.mirrored),
+        Extension(Audited::schedule(
+            r.schedule.id.as_str(),
+            r.schedule.version,
+        )),
         Json(ScheduleResponse {
             schedule: ScheduleView::from(&r.schedule),
             mirrored: r.mirrored,
