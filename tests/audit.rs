@@ -78,7 +78,8 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
         (
             "PUT",
             "schedules/m2",
-            Some(json!({"title": "no start"})),
+            Some(json!({"title": "bad start", "starts_at": "not a time", "participants": ["ann"],
+                        "reminders": [{"minutes_before": 5, "channels": ["chat"]}]})),
             422,
         ),
         ("DELETE", "schedules/m1", None, 204),
@@ -86,6 +87,12 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
             "PUT",
             "templates/mail/en",
             Some(json!({"subject": "{{ title }}", "text": "soon"})),
+            200,
+        ),
+        (
+            "PUT",
+            "webhook",
+            Some(json!({"default_url": "https://hooks.example/w"})),
             200,
         ),
         ("POST", "webhook/secret:rotate", None, 200),
@@ -102,7 +109,7 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
     // An operator name with control characters is stored escaped.
     toki(
         data,
-        "bob\n",
+        "bob\nroot",
         &["tenant", "set", "acme", "--change-notices", "on"],
     );
     toki(
@@ -184,6 +191,13 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
             ),
             row(
                 "key:default",
+                "webhook.put",
+                n.clone(),
+                n.clone(),
+                n.clone()
+            ),
+            row(
+                "key:default",
                 "webhook.rotate_secret",
                 n.clone(),
                 n.clone(),
@@ -197,7 +211,7 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
                 n.clone()
             ),
             row(
-                "operator:bob\\u{a}",
+                "operator:bob\\u{a}root",
                 "contract.set",
                 n.clone(),
                 n.clone(),
@@ -213,7 +227,7 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
         ]
     );
     let seqs: Vec<u64> = entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=10).collect::<Vec<_>>());
+    assert_eq!(seqs, (1..=11).collect::<Vec<_>>());
 
     // The API lists the same entries.
     let (status, page) = api(&base, &key, "GET", "audit?limit=1000", None).await;

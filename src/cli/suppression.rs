@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use toki_app::mail_feedback::read_feedback;
 use toki_app::table::table;
 use toki_app::Toki;
+use toki_model::audit::AuditAction;
 use toki_model::suppression::{ListedAddress, SuppressionInput, SuppressionView};
 use toki_model::TenantId;
 use toki_ports::suppression::MAX_LISTED;
@@ -95,6 +96,9 @@ impl AddressArgs {
         toki.registrar()
             .suppress_address(&self.tenant.tenant, &address, &input)
             .await?;
+        // The address is personal data: the entry names the action only.
+        toki.audit_operator_write(&self.tenant.tenant, AuditAction::SuppressionPut, None)
+            .await;
         println!("{address} is on {}'s suppression list", self.tenant.tenant);
         Ok(0)
     }
@@ -105,6 +109,8 @@ impl AddressArgs {
         toki.registrar()
             .unsuppress(&self.tenant.tenant, &address)
             .await?;
+        toki.audit_operator_write(&self.tenant.tenant, AuditAction::SuppressionDelete, None)
+            .await;
         println!("{address} is off {}'s suppression list", self.tenant.tenant);
         Ok(0)
     }

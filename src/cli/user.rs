@@ -1,6 +1,7 @@
 //! `toki user`: what an operator does to one person of a tenant: erase
 //! them (docs/erasure.md), as `DELETE …/users/{id}?erase=true` does.
 
+use toki_model::audit::AuditAction;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -51,6 +52,9 @@ impl EraseArgs {
             }
             other => other?,
         };
+        // The entry does not name whom it erased.
+        toki.audit_operator_write(&self.tenant, AuditAction::UserErase, None)
+            .await;
         let counts = serde_json::to_value(erased.report)?;
         if self.json {
             println!(

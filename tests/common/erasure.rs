@@ -325,6 +325,12 @@ async fn hold_everywhere(s: &dyn TenantStore, who: &User) {
         at: now,
     };
     assert_eq!(s.suppress(&[bounced]).await.unwrap(), 1);
+    // The tenant's key wrote their user row: the audit log names them.
+    use toki_model::audit::{Actor, AuditAction, AuditEntry};
+    let actor = Actor::Key("default".parse().unwrap());
+    let wrote = AuditEntry::new(now, actor.clone(), AuditAction::UserPut, Some(who.id.as_str()));
+    let schedule = AuditEntry::new(now, actor, AuditAction::SchedulePut, Some("shared"));
+    s.append_audit(&[wrote, schedule]).await.unwrap();
 }
 
 /// After erasure nothing in the tenant store names the person; before it,
@@ -357,6 +363,7 @@ pub async fn erasure_leaves_no_trace(make: Erasable) {
             "change_notices",
             "idempotency_keys",
             "suppressed_addresses",
+            "audit_log",
         ] {
             assert!(
                 places.contains(table),
@@ -381,6 +388,7 @@ pub async fn erasure_leaves_no_trace(make: Erasable) {
             change_notices: 1,
             idempotency_keys: 1,
             suppressions: 1,
+            audit_entries: 1,
         }
     );
     let after = found(holdings.as_ref(), &needles).await;

@@ -42,10 +42,23 @@ pub enum AuditAction {
     EventEndpointEnable,
     EventEndpointRotateSecret,
     EventEndpointReplay,
+    /// An address put on the suppression list by hand (the address is not
+    /// kept in the entry: it is personal data).
+    SuppressionPut,
+    SuppressionDelete,
+    /// The tenant's mail settings (`List-Unsubscribe`).
+    MailSettingsPut,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 21] = [
+    /// The actions whose resource is a user id: an erasure replaces it.
+    pub const ON_USERS: [AuditAction; 3] = [
+        AuditAction::UserPut,
+        AuditAction::UserDelete,
+        AuditAction::UserErase,
+    ];
+
+    pub const ALL: [AuditAction; 24] = [
         AuditAction::TenantCreate,
         AuditAction::ContractSet,
         AuditAction::KeyAdd,
@@ -67,6 +80,9 @@ impl AuditAction {
         AuditAction::EventEndpointEnable,
         AuditAction::EventEndpointRotateSecret,
         AuditAction::EventEndpointReplay,
+        AuditAction::SuppressionPut,
+        AuditAction::SuppressionDelete,
+        AuditAction::MailSettingsPut,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +109,9 @@ impl AuditAction {
             EventEndpointEnable => "event_endpoint.enable",
             EventEndpointRotateSecret => "event_endpoint.rotate_secret",
             EventEndpointReplay => "event_endpoint.replay",
+            SuppressionPut => "suppression.put",
+            SuppressionDelete => "suppression.delete",
+            MailSettingsPut => "mail.put",
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct ErasureReport {
     pub idempotency_keys: u64,
     /// Their mail address on the tenant's suppression list, removed: 0 or 1.
     pub suppressions: u64,
+    /// Audit-log entries about their user row, kept under the pseudonym.
+    pub audit_entries: u64,
 }
 
 impl ErasureReport {
@@ -79,6 +81,7 @@ impl ErasureReport {
             + self.change_notices
             + self.idempotency_keys
             + self.suppressions
+            + self.audit_entries
     }
 }
 
@@ -218,8 +221,9 @@ mod tests {
             change_notices: 1,
             idempotency_keys: 1,
             suppressions: 1,
+            audit_entries: 2,
         };
-        assert_eq!(r.total(), 18);
+        assert_eq!(r.total(), 20);
         assert_eq!(ErasureReport::default().total(), 0);
     }
 }

@@ -63,6 +63,8 @@ pub(crate) struct ErasureReportDoc {
     idempotency_keys: u64,
     /// Their mail address on the tenant's suppression list, removed: 0 or 1.
     suppressions: u64,
+    /// Audit-log entries about their user row, kept under the pseudonym.
+    audit_entries: u64,
 }
 
 /// Erases a user: removes them from every schedule (reminders already

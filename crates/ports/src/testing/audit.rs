@@ -59,3 +59,21 @@ impl AuditLog for MemoryTenantStore {
         Ok(old.len() as u64)
     }
 }
+
+impl MemoryAudit {
+    /// An erasure's part: `pseudonym` in place of `user` in the entries
+    /// about their user row; how many.
+    pub(super) fn pseudonymise(&mut self, user: &str, pseudonym: &str) -> u64 {
+        let mut n = 0;
+        for e in self.log.values_mut() {
+            let entry = &mut e.entry;
+            if toki_model::audit::AuditAction::ON_USERS.contains(&entry.action)
+                && entry.resource.as_deref() == Some(user)
+            {
+                entry.resource = Some(pseudonym.to_owned());
+                n += 1;
+            }
+        }
+        n
+    }
+}

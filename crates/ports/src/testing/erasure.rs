@@ -58,6 +58,9 @@ impl Erasure for MemoryTenantStore {
                 .is_some_and(|a| needles.iter().any(|n| a.body.contains(n.as_str())))
         });
         report.idempotency_keys = (keys - state.idempotency.len()) as u64;
+        report.audit_entries = self
+            .audit_now()
+            .pseudonymise(user.as_str(), pseudonym.as_str());
         // Taken after `state`, as recording outcomes does.
         for e in self.events().log.values_mut() {
             report.delivery_events += u64::from(pseudonymise_event(&mut e.data, user, pseudonym));

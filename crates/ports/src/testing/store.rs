@@ -145,6 +145,11 @@ impl MemoryTenantStore {
         Ok(self.events())
     }
 
+    /// The audit log, for a caller that holds the state (an erasure).
+    pub(super) fn audit_now(&self) -> std::sync::MutexGuard<'_, super::audit::MemoryAudit> {
+        self.audit.lock().expect("audit lock")
+    }
+
     /// The audit log, down and stalled when the store is.
     pub(super) async fn enter_audit(
         &self,

@@ -10,6 +10,7 @@ use toki_model::erasure::{
     UNFINISHED,
 };
 use toki_model::event::StoredEvent;
+use toki_model::audit::AuditAction;
 use toki_model::suppression::ListedAddress;
 use toki_model::{Instant, User, UserId};
 use toki_ports::{Erasure, StoreResult};
@@ -308,6 +309,21 @@ step! {
 }
 
 step! {
+    /// Puts the pseudonym in place of their id in the audit entries about
+    /// their user row (who did what stays; to whom does not).
+    async fn erase_audit(conn, user: &UserId, pseudonym: &UserId) -> u64 {
+        let mut s = Statement::new("UPDATE audit_log SET resource = ");
+        s.bind(pseudonym.as_str())
+            .push(" WHERE resource = ")
+            .bind(user.as_str())
+            .push(" AND action IN ");
+        s.list(AuditAction::ON_USERS.iter().map(|a| a.as_str()));
+        s.push(" RETURNING action");
+        changed::<DB>(conn, s).await
+    }
+}
+
+step! {
     /// Takes their mail address off the suppression list.
     async fn erase_suppression(conn, user: &User) -> u64 {
         let Some(address) = user
@@ -365,6 +381,7 @@ where
         report.change_baselines = erase_baselines::<DB>(&mut tx, user).await?;
         report.change_notices = erase_notices::<DB>(&mut tx, user).await?;
         report.idempotency_keys = erase_idempotency_keys::<DB>(&mut tx, &needles).await?;
+        report.audit_entries = erase_audit::<DB>(&mut tx, user, pseudonym).await?;
         tx.commit().await.map_err(db_err)?;
         Ok(report)
     }

@@ -136,6 +136,9 @@ pub(crate) fn action_of(method: &Method, route: &str, erase: bool) -> Option<Aud
         ("POST", "event-endpoints/{id}/secret:rotate") => EventEndpointRotateSecret,
         ("POST", "event-endpoints/{id}/enable") => EventEndpointEnable,
         ("POST", "event-endpoints/{id}/replay") => EventEndpointReplay,
+        ("PUT", "suppressions/{address}") => SuppressionPut,
+        ("DELETE", "suppressions/{address}") => SuppressionDelete,
+        ("PUT", "mail") => MailSettingsPut,
         _ => return None,
     })
 }
@@ -161,6 +164,12 @@ fn entries(
     };
     Ok(match response.extensions().get::<Audited>() {
         Some(Audited(targets)) => targets.iter().cloned().map(entry).collect(),
+        // An erasure's own entry does not name whom it erased.
+        None if action == AuditAction::UserErase => vec![entry(AuditTarget {
+            resource: None,
+            version_before: None,
+            version_after: None,
+        })],
         None => vec![entry(AuditTarget {
             resource: request.resource(),
             version_before: None,
