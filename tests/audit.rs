@@ -78,8 +78,10 @@ async fn cli_and_api_writes_are_listed_with_their_actors_in_order() {
         (
             "PUT",
             "schedules/m2",
-            Some(json!({"title": "bad start", "starts_at": "not a time", "participants": ["ann"],
-                        "reminders": [{"minutes_before": 5, "channels": ["chat"]}]})),
+            Some(
+                json!({"title": "bad start", "starts_at": "not a time", "participants": ["ann"],
+                        "reminders": [{"minutes_before": 5, "channels": ["chat"]}]}),
+            ),
             422,
         ),
         ("DELETE", "schedules/m1", None, 204),

@@ -1,8 +1,8 @@
 //! `toki user`: what an operator does to one person of a tenant: erase
 //! them (docs/erasure.md), as `DELETE …/users/{id}?erase=true` does.
 
-use toki_model::audit::AuditAction;
 use std::path::Path;
+use toki_model::audit::AuditAction;
 
 use clap::{Args, Subcommand};
 use toki_app::table::table;

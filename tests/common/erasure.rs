@@ -328,7 +328,12 @@ async fn hold_everywhere(s: &dyn TenantStore, who: &User) {
     // The tenant's key wrote their user row: the audit log names them.
     use toki_model::audit::{Actor, AuditAction, AuditEntry};
     let actor = Actor::Key("default".parse().unwrap());
-    let wrote = AuditEntry::new(now, actor.clone(), AuditAction::UserPut, Some(who.id.as_str()));
+    let wrote = AuditEntry::new(
+        now,
+        actor.clone(),
+        AuditAction::UserPut,
+        Some(who.id.as_str()),
+    );
     let schedule = AuditEntry::new(now, actor, AuditAction::SchedulePut, Some("shared"));
     s.append_audit(&[wrote, schedule]).await.unwrap();
 }

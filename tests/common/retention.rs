@@ -210,6 +210,19 @@ pub async fn purge_deletes_old_chat_rows_and_events(s: Arc<dyn TenantStore>) {
         after[0].occurred_at >= cutoff(),
         "only the young event stays"
     );
+
+    use toki_model::audit::{Actor, AuditAction, AuditEntry};
+    let actor = Actor::Key("default".parse().unwrap());
+    let entry = |at| AuditEntry::new(at, actor.clone(), AuditAction::SchedulePut, Some("s"));
+    let entries: Vec<_> = (0..3)
+        .map(|i| entry(old(i)))
+        .chain([entry(young())])
+        .collect();
+    s.append_audit(&entries).await.unwrap();
+    assert_eq!(drain(s.as_ref(), TenantRows::Audit, 2).await, [2, 1, 0]);
+    let kept = s.audit_after(0, 100).await.unwrap();
+    assert_eq!(kept.len(), 1, "the young audit entry stays");
+    assert!(kept[0].entry.at >= cutoff());
 }
 
 /// A pass's record replaces the last one and adds to the total.

@@ -535,14 +535,7 @@ pub struct ChatMessage {
 /// One tenant's database (the source of truth).
 #[async_trait]
 pub trait TenantStore:
-    EventLog
-    + AuditLog
-    + RetentionStore
-    + SuppressionList
-    + TenantOffboard
-    + Erasure
-    + Send
-    + Sync
+    EventLog + AuditLog + RetentionStore + SuppressionList + TenantOffboard + Erasure + Send + Sync
 {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;

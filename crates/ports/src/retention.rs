@@ -17,8 +17,7 @@ use crate::error::StoreResult;
 /// moment only, so deliveries never wait long behind it.
 pub const MAX_PURGE_BATCH: u32 = 500;
 
-/// The kinds of row in a tenant's database the purge deletes. The audit
-/// log becomes one more variant here (and a line in each store's match).
+/// The kinds of row in a tenant's database the purge deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TenantRows {
     /// Finished delivery rows, by when they finished ([`is_finished`]).
@@ -27,11 +26,18 @@ pub enum TenantRows {
     Chat,
     /// Delivery events, by when they occurred.
     Events,
+    /// Audit-log entries, by when they were written.
+    Audit,
 }
 
 impl TenantRows {
     /// Every kind the purge deletes, in the order a pass visits them.
-    pub const ALL: [TenantRows; 3] = [TenantRows::Deliveries, TenantRows::Chat, TenantRows::Events];
+    pub const ALL: [TenantRows; 4] = [
+        TenantRows::Deliveries,
+        TenantRows::Chat,
+        TenantRows::Events,
+        TenantRows::Audit,
+    ];
 
     /// The retention setting that bounds this kind.
     pub fn kind(self) -> RetentionKind {
@@ -39,6 +45,7 @@ impl TenantRows {
             TenantRows::Deliveries => RetentionKind::Deliveries,
             TenantRows::Chat => RetentionKind::Chat,
             TenantRows::Events => RetentionKind::Events,
+            TenantRows::Audit => RetentionKind::Audit,
         }
     }
 }

@@ -53,6 +53,9 @@ impl RetentionStore for MemoryTenantStore {
                 old.iter().for_each(|k| drop(state.deliveries.remove(k)));
                 old.len()
             }
+            TenantRows::Audit => {
+                crate::audit::AuditLog::purge_audit(self, before, limit).await? as usize
+            }
             TenantRows::Chat => {
                 let mut state = self.enter().await?;
                 let old = oldest(

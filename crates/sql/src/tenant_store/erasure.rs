@@ -4,13 +4,13 @@
 
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
+use toki_model::audit::AuditAction;
 use toki_model::change::ChangeNotice;
 use toki_model::erasure::{
     drop_participant, id_needles, json_needles, pseudonymise_event, ErasureReport, SCRUBBED,
     UNFINISHED,
 };
 use toki_model::event::StoredEvent;
-use toki_model::audit::AuditAction;
 use toki_model::suppression::ListedAddress;
 use toki_model::{Instant, User, UserId};
 use toki_ports::{Erasure, StoreResult};

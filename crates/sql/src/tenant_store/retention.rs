@@ -53,6 +53,12 @@ fn purged(rows: TenantRows) -> Purged {
             age: "occurred_at",
             finished_only: false,
         },
+        TenantRows::Audit => Purged {
+            table: "audit_log",
+            key: "seq",
+            age: "at",
+            finished_only: false,
+        },
     }
 }
 
