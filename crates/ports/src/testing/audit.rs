@@ -1,7 +1,5 @@
 //! A tenant's audit log in memory, with the SQL one's semantics.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 
 use super::store::MemoryTenantStore;
@@ -9,12 +7,6 @@ use crate::audit::AuditLog;
 use crate::error::StoreResult;
 use toki_model::audit::{AuditEntry, StoredAuditEntry};
 use toki_model::domain::Instant;
-
-#[derive(Default)]
-pub(super) struct MemoryAudit {
-    log: BTreeMap<u64, StoredAuditEntry>,
-    last_seq: u64,
-}
 
 #[async_trait]
 impl AuditLog for MemoryTenantStore {
@@ -57,23 +49,5 @@ impl AuditLog for MemoryTenantStore {
             audit.log.remove(seq);
         }
         Ok(old.len() as u64)
-    }
-}
-
-impl MemoryAudit {
-    /// An erasure's part: `pseudonym` in place of `user` in the entries
-    /// about their user row; how many.
-    pub(super) fn pseudonymise(&mut self, user: &str, pseudonym: &str) -> u64 {
-        let mut n = 0;
-        for e in self.log.values_mut() {
-            let entry = &mut e.entry;
-            if toki_model::audit::AuditAction::ON_USERS.contains(&entry.action)
-                && entry.resource.as_deref() == Some(user)
-            {
-                entry.resource = Some(pseudonym.to_owned());
-                n += 1;
-            }
-        }
-        n
     }
 }

@@ -3,6 +3,7 @@
 //! on tokio's (pausable) time. Enabled by the `testing` feature.
 
 mod audit;
+mod audit_log;
 mod channel;
 mod clock;
 mod debounce;

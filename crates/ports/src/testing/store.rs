@@ -112,7 +112,7 @@ pub struct MemoryTenantStore {
     stall: Mutex<Option<std::time::Duration>>,
     /// Taken after `state` when both are (outcomes and their events).
     events: Mutex<super::event_log::MemoryEvents>,
-    audit: Mutex<super::audit::MemoryAudit>,
+    audit: Mutex<super::audit_log::MemoryAudit>,
 }
 
 impl MemoryTenantStore {
@@ -146,14 +146,14 @@ impl MemoryTenantStore {
     }
 
     /// The audit log, for a caller that holds the state (an erasure).
-    pub(super) fn audit_now(&self) -> std::sync::MutexGuard<'_, super::audit::MemoryAudit> {
+    pub(super) fn audit_now(&self) -> std::sync::MutexGuard<'_, super::audit_log::MemoryAudit> {
         self.audit.lock().expect("audit lock")
     }
 
     /// The audit log, down and stalled when the store is.
     pub(super) async fn enter_audit(
         &self,
-    ) -> StoreResult<std::sync::MutexGuard<'_, super::audit::MemoryAudit>> {
+    ) -> StoreResult<std::sync::MutexGuard<'_, super::audit_log::MemoryAudit>> {
         drop(self.enter().await?);
         Ok(self.audit.lock().expect("audit lock"))
     }

@@ -11,14 +11,11 @@ use axum::http::request::Parts;
 use axum::http::Method;
 use axum::response::Response;
 use toki_model::audit::{schedule_versions, Actor, AuditAction, AuditEntry};
-use toki_model::{KeyName, TenantId};
+use toki_model::TenantId;
 
+use super::auth::AuthedKey;
 use super::idempotency::IDEMPOTENT_REPLAYED_HEADER;
 use super::state::ApiState;
-
-/// The name of the key a tenant request was authenticated with.
-#[derive(Debug, Clone)]
-pub(crate) struct AuthedKey(pub(crate) KeyName);
 
 /// What a handler wrote, for its audit entries: one entry per target. A
 /// handler that adds none gets one entry for the path's resource.

@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use toki_core::registrar::RegistrarError;
 use toki_model::{KeyName, TenantId};
 
-use super::audit::AuthedKey;
 use super::error::{suspended, unauthorized, ApiError, ErrorCode};
 use super::state::{ApiState, API_KEY_HEADER};
 use toki_model::api_key::authenticate;
@@ -120,3 +119,8 @@ mod tests {
         assert_eq!(super::bearer_token("Bearer"), None);
     }
 }
+
+/// The name of the key a tenant request was authenticated with (the audit
+/// log's actor).
+#[derive(Debug, Clone)]
+pub(crate) struct AuthedKey(pub(crate) toki_model::KeyName);
