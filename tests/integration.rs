@@ -29,6 +29,7 @@ mod lambdas;
 mod least_privilege;
 mod log_privacy;
 mod mail_ses;
+mod offboard_aws;
 mod offboard_embedded;
 mod ops;
 mod pipeline_aws;
