@@ -50,29 +50,41 @@ pub(crate) struct SuppressionDoc {
 /// What to send to list an address by hand.
 #[derive(Deserialize, ToSchema)]
 #[schema(as = SuppressionInput)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub(crate) struct SuppressionInputDoc {
-    /// At most 1,000 bytes.
+    /// At most 1,000 bytes; null or absent: none.
+    #[serde(default)]
+    #[schema(max_length = 1000)]
     note: Option<String>,
 }
 
 /// The tenant's `List-Unsubscribe`.
-#[derive(Serialize, Deserialize, ToSchema)]
+#[derive(Default, Serialize, Deserialize, ToSchema)]
 #[schema(as = ListUnsubscribe)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub(crate) struct ListUnsubscribeDoc {
-    /// An https URL that takes a one-click POST; `{user}` becomes the recipient's id.
+    /// An https URL that takes a one-click POST; `{user}` becomes the
+    /// recipient's id. Null or absent: none.
+    #[serde(default)]
+    #[schema(max_length = 2048)]
     url: Option<String>,
-    /// A mail address unsubscribe requests go to.
+    /// A mail address unsubscribe requests go to. Null or absent: none.
+    #[serde(default)]
+    #[schema(max_length = 254)]
     mailto: Option<String>,
 }
 
 /// The tenant's mail settings.
 #[derive(Serialize, Deserialize, ToSchema)]
 #[schema(as = MailSettings)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub(crate) struct MailSettingsDoc {
-    list_unsubscribe: Option<ListUnsubscribeDoc>,
+    /// Absent: none.
+    #[serde(default)]
+    list_unsubscribe: ListUnsubscribeDoc,
 }
 
 #[derive(Deserialize, IntoParams)]
