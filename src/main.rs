@@ -11,6 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    toki_app::memory::no_huge_pages();
     toki_app::init_tracing("warn,toki=info,toki_app=info,toki_core=warn,toki_flow=info");
     let result = cli::run(cli::Cli::parse()).await;
     // The spans still in the exporter's buffer go out before the process does.

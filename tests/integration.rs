@@ -12,6 +12,7 @@ mod aws_support;
 
 mod api;
 mod audit;
+mod bench_cores;
 mod bench_plot;
 mod calendar;
 mod channels;

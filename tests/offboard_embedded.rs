@@ -14,10 +14,16 @@ use sqlx::Row;
 
 const TOKI: &str = env!("CARGO_BIN_EXE_toki");
 
+/// The claims' lease of the harness's daemon and of the CLI's delete, which
+/// waits at least one: short, so the test waits seconds, not tens (longer
+/// than the CLI's default lead of 2 s, which a lease must exceed).
+const LEASE_S: u64 = 3;
+
 /// `toki ARGS --data-dir DATA`: its exit code and stdout.
 fn toki(args: &[&str], data: &Path) -> (i32, String) {
     let out = Command::new(TOKI)
         .args(args)
+        .env("TOKI_VISIBILITY_TIMEOUT_S", LEASE_S.to_string())
         .arg("--data-dir")
         .arg(data)
         .output()
@@ -71,13 +77,14 @@ async fn rows_mentioning(file: &Path, needle: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_delete_lists_then_leaves_nothing_and_the_other_tenant_is_served() {
-    let h = Harness::start(|_| {}).await;
+    let h = Harness::start(|c| c.daemon.visibility_timeout_s = LEASE_S).await;
     let acme = h.tenant("acme", true).await;
     let globex = h.tenant("globex", true).await;
     let registrar = h.toki.registrar();
-    // Due after the delete has returned (it waits at least a lease, 10 s):
-    // queued at once (within the scan window), and a day ahead (index only).
-    let due = due_in(40);
+    // Due after the delete has returned (it waits at least a lease, and the
+    // three CLI runs before it take a few seconds): queued at once (within
+    // the scan window), and a day ahead (index only).
+    let due = due_in(15);
     for (t, prefix) in [(&acme, "acme"), (&globex, "globex")] {
         for (i, at) in [due, due + chrono::Duration::days(1)]
             .into_iter()

@@ -40,6 +40,7 @@ enum Sub {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    toki_app::memory::no_huge_pages();
     toki_app::init_tracing("info");
     let args = Args::parse();
     if let Some(Sub::Healthcheck) = args.command {

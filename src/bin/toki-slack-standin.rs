@@ -30,8 +30,14 @@ struct Args {
     burst: u32,
 }
 
+// The instrument's own cost is part of every burst it measures: the same
+// allocator as the daemon, without huge pages (toki_app::memory).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
 async fn main() -> anyhow::Result<()> {
+    toki_app::memory::no_huge_pages();
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("http://{}", listener.local_addr()?);

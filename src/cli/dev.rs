@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use toki_app::{BackendKind, Config};
-use toki_devtools::bench::{parse_limits, parse_list, parse_rate, BenchOptions};
+use toki_devtools::bench::{parse_limits, parse_list, parse_rate, BenchOptions, Cores};
 use toki_devtools::demo::{self, DemoOptions};
 use toki_model::limits::ContractLimits;
 use toki_model::Channel;
@@ -123,6 +123,11 @@ pub struct BenchArgs {
     /// Write each run's lateness CDF as an SVG file in DIR, named after its parameters.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// shared: wherever the scheduler puts them; separate: the stand-in on
+    /// the last CPU and the daemons on the others (as in production, where
+    /// Slack is elsewhere; one core is too few for the daemon at 30,000).
+    #[arg(long, default_value = "shared")]
+    cores: Cores,
 }
 
 impl BenchArgs {
@@ -159,6 +164,7 @@ impl BenchArgs {
             large: self.large,
             large_limits: self.large_limits.as_deref().map(large_limits).transpose()?,
             plot: self.plot,
+            cores: self.cores,
         })
     }
 }

@@ -21,6 +21,7 @@ pub mod emf;
 #[cfg(feature = "secrets")]
 pub mod key_secret;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod offboard;
 #[cfg(feature = "api")]

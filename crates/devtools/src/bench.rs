@@ -7,6 +7,7 @@
 //! processes it starts ([`processes`]), the watching and the measuring
 //! ([`measure`]); [`options`] and [`results`] are what goes in and out.
 
+mod cores;
 mod measure;
 mod once;
 mod options;
@@ -16,6 +17,7 @@ mod results;
 use crate::plot::{write_cdf, RunName, RunTitle};
 use toki_app::Config;
 
+pub use cores::{allowed_cpus, Cores, Role};
 pub use once::run_once;
 pub use options::{parse_limits, parse_list, parse_rate, BenchOptions};
 pub use results::{groups_table, header, row, BenchRun, GroupLateness, MeasuredAt};

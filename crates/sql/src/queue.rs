@@ -151,13 +151,28 @@ impl DelayQueue for SqliteDelayQueue {
             return Err(ValidationError::new("max", format!("must be 1..=10, got {max}")).into());
         }
         let deadline = tokio::time::Instant::now() + wait;
+        let mut first = true;
         loop {
             let notified = self.sent.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let got = self.try_receive(max, visibility).await?;
-            if !got.is_empty() {
-                return Ok(got);
+            // After the first look, a read first: the receive's write
+            // transaction only once a message is visible (a long poll of an
+            // idle queue costs one indexed read a look; a busy queue's
+            // receives take their messages at the first look, as before).
+            let mut next = None;
+            let mut look = first;
+            if !first {
+                next = self.next_visible_at().await?;
+                look = next.is_some_and(|at| at <= self.clock.now().timestamp_millis());
+            }
+            first = false;
+            if look {
+                let got = self.try_receive(max, visibility).await?;
+                if !got.is_empty() {
+                    return Ok(got);
+                }
+                next = self.next_visible_at().await?;
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -167,7 +182,7 @@ impl DelayQueue for SqliteDelayQueue {
             // process, or the deadline; and look again at least every
             // CROSS_PROCESS_POLL for messages other processes sent.
             let mut wake = deadline.min(now + CROSS_PROCESS_POLL);
-            if let Some(at) = self.next_visible_at().await? {
+            if let Some(at) = next {
                 let in_ms = (at - self.clock.now().timestamp_millis()).max(0) as u64;
                 wake = wake.min(now + Duration::from_millis(in_ms));
             }

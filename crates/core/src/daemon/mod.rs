@@ -1,8 +1,9 @@
-//! The daemon: W workers long-poll the delay queue. For each batch a worker
-//! makes one round trip per tenant (the schedules with their participants,
-//! then the claims), decides every delivery in a pure plan, and hands the
-//! batch to a task that fires at the due instant, settles, records one row per
-//! delivery and tells the queue what became of each message. While a batch is
+//! The daemon: W workers long-poll the delay queue (one at a time while it
+//! is empty). For each batch a worker makes one round trip per tenant (the
+//! schedules with their participants, then the claims), decides every
+//! delivery in a pure plan, and hands the batch to a task that fires at the
+//! due instant, settles, records one row per delivery and tells the queue
+//! what became of each message. While a batch is
 //! held its messages' visibility and its claims are renewed (a heartbeat), so
 //! a process that dies is taken over within seconds. A message that failed is
 //! never deleted: it comes back with a jittered backoff and, out of its
@@ -25,6 +26,7 @@ mod intake;
 mod notices;
 mod offboarded;
 mod plan;
+mod poll_turn;
 mod prepare;
 mod receive;
 mod record;
@@ -137,6 +139,8 @@ pub struct Daemon {
     receive_limit_failed: Mutex<Option<tokio::time::Instant>>,
     /// Batches sending now: the others' rows and deletes wait for them.
     burst: burst::Burst,
+    /// One worker polls an idle queue, all of them a busy one.
+    poll_turn: poll_turn::PollTurn,
     /// Asked whether a tenant still exists when its database fails or holds
     /// nothing a batch needs (none: never asked; see [`offboarded`]).
     directory: Option<Arc<dyn TenantDirectory>>,
@@ -174,6 +178,7 @@ impl Daemon {
             receive_limit: tokio::sync::OnceCell::new(),
             receive_limit_failed: Mutex::new(None),
             burst: burst::Burst::default(),
+            poll_turn: poll_turn::PollTurn::default(),
             directory: None,
         }
     }

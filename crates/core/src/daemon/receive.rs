@@ -13,6 +13,7 @@ use toki_ports::error::StoreResult;
 use toki_ports::{AbandonedPoll, ReceivedMessage};
 
 use super::holdings::Held;
+use super::poll_turn::Found;
 use super::prepare::Prepared;
 use super::Daemon;
 
@@ -40,6 +41,11 @@ impl Daemon {
                 _ = shutdown.changed() => return None,
             }
         }
+        // An idle queue is polled by one worker at a time (see poll_turn).
+        let _turn = tokio::select! {
+            t = self.poll_turn.take() => t,
+            _ = shutdown.changed() => return None,
+        };
         let receive = self
             .queue
             .receive(batch, self.settings.wait, self.settings.visibility);
@@ -53,6 +59,12 @@ impl Daemon {
                 return None;
             }
         };
+        if let Ok(messages) = &received {
+            self.poll_turn.found(match messages.is_empty() {
+                true => Found::Nothing,
+                false => Found::Messages,
+            });
+        }
         self.stats
             .polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -609,3 +609,36 @@ async fn a_newer_copy_meeting_an_older_claim_in_flight_is_not_lost() {
     assert!(sent[0].text.contains("room changed"));
     run.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_daemon_polls_with_one_worker_and_a_burst_with_all() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let run = kit.run();
+    let settings = &run.daemon.settings;
+    assert!(settings.workers >= 4, "the test needs several workers");
+    // Ten idle minutes: one long poll at a time, each its whole wait.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let polls = run
+        .daemon
+        .stats
+        .polls
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let one_at_a_time = 600 / settings.wait.as_secs() + 1;
+    assert!(
+        polls <= one_at_a_time,
+        "{polls} polls in 600 s of {} s waits: more than one worker polled the idle queue",
+        settings.wait.as_secs()
+    );
+    // Then work: 30 messages due at once, every worker receiving again.
+    let due = kit.now() + mins(5);
+    for i in 0..30 {
+        let input = meeting(due + mins(5), 5, &["u0"], &[Channel::Chat]);
+        register(&kit, &t, &format!("m{i}"), &input).await;
+    }
+    run.daemon.stats.wait_for(WAIT, |s| s.acked >= 30).await;
+    let sent = kit.sent();
+    assert_eq!(sent.len(), 30);
+    assert!(sent.iter().all(|s| s.at == due), "all at their instant");
+    run.stop().await;
+}

@@ -56,6 +56,7 @@ pub async fn run_once(
         limits: &opts.limits,
         slack_url,
         webhook_url,
+        cores: opts.cores,
     };
     let fleet = spawn_daemons(daemons, &config, &args)?;
     let pids: Vec<u32> = fleet.iter().map(Guard::pid).collect();
@@ -127,18 +128,18 @@ fn run_config(
 fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Option<Guard>, Sink)> {
     Ok(match (opts.channel, &opts.smtp_url) {
         (Channel::Slack, _) => {
-            let (g, url) = start_standin(opts.standin_limit)?;
+            let (g, url) = start_standin(opts.standin_limit, opts.cores)?;
             config.slack.token = Some("xoxb-toki-bench".into());
             config.slack.api_url = format!("{url}/api");
             (Some(g), Sink::Slack(url))
         }
         (Channel::Mail, None) => {
-            let (g, smtp, http) = start_smtp_standin()?;
+            let (g, smtp, http) = start_smtp_standin(opts.cores)?;
             config.mail.smtp_url = Some(smtp.into());
             (Some(g), Sink::Smtp(http))
         }
         (Channel::Webhook, _) => {
-            let (g, url) = start_webhook_standin()?;
+            let (g, url) = start_webhook_standin(opts.cores)?;
             // The receiver is on this machine: the operator's exception.
             config.webhook.allow_addresses =
                 vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];

@@ -38,6 +38,8 @@ pub struct BenchOptions {
     pub large_limits: Option<toki_model::limits::ContractLimits>,
     /// Where each run's lateness CDF goes, as SVG (`--plot DIR`).
     pub plot: Option<PathBuf>,
+    /// Where the stand-in and the daemons run.
+    pub cores: super::cores::Cores,
 }
 
 /// `slack:default=50/10,smtp:ses=14` → the limits' JSON table.

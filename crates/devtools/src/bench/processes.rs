@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{bail, Context};
 use toki_app::Config;
 
+use super::cores::{Cores, Role};
+
 /// Kills a child process when dropped.
 pub(super) struct Guard(Child);
 
@@ -57,8 +59,10 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts a stand-in process; returns it and the first line it printed.
-fn start_process(name: &str, args: &[String]) -> anyhow::Result<(Guard, String)> {
-    let mut child = Command::new(sibling_binary(name)?)
+fn start_process(name: &str, args: &[String], cores: Cores) -> anyhow::Result<(Guard, String)> {
+    let mut cmd = Command::new(sibling_binary(name)?);
+    cores.place(&mut cmd, Role::StandIn);
+    let mut child = cmd
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -71,7 +75,10 @@ fn start_process(name: &str, args: &[String]) -> anyhow::Result<(Guard, String)>
 }
 
 /// Starts the Slack stand-in process; returns it and its API base URL.
-pub(super) fn start_standin(limit: Option<(u32, u32)>) -> anyhow::Result<(Guard, String)> {
+pub(super) fn start_standin(
+    limit: Option<(u32, u32)>,
+    cores: Cores,
+) -> anyhow::Result<(Guard, String)> {
     let args: Vec<String> = match limit {
         Some((rate, burst)) => vec![
             "--rate-limit".into(),
@@ -81,7 +88,7 @@ pub(super) fn start_standin(limit: Option<(u32, u32)>) -> anyhow::Result<(Guard,
         ],
         None => Vec::new(),
     };
-    let (guard, base) = start_process("toki-slack-standin", &args)?;
+    let (guard, base) = start_process("toki-slack-standin", &args, cores)?;
     if !base.starts_with("http://") {
         bail!("the Slack stand-in did not print its address (got {base:?})");
     }
@@ -89,8 +96,8 @@ pub(super) fn start_standin(limit: Option<(u32, u32)>) -> anyhow::Result<(Guard,
 }
 
 /// Starts the webhook receiver stand-in process; returns it and its base URL.
-pub(super) fn start_webhook_standin() -> anyhow::Result<(Guard, String)> {
-    let (guard, base) = start_process("toki-webhook-standin", &[])?;
+pub(super) fn start_webhook_standin(cores: Cores) -> anyhow::Result<(Guard, String)> {
+    let (guard, base) = start_process("toki-webhook-standin", &[], cores)?;
     if !base.starts_with("http://") {
         bail!("the webhook stand-in did not print its address (got {base:?})");
     }
@@ -98,8 +105,8 @@ pub(super) fn start_webhook_standin() -> anyhow::Result<(Guard, String)> {
 }
 
 /// Starts the SMTP stand-in process; returns it, its SMTP URL and its HTTP base URL.
-pub(super) fn start_smtp_standin() -> anyhow::Result<(Guard, String, String)> {
-    let (guard, line) = start_process("toki-smtp-standin", &[])?;
+pub(super) fn start_smtp_standin(cores: Cores) -> anyhow::Result<(Guard, String, String)> {
+    let (guard, line) = start_process("toki-smtp-standin", &[], cores)?;
     match line.split_once(' ') {
         Some((smtp, http)) if smtp.starts_with("smtp://") && http.starts_with("http://") => {
             Ok((guard, smtp.to_owned(), http.to_owned()))
@@ -119,6 +126,7 @@ pub(super) struct DaemonArgs<'a> {
     pub slack_url: Option<&'a str>,
     /// The webhook receiver's base URL, when webhook deliveries go to it.
     pub webhook_url: Option<&'a str>,
+    pub cores: Cores,
 }
 
 /// Starts `count` daemon processes (`toki daemon`), each configured through
@@ -132,6 +140,7 @@ pub(super) fn spawn_daemons(
     for d in 0..count {
         let log = std::fs::File::create(args.dir.join(format!("daemon-{d}.log")))?;
         let mut cmd = Command::new(std::env::current_exe()?);
+        args.cores.place(&mut cmd, Role::Daemon);
         cmd.args([
             "daemon",
             "--workers",
