@@ -8,11 +8,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use toki_core::registrar::RegistrarError;
 use toki_model::audit::{StoredAuditEntry, MAX_LISTED};
-use toki_model::ValidationError;
 use utoipa::{IntoParams, ToSchema};
 
 use super::shared::{
-    bad_query, ApiError, ApiState, AuthedTenant, ErrorBody, TenantErrors, TenantPath,
+    bad_query, ApiError, ApiState, AuthedTenant, ErrorBody, SeqPage, TenantErrors, TenantPath,
 };
 
 #[derive(Deserialize, IntoParams)]
@@ -96,17 +95,7 @@ pub(crate) async fn list_audit(
     query: Result<Query<AuditQuery>, QueryRejection>,
 ) -> Result<Json<AuditPage>, ApiError> {
     let Query(q) = query.map_err(bad_query)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=MAX_LISTED).contains(&limit) {
-        return Err(ValidationError::new(
-            "limit",
-            format!("must be 1 to {MAX_LISTED}, got {limit}"),
-        )
-        .into());
-    }
-    if q.after > i64::MAX as u64 {
-        return Err(ValidationError::new("after", format!("must be at most {}", i64::MAX)).into());
-    }
+    let page = SeqPage::checked(q.after, q.limit, MAX_LISTED)?;
     let store = state
         .registrar
         .stores
@@ -114,12 +103,10 @@ pub(crate) async fn list_audit(
         .await
         .map_err(RegistrarError::from)?;
     let entries = store
-        .audit_after(q.after, limit)
+        .audit_after(page.after, page.limit)
         .await
         .map_err(RegistrarError::from)?;
-    let next_after = (entries.len() == limit)
-        .then(|| entries.last().map(|e| e.seq))
-        .flatten();
+    let next_after = page.next_after(entries.len(), entries.last().map(|e| e.seq));
     Ok(Json(AuditPage {
         entries: entries.into_iter().map(AuditEntryView::from).collect(),
         next_after,

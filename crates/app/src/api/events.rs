@@ -17,7 +17,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::shared::{
     bad_query, parse_body, path_id, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody,
-    IdParam, IdempotencyKeyHeader, IdempotentBodyErrors, JsonBody, TenantErrors, TenantPath,
+    IdParam, IdempotencyKeyHeader, IdempotentBodyErrors, JsonBody, SeqPage, TenantErrors,
+    TenantPath,
 };
 
 fn service(state: &ApiState) -> EventEndpoints {
@@ -433,21 +434,11 @@ pub(crate) async fn list_events(
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Json<EventList>, ApiError> {
     let Query(q) = query.map_err(bad_query)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=MAX_LISTED).contains(&limit) {
-        return Err(ValidationError::new(
-            "limit",
-            format!("must be 1 to {MAX_LISTED}, got {limit}"),
-        )
-        .into());
-    }
-    if q.after > i64::MAX as u64 {
-        return Err(ValidationError::new("after", format!("must be at most {}", i64::MAX)).into());
-    }
-    let events = service(&state).events(&tenant, q.after, limit).await?;
-    let next_after = (events.len() == limit)
-        .then(|| events.last().map(|e| e.seq))
-        .flatten();
+    let page = SeqPage::checked(q.after, q.limit, MAX_LISTED)?;
+    let events = service(&state)
+        .events(&tenant, page.after, page.limit)
+        .await?;
+    let next_after = page.next_after(events.len(), events.last().map(|e| e.seq));
     Ok(Json(EventList {
         events: events.iter().map(EventView::from).collect(),
         next_after,

@@ -12,6 +12,7 @@ mod auth;
 mod error;
 mod idempotency;
 mod input;
+mod page;
 mod quota;
 mod schema;
 mod state;
@@ -30,6 +31,7 @@ pub(crate) use input::{
     OccurrenceParams, TemplateParams,
 };
 pub use input::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
+pub(crate) use page::SeqPage;
 pub use quota::ApiQuotas;
 pub(crate) use schema::{
     BatchItemDoc, BodyErrors, IdempotencyKeyHeader, IdempotentBodyErrors, OccurrenceInputDoc,
