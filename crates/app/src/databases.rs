@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "secrets")]
 use anyhow::Context;
 use toki_model::TenantId;
 use toki_sql::database_for;

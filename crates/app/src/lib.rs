@@ -46,4 +46,5 @@ pub use logging::{init_lambda_tracing, init_tracing, shutdown_signal};
 pub use otel::{flush_traces, shutdown_traces};
 pub use toki::{new_api_key, Toki};
 /// SES bounce and complaint notifications read into suppression entries.
+#[cfg(feature = "channels")]
 pub use toki_channels::mail::feedback as mail_feedback;
