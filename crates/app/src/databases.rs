@@ -83,17 +83,8 @@ fn unconfigured() -> anyhow::Error {
 
 /// `user:password@` for a URL, each part percent-encoded.
 fn userinfo(user: &str, password: &str) -> String {
-    fn enc(s: &str) -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    }
-    format!("{}:{}@", enc(user), enc(password))
+    use toki_model::percent::encode;
+    format!("{}:{}@", encode(user), encode(password))
 }
 
 /// `postgres://user:pw@host:port/<name>?sslmode=..`

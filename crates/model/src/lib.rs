@@ -19,6 +19,7 @@ pub mod index;
 pub mod input;
 pub mod lateness;
 pub mod limits;
+pub mod percent;
 pub mod quota;
 pub mod recurrence;
 pub mod redact;

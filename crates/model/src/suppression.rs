@@ -218,7 +218,7 @@ impl ListUnsubscribe {
     /// The two header values for `user`: `List-Unsubscribe`, and
     /// `List-Unsubscribe-Post` when there is a URL; None when disabled.
     pub fn headers(&self, user: &str) -> Option<(String, Option<String>)> {
-        let token = percent_encode(user);
+        let token = crate::percent::encode(user);
         let mut parts = Vec::new();
         if let Some(url) = &self.url {
             parts.push(format!("<{}>", url.replace("{user}", &token)));
@@ -235,18 +235,6 @@ impl ListUnsubscribe {
             .map(|_| "List-Unsubscribe=One-Click".to_owned());
         Some((parts.join(", "), post))
     }
-}
-
-/// Every byte but unreserved URL characters as `%XX`.
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]
