@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Duration as Span;
 
-use super::scenario::{Fault, Scenario};
+use super::scenario::{Fault, KillMoment, Scenario};
 use super::world::{Outcome, NOTICES};
 use toki_model::domain::{
     Channel, DeliveryKey, DeliveryPurpose, DeliveryStatus, Instant, Occurrence, ScheduleId,
@@ -25,6 +25,9 @@ pub struct Tally {
     pub expected: usize,
     /// Mail and Slack sent again after a crash (allowed, counted).
     pub repeated_across_crash: usize,
+    /// Deliveries a daemon sent and was killed before it recorded them
+    /// (their takeover must record them, and resend only what it may).
+    pub killed_between_send_and_record: usize,
     /// Mail and Slack sent again because the tenant's store failed between
     /// the send and its record (allowed: at-least-once, counted).
     pub repeated_across_store_fault: usize,
@@ -42,6 +45,7 @@ pub fn check(s: &Scenario, out: &Outcome) -> (Tally, Vec<String>) {
     let mut tally = Tally::default();
     let expected = expected(out, out.meetings.iter().map(|(k, i)| (k, i.as_ref())));
     tally.expected = expected.len();
+    tally.killed_between_send_and_record = out.killed_between_send_and_record;
     let delivered = delivered(out);
     for k in expected.keys() {
         if !delivered.contains(k) {
@@ -420,7 +424,16 @@ pub fn describe(s: &Scenario) -> String {
         .iter()
         .map(|(at, f)| {
             let what = match f {
-                Fault::Kill { daemon, .. } => format!("kill d{daemon}"),
+                Fault::Kill {
+                    daemon,
+                    moment: KillMoment::Now,
+                    ..
+                } => format!("kill d{daemon}"),
+                Fault::Kill {
+                    daemon,
+                    moment: KillMoment::AfterASend,
+                    ..
+                } => format!("kill d{daemon} after a send"),
                 Fault::Outage { channel, lasts } => format!("{channel} down {lasts:?}"),
                 Fault::Throttle { n, .. } => format!("{n}×429"),
                 Fault::StoreDown { tenant, lasts } => format!("t{tenant} store down {lasts:?}"),

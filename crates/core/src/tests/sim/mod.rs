@@ -11,6 +11,7 @@
 
 mod check;
 mod scenario;
+mod trap;
 mod world;
 
 use std::hash::{Hash, Hasher};
@@ -151,14 +152,21 @@ fn the_fleet_keeps_its_invariants_under_seeded_faults() {
         .collect();
     let total = |f: fn(&Tally) -> usize| runs.iter().map(|(_, r)| f(&r.tally)).sum::<usize>();
     println!(
-        "{} seeds: {} deliveries expected, repeated {} across a crash and {} across a store failure, {} of late changes, {} notices, {} cap overshoots after a 429",
+        "{} seeds: {} deliveries expected, {} killed between send and record, repeated {} across a crash and {} across a store failure, {} of late changes, {} notices, {} cap overshoots after a 429",
         runs.len(),
         total(|t| t.expected),
+        total(|t| t.killed_between_send_and_record),
         total(|t| t.repeated_across_crash),
         total(|t| t.repeated_across_store_fault),
         total(|t| t.late_changes_sent),
         total(|t| t.notices),
         total(|t| t.cap_overshoots_after_429)
+    );
+    // The full run must have met the crash it is there for.
+    assert!(
+        runs.len() < SEEDS as usize || total(|t| t.killed_between_send_and_record) > 0,
+        "no daemon was killed between a send and its record in {} seeds",
+        runs.len()
     );
     assert!(
         failed.is_empty(),

@@ -78,6 +78,17 @@ pub struct TenantPlan {
     pub meetings: Vec<Meeting>,
 }
 
+/// When a kill lands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KillMoment {
+    /// At the fault's moment, whatever the daemon is doing.
+    Now,
+    /// Just after the daemon's first send from the fault's moment on: the
+    /// channel has the messages, the daemon has not recorded them (a crash
+    /// between send and record). No send before the restart: no kill.
+    AfterASend,
+}
+
 /// A fault, injected at a moment (from the start).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
@@ -85,6 +96,7 @@ pub enum Fault {
     Kill {
         daemon: usize,
         restart_after: Duration,
+        moment: KillMoment,
     },
     /// Every send on the channel fails (connection refused) for a while.
     Outage { channel: Channel, lasts: Duration },
@@ -346,6 +358,11 @@ fn fault(rng: &mut StdRng, s: &Scenario) -> (Duration, Fault) {
         0 => Fault::Kill {
             daemon: rng.gen_range(0..s.skews_ms.len()),
             restart_after: secs(rng, Duration::from_millis(500), Duration::from_secs(20)),
+            moment: if rng.gen_bool(0.5) {
+                KillMoment::AfterASend
+            } else {
+                KillMoment::Now
+            },
         },
         1 => Fault::Outage {
             channel: *[Channel::Mail, Channel::Slack]

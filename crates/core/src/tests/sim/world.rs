@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::scenario::{span, Change, Fault, Scenario};
+use super::scenario::{span, Change, Fault, KillMoment, Scenario};
+use super::trap::{Trap, Trapped};
 use crate::daemon::{Daemon, DaemonSettings, DebounceChecks};
 use crate::registrar::RegistrarError;
 use crate::testing::{SentNotification, TestKit};
@@ -104,6 +105,8 @@ pub struct Outcome {
     /// Storms: first and last edit of each.
     pub storms: BTreeMap<(TenantId, ScheduleId), (Instant, Instant)>,
     pub kills: Vec<Instant>,
+    /// Notifications sent by daemons killed before they recorded them.
+    pub killed_between_send_and_record: usize,
     /// When each tenant's store was down or stalled: from, until.
     pub store_faults: Vec<(TenantId, Instant, Instant)>,
     pub dead_letters: Vec<ReceivedMessage>,
@@ -123,6 +126,8 @@ pub struct World {
     chat: Arc<StoreChat>,
     tenants: Vec<TenantId>,
     slots: Vec<Option<Slot>>,
+    /// Each slot's trap for a kill between send and record.
+    traps: Vec<Arc<Trap>>,
     started: u32,
     start: tokio::time::Instant,
 }
@@ -183,12 +188,18 @@ impl World {
             tenants.push(t);
         }
         let slots = scenario.skews_ms.iter().map(|_| None).collect();
+        let traps = scenario
+            .skews_ms
+            .iter()
+            .map(|_| Trap::new(kit.clock.clone()))
+            .collect();
         World {
             scenario,
             kit,
             chat,
             tenants,
             slots,
+            traps,
             started: 0,
             start: tokio::time::Instant::now(),
         }
@@ -227,6 +238,7 @@ impl World {
             changed_at: BTreeMap::new(),
             storms: BTreeMap::new(),
             kills: Vec::new(),
+            killed_between_send_and_record: 0,
             store_faults: Vec::new(),
             dead_letters: Vec::new(),
             left_in_queue: 0,
@@ -291,6 +303,7 @@ impl World {
                 Fault::Kill {
                     daemon,
                     restart_after,
+                    ..
                 } => {
                     steps.push((*at + *restart_after, Step::Restart(*daemon)));
                     None
@@ -345,13 +358,25 @@ impl World {
         match step {
             Step::Fault(f) => self.inject(&f, true, out).await,
             Step::Heal(f) => self.inject(&f, false, out).await,
-            Step::Restart(d) => self.start_daemon(d),
+            Step::Restart(d) => {
+                self.sprung(d, out).await;
+                self.start_daemon(d)
+            }
         }
     }
 
     async fn inject(&mut self, f: &Fault, on: bool, out: &mut Outcome) {
         let kit = &self.kit;
         match f {
+            Fault::Kill {
+                daemon,
+                moment: KillMoment::AfterASend,
+                ..
+            } => {
+                if self.slots[*daemon].is_some() {
+                    self.traps[*daemon].arm();
+                }
+            }
             Fault::Kill { daemon, .. } => {
                 if let Some(slot) = self.slots[*daemon].take() {
                     slot.task.abort();
@@ -386,6 +411,19 @@ impl World {
             Fault::QueueDown { .. } => kit.queue.set_down(on),
             Fault::Copies { n } => kit.queue.copy_next(*n),
         }
+    }
+
+    /// Disarms slot `d`'s trap; if it sprang, the daemon it killed is
+    /// cleared away and the kill counted.
+    async fn sprung(&mut self, d: usize, out: &mut Outcome) {
+        let Some((at, sent)) = self.traps[d].disarm() else {
+            return;
+        };
+        if let Some(slot) = self.slots[d].take() {
+            let _ = slot.task.await;
+        }
+        out.kills.push(at);
+        out.killed_between_send_and_record += sent;
     }
 
     fn store_fault(&self, tenant: usize, on: bool, out: &mut Outcome) {
@@ -485,8 +523,18 @@ impl World {
             truth,
             by: chrono::Duration::milliseconds(self.scenario.skews_ms[d]),
         });
-        let channels: Vec<Arc<dyn ChannelSender>> =
-            vec![kit.mail.clone(), self.chat.clone(), kit.slack.clone()];
+        let trap = self.traps[d].clone();
+        let trapped = |inner: Arc<dyn ChannelSender>| -> Arc<dyn ChannelSender> {
+            Arc::new(Trapped {
+                inner,
+                trap: trap.clone(),
+            })
+        };
+        let channels: Vec<Arc<dyn ChannelSender>> = vec![
+            trapped(kit.mail.clone()),
+            self.chat.clone(),
+            trapped(kit.slack.clone()),
+        ];
         let notices = kit.change_notices();
         let settings = DaemonSettings {
             reconcile_takeovers: self.scenario.reconcile,
@@ -525,6 +573,7 @@ impl World {
         });
         let (stop, shutdown) = watch::channel(false);
         let task = tokio::spawn(daemon.run(shutdown));
+        trap.bind(task.abort_handle(), flow.clone());
         self.slots[d] = Some(Slot { task, flow, stop });
     }
 
