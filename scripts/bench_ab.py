@@ -8,13 +8,9 @@
 # and BIN=path (another binary); "{run}" in a value becomes a name unique to
 # the run.
 import json, os, subprocess, sys, statistics, tempfile, shutil
+import variants as variants_arg
 n, rounds = int(sys.argv[1]), int(sys.argv[2])
-variants = []
-for spec in sys.argv[3:]:
-    label, rest = spec.split("=", 1)
-    parts = rest.split(":", 1)
-    env = dict(kv.split("=", 1) for kv in parts[1].split(",")) if len(parts) > 1 and parts[1] else {}
-    variants.append((label, parts[0], env))
+variants = variants_arg.parse(sys.argv[3:])
 res = {v[0]: [] for v in variants}
 for r in range(rounds):
     for label, binary, env in variants:
@@ -36,13 +32,14 @@ for r in range(rounds):
             print("FAILED", label, out.stdout[-500:], out.stderr[-2000:]); continue
         l = j["lateness_ms"]
         sessions = j.get("smtp_sessions")
-        row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"], sessions if sessions is not None else -1)
+        row = (l["p50"], l["p99"], l["max"], j["cpu_s"], j["peak_rss_mb"], j["missing"], j["duplicates"], sessions if sessions is not None else -1, j.get("sink_cpu_s", -1))
         res[label].append(row)
-        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]} sessions {sessions} registration {j['enqueue_s']:.1f} s", flush=True)
-print("| variant | runs | p50 ms | p99 ms | worst p99 ms | max ms | CPU s | RSS MB | missing | dup | SMTP sessions |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"round {r+1} {label:>10}: p50 {row[0]} p99 {row[1]} max {row[2]} cpu {row[3]} rss {row[4]} miss {row[5]} dup {row[6]} sessions {sessions} sink cpu {row[8]} registration {j['enqueue_s']:.1f} s", flush=True)
+print("| variant | runs | p50 ms | p99 ms | worst p99 ms | max ms | CPU s | sink CPU s | RSS MB | missing | dup | SMTP sessions |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for label, rows in res.items():
     if not rows: continue
     med = lambda i: statistics.median(r[i] for r in rows)
     sess = "-" if med(7) < 0 else f"{med(7):g}"
-    print(f"| {label} | {len(rows)} | {med(0):g} | {med(1):g} | {max(r[1] for r in rows)} | {med(2):g} | {med(3):.2f} | {med(4):.1f} | {sum(r[5] for r in rows)} | {sum(r[6] for r in rows)} | {sess} |")
+    sink = "-" if med(8) < 0 else f"{med(8):.2f}"
+    print(f"| {label} | {len(rows)} | {med(0):g} | {med(1):g} | {max(r[1] for r in rows)} | {med(2):g} | {med(3):.2f} | {sink} | {med(4):.1f} | {sum(r[5] for r in rows)} | {sum(r[6] for r in rows)} | {sess} |")

@@ -5,14 +5,10 @@
 # embedded backend, with a Slack channel configured (nothing is sent); once it
 # has been up 3 s, its CPU (utime + stime from /proc) over SECONDS, per second.
 import os, signal, statistics, subprocess, sys, tempfile, shutil, time
+import variants as variants_arg
 
 secs, rounds = float(sys.argv[1]), int(sys.argv[2])
-variants = []
-for spec in sys.argv[3:]:
-    label, rest = spec.split("=", 1)
-    parts = rest.split(":", 1)
-    env = dict(kv.split("=", 1) for kv in parts[1].split(",")) if len(parts) > 1 and parts[1] else {}
-    variants.append((label, parts[0], env))
+variants = variants_arg.parse(sys.argv[3:])
 hz = os.sysconf("SC_CLK_TCK")
 
 

@@ -11,16 +11,19 @@
 //! any one second (`max_per_second`), so a test can check that a client kept
 //! under the limit rather than leaning on the 429s.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use toki_ports::Clock;
 
@@ -81,7 +84,8 @@ pub enum Behaviour {
 struct Posted {
     ts: String,
     text: String,
-    metadata: Value,
+    /// As sent (none: the message had no metadata).
+    metadata: Option<Box<RawValue>>,
 }
 
 #[derive(Default)]
@@ -314,11 +318,48 @@ fn ratelimited(retry_after_s: u64) -> Response {
         .into_response()
 }
 
+/// The part of a `chat.postMessage` body the stand-in reads, borrowed
+/// from the request where it can be; the metadata is kept as sent.
+#[derive(serde::Deserialize)]
+struct PostMessage<'a> {
+    #[serde(default, borrow)]
+    channel: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+}
+
+/// Toki's delivery in a message's metadata.
+#[derive(serde::Deserialize)]
+struct Metadata<'a> {
+    #[serde(borrow)]
+    event_payload: Option<EventPayload<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct EventPayload<'a> {
+    #[serde(borrow)]
+    tenant: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    delivery: Option<Cow<'a, str>>,
+    #[serde(default)]
+    due_at_ms: Option<i64>,
+}
+
+/// `{"ok":true,"channel":...,"ts":...}`.
+#[derive(Serialize)]
+struct PostedReply<'a> {
+    ok: bool,
+    channel: &'a str,
+    ts: &'a str,
+}
+
 async fn post_message(
     State(s): State<Standin>,
     version: axum::http::Version,
     headers: HeaderMap,
-    body: Json<Value>,
+    body: Bytes,
 ) -> Response {
     let n = s.requests.fetch_add(1, Ordering::Relaxed) + 1;
     if version == axum::http::Version::HTTP_2 {
@@ -330,8 +371,12 @@ async fn post_message(
     if let Some(failure) = s.failure() {
         return failure;
     }
-    let channel = body["channel"].as_str().unwrap_or_default();
-    let text = body["text"].as_str().unwrap_or_default();
+    // Slack answers a body it cannot read with HTTP 200 and `invalid_json`.
+    let Ok(body) = serde_json::from_slice::<PostMessage>(&body) else {
+        return slack_error("invalid_json");
+    };
+    let channel = body.channel.as_deref().unwrap_or_default();
+    let text = body.text.as_deref().unwrap_or_default();
     let invalid = if !authorized(&headers) {
         Some("not_authed")
     } else if channel.is_empty() || channel.starts_with("UNKNOWN") {
@@ -341,6 +386,14 @@ async fn post_message(
     } else {
         None
     };
+    let delivery = body
+        .metadata
+        .and_then(|m| serde_json::from_str::<Metadata>(m.get()).ok())
+        .and_then(|m| m.event_payload)
+        .and_then(|p| match (p.tenant, p.delivery) {
+            (Some(t), Some(d)) => Some((format!("{t}/{d}"), p.due_at_ms.unwrap_or(0))),
+            _ => None,
+        });
     // The sink's own clock: arrival as the receiver sees it, read under the
     // lock so the rate limit's window sees arrivals in order.
     let clock_ms = s.clock.now().timestamp_millis();
@@ -364,26 +417,33 @@ async fn post_message(
         arrived_ms / 1000,
         (arrived_ms % 1000) * 1000 + (n % 1000) as i64
     );
-    let payload = &body["metadata"]["event_payload"];
-    if let (Some(t), Some(d)) = (payload["tenant"].as_str(), payload["delivery"].as_str()) {
-        let due = payload["due_at_ms"].as_i64().unwrap_or(0);
+    if let Some((key, due)) = delivery {
         // First element: the due instant; then one arrival per copy.
         rec.arrivals
-            .entry(format!("{t}/{d}"))
+            .entry(key)
             .or_insert_with(|| vec![due])
             .push(arrived_ms);
     }
+    let posted = Posted {
+        ts,
+        text: text.to_owned(),
+        metadata: body.metadata.map(RawValue::to_owned),
+    };
+    let reply = serde_json::to_vec(&PostedReply {
+        ok: true,
+        channel,
+        ts: &posted.ts,
+    });
     rec.history
         .entry(channel.to_owned())
         .or_default()
-        .push(Posted {
-            ts: ts.clone(),
-            text: text.to_owned(),
-            metadata: body["metadata"].clone(),
-        });
+        .push(posted);
     drop(rec);
     s.arrived.notify_waiters();
-    Json(json!({ "ok": true, "channel": channel, "ts": ts })).into_response()
+    match reply {
+        Ok(reply) => ([("content-type", "application/json")], reply).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
 }
 
 fn authorized(headers: &HeaderMap) -> bool {
@@ -466,8 +526,8 @@ async fn conversations_history(
                 .take(limit)
                 .map(|m| {
                     let mut v = json!({ "type": "message", "ts": m.ts, "text": m.text });
-                    if with_metadata && !m.metadata.is_null() {
-                        v["metadata"] = m.metadata.clone();
+                    if let Some(metadata) = m.metadata.as_deref().filter(|_| with_metadata) {
+                        v["metadata"] = serde_json::from_str(metadata.get()).unwrap_or(Value::Null);
                     }
                     v
                 })

@@ -87,6 +87,7 @@ pub async fn run_once(
     // A moment for duplicates to show up, and for the daemon to record its rows.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (peak_rss_mb, cpu_s) = fleet_usage(&pids);
+    let sink_cpu_s = standin.as_ref().map(|g| fleet_usage(&[g.pid()]).1);
     let share = watch.delivered_by_daemon(&pids).await?;
     progress.finish(&format!("n={n} w={workers}: done"));
     let measured = measure(&watch, opts, &expected, large_tenant.as_ref()).await?;
@@ -99,6 +100,7 @@ pub async fn run_once(
         share,
         peak_rss_mb,
         cpu_s,
+        sink_cpu_s,
         enqueue_s,
     };
     Ok(bench_run(opts, facts, measured))
@@ -267,6 +269,8 @@ struct RunFacts {
     share: Vec<u64>,
     peak_rss_mb: f64,
     cpu_s: f64,
+    /// The stand-in process's CPU seconds (none: no stand-in).
+    sink_cpu_s: Option<f64>,
     enqueue_s: f64,
 }
 
@@ -293,6 +297,7 @@ fn bench_run(opts: &BenchOptions, facts: RunFacts, m: Measured) -> BenchRun {
         },
         peak_rss_mb: facts.peak_rss_mb,
         cpu_s: facts.cpu_s,
+        sink_cpu_s: facts.sink_cpu_s,
         enqueue_s: (facts.enqueue_s * 100.0).round() / 100.0,
         smtp_sessions: m.smtp_sessions,
         throttle_answers: m.throttle_answers,

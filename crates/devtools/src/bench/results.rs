@@ -42,6 +42,10 @@ pub struct BenchRun {
     /// The largest daemon's peak RSS, and the CPU seconds of all daemons.
     pub peak_rss_mb: f64,
     pub cpu_s: f64,
+    /// The stand-in's CPU seconds over the run (none: deliveries counted in
+    /// the rows), so a run shows what the receiving end cost too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_cpu_s: Option<f64>,
     /// Registration of every meeting, until the last reminder was enqueued.
     pub enqueue_s: f64,
     /// SMTP sessions the stand-in accepted (mail through it only).
@@ -83,6 +87,7 @@ pub fn header() -> Vec<&'static str> {
         "dup",
         "RSS MB",
         "CPU s",
+        "sink CPU s",
         "sessions",
         "share %",
         "429s",
@@ -107,6 +112,8 @@ pub fn row(r: &BenchRun, label: Option<&str>) -> Vec<String> {
         r.duplicates.to_string(),
         format!("{:.1}", r.peak_rss_mb),
         format!("{:.2}", r.cpu_s),
+        r.sink_cpu_s
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}")),
         r.smtp_sessions
             .map_or_else(|| "-".to_owned(), |s| s.to_string()),
         share_percent(&r.share),
