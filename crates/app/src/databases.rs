@@ -82,12 +82,14 @@ fn unconfigured() -> anyhow::Error {
 }
 
 /// `user:password@` for a URL, each part percent-encoded.
+#[cfg(any(feature = "secrets", test))]
 fn userinfo(user: &str, password: &str) -> String {
     use toki_model::percent::encode;
     format!("{}:{}@", encode(user), encode(password))
 }
 
 /// `postgres://user:pw@host:port/<name>?sslmode=..`
+#[cfg(any(feature = "secrets", test))]
 fn url_template(config: &Config, host: &str, user: &str, password: &str) -> String {
     let db = &config.database;
     let mut url = format!(
