@@ -424,16 +424,10 @@ pub fn describe(s: &Scenario) -> String {
         .iter()
         .map(|(at, f)| {
             let what = match f {
-                Fault::Kill {
-                    daemon,
-                    moment: KillMoment::Now,
-                    ..
-                } => format!("kill d{daemon}"),
-                Fault::Kill {
-                    daemon,
-                    moment: KillMoment::AfterASend,
-                    ..
-                } => format!("kill d{daemon} after a send"),
+                Fault::Kill { daemon, moment, .. } => match moment {
+                    KillMoment::Now => format!("kill d{daemon}"),
+                    KillMoment::AfterASend => format!("kill d{daemon} after a send"),
+                },
                 Fault::Outage { channel, lasts } => format!("{channel} down {lasts:?}"),
                 Fault::Throttle { n, .. } => format!("{n}×429"),
                 Fault::StoreDown { tenant, lasts } => format!("t{tenant} store down {lasts:?}"),

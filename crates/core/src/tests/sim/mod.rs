@@ -162,18 +162,18 @@ fn the_fleet_keeps_its_invariants_under_seeded_faults() {
         total(|t| t.notices),
         total(|t| t.cap_overshoots_after_429)
     );
-    // The full run must have met the crash it is there for.
-    assert!(
-        runs.len() < SEEDS as usize || total(|t| t.killed_between_send_and_record) > 0,
-        "no daemon was killed between a send and its record in {} seeds",
-        runs.len()
-    );
     assert!(
         failed.is_empty(),
         "{} of {} seeds failed:\n{}",
         failed.len(),
         runs.len(),
         failed.join("\n")
+    );
+    // The full run must have met the crash it is there for.
+    assert!(
+        runs.len() < SEEDS as usize || total(|t| t.killed_between_send_and_record) > 0,
+        "no daemon was killed between a send and its record in {} seeds",
+        runs.len()
     );
 }
 

@@ -359,7 +359,7 @@ impl World {
             Step::Fault(f) => self.inject(&f, true, out).await,
             Step::Heal(f) => self.inject(&f, false, out).await,
             Step::Restart(d) => {
-                self.sprung(d, out).await;
+                self.reap_trap(d, out).await;
                 self.start_daemon(d)
             }
         }
@@ -378,13 +378,15 @@ impl World {
                 }
             }
             Fault::Kill { daemon, .. } => {
+                // Killed by its trap already: that kill counts, not a second one.
+                self.reap_trap(*daemon, out).await;
                 if let Some(slot) = self.slots[*daemon].take() {
                     slot.task.abort();
                     let _ = slot.task.await;
                     if let Some(flow) = slot.flow {
                         flow.crash();
                     }
-                    out.kills.push(kit.now());
+                    out.kills.push(self.kit.now());
                 }
             }
             Fault::Outage { channel, .. } => {
@@ -415,7 +417,7 @@ impl World {
 
     /// Disarms slot `d`'s trap; if it sprang, the daemon it killed is
     /// cleared away and the kill counted.
-    async fn sprung(&mut self, d: usize, out: &mut Outcome) {
+    async fn reap_trap(&mut self, d: usize, out: &mut Outcome) {
         let Some((at, sent)) = self.traps[d].disarm() else {
             return;
         };
@@ -532,7 +534,7 @@ impl World {
         };
         let channels: Vec<Arc<dyn ChannelSender>> = vec![
             trapped(kit.mail.clone()),
-            self.chat.clone(),
+            trapped(self.chat.clone()),
             trapped(kit.slack.clone()),
         ];
         let notices = kit.change_notices();
