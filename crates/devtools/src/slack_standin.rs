@@ -318,14 +318,15 @@ fn ratelimited(retry_after_s: u64) -> Response {
         .into_response()
 }
 
-/// The part of a `chat.postMessage` body the stand-in reads, borrowed
-/// from the request where it can be; the metadata is kept as sent.
+/// The part of a `chat.postMessage` body the stand-in reads. Fields stay
+/// raw until read, so a field of another type reads as absent (as Slack
+/// reads it), and the metadata is kept as sent.
 #[derive(serde::Deserialize)]
 struct PostMessage<'a> {
     #[serde(default, borrow)]
-    channel: Option<Cow<'a, str>>,
+    channel: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    text: Option<&'a RawValue>,
     #[serde(default, borrow)]
     metadata: Option<&'a RawValue>,
 }
@@ -339,12 +340,35 @@ struct Metadata<'a> {
 
 #[derive(serde::Deserialize)]
 struct EventPayload<'a> {
-    #[serde(borrow)]
-    tenant: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    delivery: Option<Cow<'a, str>>,
-    #[serde(default)]
-    due_at_ms: Option<i64>,
+    #[serde(default, borrow)]
+    tenant: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    delivery: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    due_at_ms: Option<&'a RawValue>,
+}
+
+/// A raw JSON string's text, borrowed unless it holds escapes; none for
+/// anything but a string.
+fn string(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+    let raw = raw?.get();
+    serde_json::from_str::<&str>(raw)
+        .map(Cow::Borrowed)
+        .or_else(|_| serde_json::from_str::<String>(raw).map(Cow::Owned))
+        .ok()
+}
+
+/// The delivery (`tenant/key`) and its due instant (ms) in Toki's metadata.
+fn delivery_of(metadata: Option<&RawValue>) -> Option<(String, i64)> {
+    let payload = serde_json::from_str::<Metadata>(metadata?.get())
+        .ok()?
+        .event_payload?;
+    let (tenant, delivery) = (string(payload.tenant)?, string(payload.delivery)?);
+    let due = payload
+        .due_at_ms
+        .and_then(|d| serde_json::from_str::<i64>(d.get()).ok())
+        .unwrap_or(0);
+    Some((format!("{tenant}/{delivery}"), due))
 }
 
 /// `{"ok":true,"channel":...,"ts":...}`.
@@ -371,14 +395,20 @@ async fn post_message(
     if let Some(failure) = s.failure() {
         return failure;
     }
-    // Slack answers a body it cannot read with HTTP 200 and `invalid_json`.
-    let Ok(body) = serde_json::from_slice::<PostMessage>(&body) else {
-        return slack_error("invalid_json");
+    let body = serde_json::from_slice::<PostMessage>(&body);
+    let (channel, text, metadata) = match &body {
+        Ok(b) => (
+            string(b.channel).unwrap_or_default(),
+            string(b.text).unwrap_or_default(),
+            b.metadata,
+        ),
+        Err(_) => (Cow::Borrowed(""), Cow::Borrowed(""), None),
     };
-    let channel = body.channel.as_deref().unwrap_or_default();
-    let text = body.text.as_deref().unwrap_or_default();
     let invalid = if !authorized(&headers) {
         Some("not_authed")
+    } else if body.is_err() {
+        // Slack answers a body it cannot read with HTTP 200 and `invalid_json`.
+        Some("invalid_json")
     } else if channel.is_empty() || channel.starts_with("UNKNOWN") {
         Some("channel_not_found")
     } else if text.is_empty() {
@@ -386,14 +416,7 @@ async fn post_message(
     } else {
         None
     };
-    let delivery = body
-        .metadata
-        .and_then(|m| serde_json::from_str::<Metadata>(m.get()).ok())
-        .and_then(|m| m.event_payload)
-        .and_then(|p| match (p.tenant, p.delivery) {
-            (Some(t), Some(d)) => Some((format!("{t}/{d}"), p.due_at_ms.unwrap_or(0))),
-            _ => None,
-        });
+    let delivery = delivery_of(metadata);
     // The sink's own clock: arrival as the receiver sees it, read under the
     // lock so the rate limit's window sees arrivals in order.
     let clock_ms = s.clock.now().timestamp_millis();
@@ -424,26 +447,22 @@ async fn post_message(
             .or_insert_with(|| vec![due])
             .push(arrived_ms);
     }
-    let posted = Posted {
-        ts,
-        text: text.to_owned(),
-        metadata: body.metadata.map(RawValue::to_owned),
-    };
-    let reply = serde_json::to_vec(&PostedReply {
-        ok: true,
-        channel,
-        ts: &posted.ts,
-    });
     rec.history
-        .entry(channel.to_owned())
+        .entry(channel.to_string())
         .or_default()
-        .push(posted);
+        .push(Posted {
+            ts: ts.clone(),
+            text: text.to_string(),
+            metadata: metadata.map(RawValue::to_owned),
+        });
     drop(rec);
     s.arrived.notify_waiters();
-    match reply {
-        Ok(reply) => ([("content-type", "application/json")], reply).into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    Json(PostedReply {
+        ok: true,
+        channel: &channel,
+        ts: &ts,
+    })
+    .into_response()
 }
 
 fn authorized(headers: &HeaderMap) -> bool {
@@ -494,6 +513,24 @@ struct HistoryQuery {
     include_all_metadata: Option<bool>,
 }
 
+/// One message of `conversations.history`, its metadata as it was posted.
+#[derive(Serialize)]
+struct HistoryMessage<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    ts: &'a str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct History<'a> {
+    ok: bool,
+    messages: Vec<HistoryMessage<'a>>,
+    has_more: bool,
+}
+
 /// `conversations.history`: newest first, from `oldest` on, with metadata
 /// when `include_all_metadata` is set.
 async fn conversations_history(
@@ -516,7 +553,7 @@ async fn conversations_history(
     let limit = q.limit.unwrap_or(100).clamp(1, 999);
     let with_metadata = q.include_all_metadata.unwrap_or(false);
     let rec = s.recorded.lock().expect("stand-in lock");
-    let messages: Vec<Value> = rec
+    let messages: Vec<HistoryMessage> = rec
         .history
         .get(&q.channel)
         .map(|h| {
@@ -524,17 +561,21 @@ async fn conversations_history(
                 .rev()
                 .filter(|m| m.ts.parse::<f64>().unwrap_or(0.0) >= oldest)
                 .take(limit)
-                .map(|m| {
-                    let mut v = json!({ "type": "message", "ts": m.ts, "text": m.text });
-                    if let Some(metadata) = m.metadata.as_deref().filter(|_| with_metadata) {
-                        v["metadata"] = serde_json::from_str(metadata.get()).unwrap_or(Value::Null);
-                    }
-                    v
+                .map(|m| HistoryMessage {
+                    kind: "message",
+                    ts: &m.ts,
+                    text: &m.text,
+                    metadata: m.metadata.as_deref().filter(|_| with_metadata),
                 })
                 .collect()
         })
         .unwrap_or_default();
-    Json(json!({ "ok": true, "messages": messages, "has_more": false })).into_response()
+    Json(History {
+        ok: true,
+        messages,
+        has_more: false,
+    })
+    .into_response()
 }
 
 /// `POST /control/mode` with a [`Behaviour`] as JSON: how to answer from now on.
