@@ -644,3 +644,100 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
         "the batches' requests interleaved: {arrivals:?}"
     );
 }
+
+/// A Web API that answers every `chat.postMessage` with `ok`, over HTTP/1.1
+/// written by hand, counting the connections it accepted; with
+/// `close_each`, each connection is closed after one answer (`Connection:
+/// close`), as a server at its keep-alive limit does.
+struct CountingSlack {
+    url: String,
+    connections: tokio::sync::watch::Receiver<usize>,
+}
+
+async fn counting_slack(close_each: bool) -> CountingSlack {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api", listener.local_addr().unwrap());
+    let (count, connections) = tokio::sync::watch::channel(0usize);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            count.send_modify(|c| *c += 1);
+            tokio::spawn(async move {
+                let mut socket = BufReader::new(socket);
+                loop {
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if socket.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap();
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    socket.read_exact(&mut body).await.unwrap();
+                    let close = if close_each {
+                        "Connection: close\r\n"
+                    } else {
+                        ""
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{close}Content-Length: 11\r\n\r\n{{\"ok\":true}}"
+                    );
+                    socket.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                    if close_each {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    CountingSlack { url, connections }
+}
+
+fn slack_batch(n: usize) -> Vec<Notification> {
+    (0..n).map(|i| notification(i, &format!("U{i}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_opens_its_connections_before_the_burst_and_keeps_to_them() {
+    let permits = 3;
+    let mut server = counting_slack(false).await;
+    let slack = SlackChannel::api(&server.url, "xoxb-test", permits, clock()).unwrap();
+    slack.warm_up().await;
+    server
+        .connections
+        .wait_for(|c| *c == permits)
+        .await
+        .unwrap();
+    let results = slack.send(&slack_batch(30)).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    // Every request was answered, so every connection it used was accepted.
+    assert_eq!(
+        *server.connections.borrow(),
+        permits,
+        "30 requests on the connections opened ahead, none more"
+    );
+    slack.warm_up().await;
+    assert_eq!(*server.connections.borrow(), permits, "already warm");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_replaces_a_connection_the_server_closed_without_failing_a_message() {
+    let server = counting_slack(true).await;
+    let slack = SlackChannel::api(&server.url, "xoxb-test", 2, clock()).unwrap();
+    slack.warm_up().await;
+    let results = slack.send(&slack_batch(6)).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    assert!(
+        *server.connections.borrow() >= 6,
+        "one connection per answer: {}",
+        *server.connections.borrow()
+    );
+}

@@ -7,6 +7,7 @@ pub mod egress;
 pub mod event_poster;
 pub mod mail;
 pub mod slack;
+mod tls;
 pub mod webhook;
 
 pub use chat::ChatChannel;

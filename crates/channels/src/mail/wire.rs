@@ -5,8 +5,6 @@
 //! builds the messages; its client has no pipelining and writes a mail's
 //! closing dot in a write of its own.
 
-use std::sync::Arc;
-
 use base64::Engine;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
@@ -154,31 +152,13 @@ pub(super) struct Opening {
     pub hello: String,
 }
 
-fn tls_connector() -> tokio_rustls::TlsConnector {
-    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default TLS versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        )
-    });
-    tokio_rustls::TlsConnector::from(config.clone())
-}
-
 async fn tls<S: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static>(
     host: &str,
     stream: S,
 ) -> Result<Box<dyn Io>, WireError> {
     let name = rustls::pki_types::ServerName::try_from(host.to_owned())
         .map_err(|e| WireError::Broken(format!("TLS: {host:?} is not a server name ({e})")))?;
-    let s = tls_connector()
+    let s = crate::tls::connector()
         .connect(name, stream)
         .await
         .map_err(|e| WireError::Broken(format!("TLS: {e}")))?;

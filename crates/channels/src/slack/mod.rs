@@ -4,9 +4,13 @@
 //! daemon that died is looked up in the recipient's recent history before it
 //! is sent again.
 
+mod connections;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+use reqwest::header::HeaderValue;
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -16,6 +20,37 @@ use toki_ports::Clock;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 use tracing::debug;
+
+use connections::{Answer, Connections, OriginError};
+
+/// Why a Web API channel could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SlackSetupError {
+    #[error("slack: the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("slack: {0}")]
+    Origin(#[from] OriginError),
+    #[error("slack: the Web API URL {url:?}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error("slack: the token is not a valid header value")]
+    Token,
+}
+
+/// A request's timeout, connecting included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who makes the `chat.postMessage` requests.
+enum Poster {
+    /// The channel's own keep-alive connections (the default).
+    Own(Connections),
+    /// reqwest: over HTTP/2 without negotiation, or through a proxy the
+    /// environment names.
+    Reqwest { url: reqwest::Url },
+}
 
 /// The part of a Web API reply Toki reads.
 #[derive(serde::Deserialize)]
@@ -33,15 +68,22 @@ struct Permits {
     turn: Mutex<()>,
 }
 
+/// The Web API and how to reach it.
+struct WebApi {
+    /// For everything but `chat.postMessage` on its own connections.
+    client: reqwest::Client,
+    base_url: String,
+    token: String,
+    /// `Bearer <token>`.
+    authorization: HeaderValue,
+    poster: Poster,
+    /// Requests in flight across every batch: reuses a bounded pool of
+    /// keep-alive connections instead of opening one per request at the due instant.
+    permits: Permits,
+}
+
 enum Mode {
-    Api {
-        client: reqwest::Client,
-        base_url: String,
-        token: String,
-        /// Requests in flight across every batch: reuses a bounded pool of
-        /// keep-alive connections instead of opening one per request at the due instant.
-        permits: Arc<Permits>,
-    },
+    Api(Box<WebApi>),
     Outbox(Arc<Mutex<tokio::fs::File>>),
 }
 
@@ -58,7 +100,7 @@ impl SlackChannel {
         token: &str,
         concurrency: usize,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, SlackSetupError> {
         Self::api_over(base_url, token, concurrency, false, clock)
     }
 
@@ -66,32 +108,49 @@ impl SlackChannel {
     /// HTTP/2 without negotiating it (a cleartext endpoint such as the
     /// stand-in). Over https HTTP/2 is negotiated (ALPN) when the server
     /// offers it, as Slack's does: then every request in flight shares one
-    /// connection.
+    /// connection. Without it (the default) `chat.postMessage` goes over
+    /// HTTP/1.1 keep-alive connections of the channel's own
+    /// ([`connections`]), unless the environment names a proxy.
     pub fn api_over(
         base_url: &str,
         token: &str,
         concurrency: usize,
         http2_prior_knowledge: bool,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, SlackSetupError> {
         let mut builder = reqwest::Client::builder()
             .pool_max_idle_per_host(concurrency)
             .tcp_nodelay(true)
-            .timeout(Duration::from_secs(10));
+            .timeout(REQUEST_TIMEOUT);
         if http2_prior_knowledge {
             builder = builder.http2_prior_knowledge();
         }
         let client = builder.build()?;
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let post_url = format!("{base_url}/chat.postMessage");
+        let url = reqwest::Url::parse(&post_url).map_err(|source| SlackSetupError::Url {
+            url: post_url.clone(),
+            source,
+        })?;
+        let poster = if http2_prior_knowledge || connections::proxied(url.scheme()) {
+            Poster::Reqwest { url }
+        } else {
+            Poster::Own(Connections::new(&url, concurrency.max(1), REQUEST_TIMEOUT)?)
+        };
+        let authorization = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| SlackSetupError::Token)?;
         Ok(Self {
-            mode: Mode::Api {
+            mode: Mode::Api(Box::new(WebApi {
                 client,
-                base_url: base_url.trim_end_matches('/').to_owned(),
+                base_url,
                 token: token.to_owned(),
-                permits: Arc::new(Permits {
+                authorization,
+                poster,
+                permits: Permits {
                     requests: tokio::sync::Semaphore::new(concurrency.max(1)),
                     turn: Mutex::new(()),
-                }),
-            },
+                },
+            })),
             concurrency: concurrency.max(1),
             clock,
         })
@@ -171,15 +230,13 @@ impl SlackChannel {
     /// second later: BENCHMARKS.md).
     async fn send_with_permits(
         clock: &dyn Clock,
-        client: &reqwest::Client,
-        url: &reqwest::Url,
-        token: &reqwest::header::HeaderValue,
-        permits: &Permits,
+        api: &WebApi,
         batch: &[Notification],
     ) -> Vec<SendResult> {
         use futures::stream::{FuturesUnordered, StreamExt};
         let mut results: Vec<Option<SendResult>> = vec![None; batch.len()];
         let mut in_flight = FuturesUnordered::new();
+        let permits = &api.permits;
         let turn = permits.turn.lock().await;
         for (i, n) in batch.iter().enumerate() {
             // Pinned once: its place in the semaphore's queue is kept while
@@ -196,7 +253,7 @@ impl SlackChannel {
             match Self::body(n, None) {
                 Ok(body) => in_flight.push(async move {
                     let _permit = permit;
-                    (i, Self::post(clock, client, url, token, body.into()).await)
+                    (i, api.post(clock, body.into()).await)
                 }),
                 Err(e) => results[i] = Some(Err(e)),
             }
@@ -210,31 +267,62 @@ impl SlackChannel {
             .map(|r| r.unwrap_or_else(|| Err(SendError::transient("slack: no answer"))))
             .collect()
     }
+}
 
-    async fn post(
-        clock: &dyn Clock,
-        client: &reqwest::Client,
-        url: &reqwest::Url,
-        token: &reqwest::header::HeaderValue,
-        body: bytes::Bytes,
-    ) -> Result<Instant, SendError> {
+impl WebApi {
+    /// One `chat.postMessage`: the instant Slack took it, or why not.
+    async fn post(&self, clock: &dyn Clock, body: bytes::Bytes) -> Result<Instant, SendError> {
+        const JSON: &str = "application/json; charset=utf-8";
         let transient = |reason: String| SendError::Transient(reason);
-        let response = client
+        let answer = match &self.poster {
+            Poster::Own(connections) => connections
+                .post(&self.authorization, JSON, body)
+                .await
+                .map_err(|e| transient(format!("slack: {e}")))?,
+            Poster::Reqwest { url } => self.post_reqwest(url, JSON, body).await?,
+        };
+        let at = clock.now();
+        Self::read_answer(answer).map(|()| at)
+    }
+
+    async fn post_reqwest(
+        &self,
+        url: &reqwest::Url,
+        content_type: &'static str,
+        body: bytes::Bytes,
+    ) -> Result<Answer, SendError> {
+        let failed = |e: reqwest::Error| SendError::Transient(format!("slack: {e}"));
+        let response = self
+            .client
             .post(url.clone())
-            .header(reqwest::header::AUTHORIZATION, token)
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/json; charset=utf-8",
-            )
+            .header(reqwest::header::AUTHORIZATION, &self.authorization)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body)
             .send()
             .await
-            .map_err(|e| transient(format!("slack: {e}")))?;
+            .map_err(failed)?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .cloned();
+        let body = response.bytes().await.map_err(failed)?;
+        Ok(Answer {
+            status,
+            retry_after,
+            body,
+        })
+    }
+
+    /// Slack's answer, read as its documentation says: 429 with
+    /// Retry-After, `ok`, or an `error` that says whether to retry.
+    fn read_answer(answer: Answer) -> Result<(), SendError> {
+        let transient = |reason: String| SendError::Transient(reason);
+        let status = answer.status;
         if status.as_u16() == 429 {
-            let wait = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
+            let wait = answer
+                .retry_after
+                .as_ref()
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs)
@@ -246,15 +334,10 @@ impl SlackChannel {
         if status.is_server_error() {
             return Err(transient(format!("slack: HTTP {status}")));
         }
-        let at = clock.now();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
-        let reply: SlackReply = serde_json::from_slice(&bytes)
+        let reply: SlackReply = serde_json::from_slice(&answer.body)
             .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
         if reply.ok {
-            return Ok(at);
+            return Ok(());
         }
         let error = reply.error.unwrap_or_else(|| "unknown_error".into());
         Err(match error.as_str() {
@@ -361,36 +444,37 @@ impl ChannelSender for SlackChannel {
         Channel::Slack
     }
 
-    /// Opens the pool's connections with Slack's `api.test`, one per permit.
+    /// Opens the pool's connections, one per permit: its own, or
+    /// reqwest's with Slack's `api.test`.
     async fn warm_up(&self) {
-        if let Mode::Api {
-            client,
-            base_url,
-            token,
-            ..
-        } = &self.mode
-        {
-            let url = format!("{base_url}/api.test");
-            let tests: Vec<_> = (0..self.concurrency)
-                .map(|_| client.post(&url).bearer_auth(token).send())
-                .collect();
-            let ok = futures::future::join_all(tests)
-                .await
-                .iter()
-                .filter(|r| r.is_ok())
-                .count();
-            debug!(connections = ok, "slack connections warmed");
+        let Mode::Api(api) = &self.mode else {
+            return;
+        };
+        if let Poster::Own(connections) = &api.poster {
+            let opened = connections.warm().await;
+            debug!(connections = opened, "slack connections opened");
+            return;
         }
+        let url = format!("{}/api.test", api.base_url);
+        let tests: Vec<_> = (0..self.concurrency)
+            .map(|_| api.client.post(&url).bearer_auth(&api.token).send())
+            .collect();
+        let ok = futures::future::join_all(tests)
+            .await
+            .iter()
+            .filter(|r| r.is_ok())
+            .count();
+        debug!(connections = ok, "slack connections warmed");
     }
 
     /// `api.test`: answers `ok` when the Web API is up.
     async fn probe(&self) -> Result<(), SendError> {
-        let Mode::Api {
-            client, base_url, ..
-        } = &self.mode
-        else {
+        let Mode::Api(api) = &self.mode else {
             return Ok(());
         };
+        let WebApi {
+            client, base_url, ..
+        } = &**api;
         let response = client
             .post(format!("{base_url}/api.test"))
             .send()
@@ -416,15 +500,15 @@ impl ChannelSender for SlackChannel {
     /// Looks for the delivery key in the metadata of the messages posted to
     /// the recipient since shortly before the due instant.
     async fn already_sent(&self, n: &Notification) -> Option<Instant> {
-        let Mode::Api {
+        let Mode::Api(api) = &self.mode else {
+            return None;
+        };
+        let WebApi {
             client,
             base_url,
             token,
             ..
-        } = &self.mode
-        else {
-            return None;
-        };
+        } = &**api;
         let user = n.recipient.slack_user_id.as_deref()?;
         let found = lookup_sent(client, base_url, token, user, n).await;
         match found {
@@ -439,33 +523,7 @@ impl ChannelSender for SlackChannel {
 
     async fn send(&self, batch: &[Notification]) -> Vec<SendResult> {
         match &self.mode {
-            Mode::Api {
-                client,
-                base_url,
-                token,
-                permits,
-            } => {
-                let url = match reqwest::Url::parse(&format!("{base_url}/chat.postMessage")) {
-                    Ok(u) => u,
-                    Err(e) => {
-                        let err = SendError::transient(format!("slack: api url: {e}"));
-                        return vec![Err(err); batch.len()];
-                    }
-                };
-                let url = &url;
-                let token =
-                    &match reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")) {
-                        Ok(t) => t,
-                        Err(_) => {
-                            let err = SendError::transient(
-                                "slack: the token is not a valid header value",
-                            );
-                            return vec![Err(err); batch.len()];
-                        }
-                    };
-                Self::send_with_permits(self.clock.as_ref(), client, url, token, permits, batch)
-                    .await
-            }
+            Mode::Api(api) => Self::send_with_permits(self.clock.as_ref(), api, batch).await,
             Mode::Outbox(file) => {
                 let mut lines = Vec::new();
                 let mut results = Vec::with_capacity(batch.len());
