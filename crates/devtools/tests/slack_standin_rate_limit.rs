@@ -313,3 +313,40 @@ fn stats_from_before_the_rate_limit_still_parse() {
     let stats: StandinStats = serde_json::from_value(old).unwrap();
     assert_eq!((stats.rate_limited, stats.max_per_second), (0, 0));
 }
+
+/// Fields with JSON escapes are decoded, those without are read as they
+/// stand: the same text and delivery either way.
+#[tokio::test]
+async fn escaped_and_plain_fields_read_the_same() {
+    let s = serve(None, 1_800_000_000_000).await;
+    let bodies = [
+        r#"{"channel":"U1","text":"line one\nline \"two\"","metadata":{"event_type":"toki_reminder","event_payload":{"tenant":"t\u0031","delivery":"d\/1","due_at_ms":5}}}"#,
+        r#"{"channel":"U2","text":"plain","metadata":{"event_type":"toki_reminder","event_payload":{"tenant":"t1","delivery":"d/2","due_at_ms":6}}}"#,
+    ];
+    for body in bodies {
+        let r = s
+            .http
+            .post(format!("{}/api/chat.postMessage", s.base))
+            .header("authorization", "Bearer xoxb-test")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["ok"], true, "{answer}");
+    }
+    assert_eq!(s.standin.texts("U1"), ["line one\nline \"two\""]);
+    assert_eq!(s.standin.texts("U2"), ["plain"]);
+    let mut deliveries: Vec<_> = s
+        .standin
+        .arrivals()
+        .into_iter()
+        .map(|a| (a.delivery, a.due_at_ms))
+        .collect();
+    deliveries.sort();
+    assert_eq!(
+        deliveries,
+        [("t1/d/1".to_owned(), 5), ("t1/d/2".to_owned(), 6)]
+    );
+}
