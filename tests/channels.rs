@@ -713,9 +713,11 @@ async fn slack_opens_its_connections_before_the_burst_and_keeps_to_them() {
     slack.warm_up().await;
     server
         .connections
-        .wait_for(|c| *c == permits)
+        .wait_for(|c| *c >= permits)
         .await
         .unwrap();
+    // Warming again while they are idle opens none.
+    slack.warm_up().await;
     let results = slack.send(&slack_batch(30)).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
     // Every request was answered, so every connection it used was accepted.
@@ -724,8 +726,6 @@ async fn slack_opens_its_connections_before_the_burst_and_keeps_to_them() {
         permits,
         "30 requests on the connections opened ahead, none more"
     );
-    slack.warm_up().await;
-    assert_eq!(*server.connections.borrow(), permits, "already warm");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -735,9 +735,7 @@ async fn slack_replaces_a_connection_the_server_closed_without_failing_a_message
     slack.warm_up().await;
     let results = slack.send(&slack_batch(6)).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
-    assert!(
-        *server.connections.borrow() >= 6,
-        "one connection per answer: {}",
-        *server.connections.borrow()
-    );
+    // The two opened ahead carried one answer each; each later message
+    // found them closed and went on a new connection, none wasted.
+    assert_eq!(*server.connections.borrow(), 6, "one connection per answer");
 }

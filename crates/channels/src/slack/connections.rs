@@ -8,7 +8,8 @@
 //! No proxy: with a proxy in the environment the channel uses reqwest,
 //! which honours it (see [`proxied`]).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,6 +19,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tracing::debug;
 
 /// Why a request got no answer.
@@ -78,13 +80,41 @@ struct Origin {
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// How long a connection may sit idle and still be reused: a quiet
+/// connection may have been dropped on the way (a NAT, a firewall) without
+/// a word, and a request written into it would wait out its timeout.
+/// reqwest's pool keeps them as long.
+const IDLE_AT_MOST: Duration = Duration::from_secs(90);
+
+/// An open connection, counted in [`Connections`]' `open` while it lives
+/// (idle or carrying a request).
+struct Conn {
+    sender: Sender,
+    open: Arc<AtomicUsize>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Conn {
+    fn usable(&self, idle_since: Instant) -> bool {
+        !self.sender.is_closed() && idle_since.elapsed() <= IDLE_AT_MOST
+    }
+}
+
 /// Keep-alive connections to one URL's origin, for POSTs to that URL.
 /// Callers bound how many requests are in flight (the channel's permits);
 /// this opens a connection when none is idle and keeps at most `max_idle`
 /// idle.
 pub struct Connections {
     origin: Origin,
-    idle: Mutex<Vec<Sender>>,
+    /// Idle connections, each with the instant it came free.
+    idle: Mutex<Vec<(Conn, Instant)>>,
+    /// Connections open, idle or not.
+    open: Arc<AtomicUsize>,
     max_idle: usize,
     timeout: Duration,
 }
@@ -133,6 +163,7 @@ impl Connections {
                 tls,
             },
             idle: Mutex::new(Vec::new()),
+            open: Arc::default(),
             max_idle,
             timeout,
         })
@@ -163,10 +194,11 @@ impl Connections {
     /// on the next one (hyper's own pool does the same).
     async fn exchange(&self, mut request: Request<Full<Bytes>>) -> Result<Answer, PostError> {
         loop {
-            let (mut sender, reused) = match self.take_idle() {
-                Some(sender) => (sender, true),
+            let (mut conn, reused) = match self.take_idle() {
+                Some(conn) => (conn, true),
                 None => (self.connect().await?, false),
             };
+            let sender = &mut conn.sender;
             // Ready: hyper takes a request only once the connection wants
             // one, which a reused connection signals shortly after its
             // last answer; an error here means it closed while idle.
@@ -184,7 +216,7 @@ impl Connections {
                         .await
                         .map_err(|e| PostError::Answer(e.to_string()))?
                         .to_bytes();
-                    self.put_back(sender);
+                    self.put_back(conn);
                     return Ok(Answer {
                         status: parts.status,
                         retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
@@ -202,21 +234,22 @@ impl Connections {
         }
     }
 
-    /// Opens connections until `max_idle` are idle, before they are needed:
-    /// how many were opened.
+    /// Opens connections until `max_idle` are open (idle or carrying a
+    /// request), before they are needed: how many were opened.
     pub async fn warm(&self) -> usize {
         let missing = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.retain(|sender| !sender.is_closed());
-            self.max_idle.saturating_sub(idle.len())
+            idle.retain(|(conn, since)| conn.usable(*since));
+            self.max_idle
+                .saturating_sub(self.open.load(Ordering::Relaxed))
         };
         let opened = (0..missing).map(|_| tokio::time::timeout(self.timeout, self.connect()));
         let mut count = 0;
         for sender in futures::future::join_all(opened).await {
             match sender {
-                Ok(Ok(sender)) => {
+                Ok(Ok(conn)) => {
                     count += 1;
-                    self.put_back(sender);
+                    self.put_back(conn);
                 }
                 Ok(Err(e)) => debug!(error = %e, "slack connection not opened"),
                 Err(_) => debug!("slack connection not opened in time"),
@@ -225,26 +258,26 @@ impl Connections {
         count
     }
 
-    fn take_idle(&self) -> Option<Sender> {
+    fn take_idle(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(sender) = idle.pop() {
-            if !sender.is_closed() {
-                return Some(sender);
+        while let Some((conn, since)) = idle.pop() {
+            if conn.usable(since) {
+                return Some(conn);
             }
         }
         None
     }
 
-    fn put_back(&self, sender: Sender) {
-        if !sender.is_closed() {
+    fn put_back(&self, conn: Conn) {
+        if !conn.sender.is_closed() {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             if idle.len() < self.max_idle {
-                idle.push(sender);
+                idle.push((conn, Instant::now()));
             }
         }
     }
 
-    async fn connect(&self) -> Result<Sender, PostError> {
+    async fn connect(&self) -> Result<Conn, PostError> {
         let origin = &self.origin;
         let failed = |source| PostError::Connect {
             origin: format!("{}:{}", origin.host, origin.port),
@@ -255,13 +288,18 @@ impl Connections {
             .await
             .map_err(failed)?;
         tcp.set_nodelay(true).map_err(failed)?;
-        match &origin.tls {
-            None => handshake(tcp).await,
+        let sender = match &origin.tls {
+            None => handshake(tcp).await?,
             Some((connector, name)) => {
                 let tls = connector.connect(name.clone(), tcp).await.map_err(failed)?;
-                handshake(tls).await
+                handshake(tls).await?
             }
-        }
+        };
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Ok(Conn {
+            sender,
+            open: self.open.clone(),
+        })
     }
 }
 

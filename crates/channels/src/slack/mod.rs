@@ -104,13 +104,14 @@ impl SlackChannel {
         Self::api_over(base_url, token, concurrency, false, clock)
     }
 
-    /// As [`api`](Self::api); with `http2_prior_knowledge` the client speaks
-    /// HTTP/2 without negotiating it (a cleartext endpoint such as the
-    /// stand-in). Over https HTTP/2 is negotiated (ALPN) when the server
-    /// offers it, as Slack's does: then every request in flight shares one
-    /// connection. Without it (the default) `chat.postMessage` goes over
-    /// HTTP/1.1 keep-alive connections of the channel's own
-    /// ([`connections`]), unless the environment names a proxy.
+    /// As [`api`](Self::api). By default `chat.postMessage` goes over
+    /// HTTP/1.1 keep-alive connections of the channel's own (up to
+    /// `concurrency`, [`connections`]), over https too, unless the
+    /// environment names a proxy (then reqwest, which honours it). With
+    /// `http2_prior_knowledge` reqwest posts over HTTP/2 only (over https
+    /// offered alone in ALPN), every request in flight on one connection.
+    /// The token must be a valid header value: a daemon with one that is
+    /// not does not start.
     pub fn api_over(
         base_url: &str,
         token: &str,
@@ -333,6 +334,11 @@ impl WebApi {
         }
         if status.is_server_error() {
             return Err(transient(format!("slack: HTTP {status}")));
+        }
+        if status.is_redirection() {
+            return Err(transient(format!(
+                "slack: HTTP {status} (redirects are not followed)"
+            )));
         }
         let reply: SlackReply = serde_json::from_slice(&answer.body)
             .map_err(|e| transient(format!("slack: unreadable reply: {e}")))?;
