@@ -73,8 +73,7 @@ struct WebApi {
     /// For everything but `chat.postMessage` on its own connections.
     client: reqwest::Client,
     base_url: String,
-    token: String,
-    /// `Bearer <token>`.
+    /// `Bearer <token>`, marked sensitive.
     authorization: HeaderValue,
     poster: Poster,
     /// Requests in flight across every batch: reuses a bounded pool of
@@ -138,13 +137,13 @@ impl SlackChannel {
         } else {
             Poster::Own(Connections::new(&url, concurrency.max(1), REQUEST_TIMEOUT)?)
         };
-        let authorization = HeaderValue::from_str(&format!("Bearer {token}"))
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| SlackSetupError::Token)?;
+        authorization.set_sensitive(true);
         Ok(Self {
             mode: Mode::Api(Box::new(WebApi {
                 client,
                 base_url,
-                token: token.to_owned(),
                 authorization,
                 poster,
                 permits: Permits {
@@ -361,6 +360,14 @@ impl WebApi {
     }
 }
 
+/// A Web API request's answer, read as `T`.
+async fn answer_of<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+) -> Result<T, String> {
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    response.json().await.map_err(|e| e.to_string())
+}
+
 /// How far before the due instant a takeover looks in the history (a daemon
 /// may send up to its lead early, never earlier).
 const HISTORY_MARGIN_S: i64 = 60;
@@ -371,7 +378,7 @@ const HISTORY_MARGIN_S: i64 = 60;
 async fn lookup_sent(
     client: &reqwest::Client,
     base_url: &str,
-    token: &str,
+    authorization: &HeaderValue,
     user: &str,
     n: &Notification,
 ) -> Result<Option<Instant>, String> {
@@ -388,16 +395,13 @@ async fn lookup_sent(
         #[serde(default)]
         messages: Vec<serde_json::Value>,
     }
-    let opened: Opened = client
-        .post(format!("{base_url}/conversations.open"))
-        .bearer_auth(token)
-        .json(&json!({ "users": user }))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let opened: Opened = answer_of(
+        client
+            .post(format!("{base_url}/conversations.open"))
+            .header(reqwest::header::AUTHORIZATION, authorization)
+            .json(&json!({ "users": user })),
+    )
+    .await?;
     let channel = match (opened.ok, &opened.channel) {
         (true, Some(c)) => c["id"].as_str().unwrap_or(user).to_owned(),
         _ => {
@@ -408,21 +412,18 @@ async fn lookup_sent(
         }
     };
     let oldest = n.due_at.0.timestamp() - HISTORY_MARGIN_S;
-    let history: History = client
-        .get(format!("{base_url}/conversations.history"))
-        .bearer_auth(token)
-        .query(&[
-            ("channel", channel.as_str()),
-            ("oldest", &oldest.to_string()),
-            ("limit", "200"),
-            ("include_all_metadata", "true"),
-        ])
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let history: History = answer_of(
+        client
+            .get(format!("{base_url}/conversations.history"))
+            .header(reqwest::header::AUTHORIZATION, authorization)
+            .query(&[
+                ("channel", channel.as_str()),
+                ("oldest", &oldest.to_string()),
+                ("limit", "200"),
+                ("include_all_metadata", "true"),
+            ]),
+    )
+    .await?;
     if !history.ok {
         return Err(format!(
             "conversations.history: {}",
@@ -463,7 +464,12 @@ impl ChannelSender for SlackChannel {
         }
         let url = format!("{}/api.test", api.base_url);
         let tests: Vec<_> = (0..self.concurrency)
-            .map(|_| api.client.post(&url).bearer_auth(&api.token).send())
+            .map(|_| {
+                api.client
+                    .post(&url)
+                    .header(reqwest::header::AUTHORIZATION, &api.authorization)
+                    .send()
+            })
             .collect();
         let ok = futures::future::join_all(tests)
             .await
@@ -512,11 +518,11 @@ impl ChannelSender for SlackChannel {
         let WebApi {
             client,
             base_url,
-            token,
+            authorization,
             ..
         } = &**api;
         let user = n.recipient.slack_user_id.as_deref()?;
-        let found = lookup_sent(client, base_url, token, user, n).await;
+        let found = lookup_sent(client, base_url, authorization, user, n).await;
         match found {
             Ok(found) => found,
             Err(e) => {
