@@ -739,3 +739,39 @@ async fn slack_replaces_a_connection_the_server_closed_without_failing_a_message
     // found them closed and went on a new connection, none wasted.
     assert_eq!(*server.connections.borrow(), 6, "one connection per answer");
 }
+
+/// A Web API whose answers to a post are `padding` bytes of whitespace
+/// before `{"ok":true}`, over HTTP/1.1 or HTTP/2 (prior knowledge).
+async fn padded_slack(padding: usize) -> String {
+    let answer = format!("{}{{\"ok\":true}}", " ".repeat(padding));
+    let app = axum::Router::new().route(
+        "/api/chat.postMessage",
+        axum::routing::post(move || {
+            let answer = answer.clone();
+            async move { ([("content-type", "application/json")], answer) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/api", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_reads_an_answer_up_to_a_mebibyte_on_either_client() {
+    let n = [notification(1, "U1")];
+    for http2 in [false, true] {
+        let within = padded_slack(512 << 10).await;
+        let slack = SlackChannel::api_over(&within, "xoxb-test", 1, http2, clock()).unwrap();
+        let r = slack.send(&n).await;
+        assert!(r[0].is_ok(), "http2 {http2}: half a MiB is read: {r:?}");
+
+        let over = padded_slack(2 << 20).await;
+        let slack = SlackChannel::api_over(&over, "xoxb-test", 1, http2, clock()).unwrap();
+        let r = slack.send(&n).await;
+        assert!(
+            matches!(&r[0], Err(SendError::Transient(reason)) if reason.contains("over") || reason.contains("length limit")),
+            "http2 {http2}: two MiB is cut off: {r:?}"
+        );
+    }
+}

@@ -41,7 +41,7 @@ pub enum PostError {
 
 /// The most of an answer's body read: Slack's answers to a post are a few
 /// hundred bytes.
-const MAX_ANSWER_BYTES: usize = 1 << 20;
+pub(super) const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 /// The base URL is not one this client can reach.
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@ use reqwest::header::HeaderValue;
 
 use async_trait::async_trait;
 use serde_json::json;
+use toki_model::error::chain;
 use toki_model::{Channel, Instant};
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::Clock;
@@ -278,7 +279,7 @@ impl WebApi {
             Poster::Own(connections) => connections
                 .post(&self.authorization, JSON, body)
                 .await
-                .map_err(|e| transient(format!("slack: {e}")))?,
+                .map_err(|e| transient(format!("slack: {}", chain(&e))))?,
             Poster::Reqwest { url } => self.post_reqwest(url, JSON, body).await?,
         };
         let at = clock.now();
@@ -291,7 +292,7 @@ impl WebApi {
         content_type: &'static str,
         body: bytes::Bytes,
     ) -> Result<Answer, SendError> {
-        let failed = |e: reqwest::Error| SendError::Transient(format!("slack: {e}"));
+        let failed = |e: reqwest::Error| SendError::Transient(format!("slack: {}", chain(&e)));
         let response = self
             .client
             .post(url.clone())
@@ -306,7 +307,9 @@ impl WebApi {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .cloned();
-        let body = response.bytes().await.map_err(failed)?;
+        let body = capped_body(response, connections::MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| SendError::Transient(format!("slack: {e}")))?;
         Ok(Answer {
             status,
             retry_after,
@@ -360,12 +363,33 @@ impl WebApi {
     }
 }
 
+/// The most of a Web API answer read (a history of 200 messages with their
+/// metadata is well under it).
+const MAX_WEB_API_ANSWER_BYTES: usize = 16 << 20;
+
 /// A Web API request's answer, read as `T`.
 async fn answer_of<T: serde::de::DeserializeOwned>(
     request: reqwest::RequestBuilder,
 ) -> Result<T, String> {
-    let response = request.send().await.map_err(|e| e.to_string())?;
-    response.json().await.map_err(|e| e.to_string())
+    let response = request.send().await.map_err(|e| chain(&e))?;
+    let body = capped_body(response, MAX_WEB_API_ANSWER_BYTES).await?;
+    serde_json::from_slice(&body).map_err(|e| format!("unreadable answer: {e}"))
+}
+
+/// An answer's body, read up to `limit` bytes: a server that answers
+/// without end is cut off, not buffered.
+async fn capped_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<bytes::Bytes, String> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| chain(&e))? {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("the answer is over {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 /// How far before the due instant a takeover looks in the history (a daemon
@@ -491,14 +515,15 @@ impl ChannelSender for SlackChannel {
             .post(format!("{base_url}/api.test"))
             .send()
             .await
-            .map_err(|e| SendError::transient(format!("slack: {e}")))?;
+            .map_err(|e| SendError::transient(format!("slack: {}", chain(&e))))?;
         let status = response.status();
         if !status.is_success() {
             return Err(SendError::transient(format!("slack: HTTP {status}")));
         }
-        let reply: SlackReply = response
-            .json()
+        let body = capped_body(response, connections::MAX_ANSWER_BYTES)
             .await
+            .map_err(|e| SendError::transient(format!("slack: {e}")))?;
+        let reply: SlackReply = serde_json::from_slice(&body)
             .map_err(|e| SendError::transient(format!("slack: unreadable reply: {e}")))?;
         match reply.ok {
             true => Ok(()),
