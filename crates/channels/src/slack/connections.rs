@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
@@ -37,6 +37,8 @@ pub enum PostError {
     Timeout(Duration),
     #[error("the answer: {0}")]
     Answer(String),
+    #[error("the answer is over {0} bytes")]
+    TooLarge(usize),
 }
 
 /// The most of an answer's body read: Slack's answers to a post are a few
@@ -214,7 +216,10 @@ impl Connections {
                     let body = Limited::new(body, MAX_ANSWER_BYTES)
                         .collect()
                         .await
-                        .map_err(|e| PostError::Answer(e.to_string()))?
+                        .map_err(|e| match e.downcast_ref::<LengthLimitError>() {
+                            Some(_) => PostError::TooLarge(MAX_ANSWER_BYTES),
+                            None => PostError::Answer(e.to_string()),
+                        })?
                         .to_bytes();
                     self.put_back(conn);
                     return Ok(Answer {

@@ -377,7 +377,8 @@ async fn answer_of<T: serde::de::DeserializeOwned>(
 }
 
 /// An answer's body, read up to `limit` bytes: a server that answers
-/// without end is cut off, not buffered.
+/// without end is cut off, not buffered (worded as the own connections'
+/// `PostError::TooLarge`).
 async fn capped_body(
     mut response: reqwest::Response,
     limit: usize,
