@@ -27,10 +27,18 @@ use super::Daemon;
 /// One channel's share of a due group. The notifications stay one slice
 /// (a sender takes them so, with no copies on the hot path); `origins[i]`
 /// says where `notifications[i]` came from.
-#[derive(Default)]
 struct ChannelBatch {
     notifications: Vec<Notification>,
     origins: Vec<Origin>,
+}
+
+impl ChannelBatch {
+    fn with_capacity(n: usize) -> Self {
+        ChannelBatch {
+            notifications: Vec::with_capacity(n),
+            origins: Vec::with_capacity(n),
+        }
+    }
 }
 
 /// Where a notification of a channel batch came from.
@@ -50,6 +58,23 @@ pub(super) struct Fired {
     /// Messages whose schedule changed after the claim (at the last look):
     /// not sent, and why.
     pub revoked: Vec<(usize, String)>,
+}
+
+/// The leading notifications of `rest` (sorted by due instant) due at `due`,
+/// taken out of it. When they are all of it (one due instant a batch, the
+/// usual case) the vector itself moves: a group held until its instant is
+/// not a second copy of the batch.
+pub(super) fn take_due_group(rest: &mut Vec<ToSend>, due: DueAt) -> Vec<ToSend> {
+    let len = rest
+        .iter()
+        .take_while(|t| t.notification.due_at == due)
+        .count();
+    let later = if len < rest.len() {
+        rest.split_off(len)
+    } else {
+        Vec::new()
+    };
+    std::mem::replace(rest, later)
 }
 
 /// Channels are warmed again after this long (pooled connections go idle).
@@ -72,13 +97,10 @@ impl Daemon {
     ) -> Fired {
         to_send.sort_by_key(|t| t.notification.due_at);
         let mut fired = Fired::default();
-        let mut rest = to_send.into_iter().peekable();
-        while let Some(first) = rest.next() {
+        let mut rest = to_send;
+        while let Some(first) = rest.first() {
             let due = first.notification.due_at;
-            let mut group = vec![first];
-            while let Some(next) = rest.next_if(|t| t.notification.due_at == due) {
-                group.push(next);
-            }
+            let mut group = take_due_group(&mut rest, due);
             let fire_at = self.tokio_instant(due);
             tokio::time::sleep_until(fire_at - self.settings.late_change_cutoff).await;
             let _sending = self.burst.sending();
@@ -160,10 +182,20 @@ impl Daemon {
         fire_at: tokio::time::Instant,
         spans: &[Span],
     ) -> Vec<Sent> {
-        // Notifications move into per-channel batches: no copies on the hot path.
-        let mut per_channel: BTreeMap<Channel, ChannelBatch> = BTreeMap::new();
+        // Notifications move into per-channel batches: no copies on the hot
+        // path, and each batch sized once (held until its sends are done).
+        let mut sizes: BTreeMap<Channel, usize> = BTreeMap::new();
+        for t in &group {
+            *sizes.entry(t.notification.key.channel).or_default() += 1;
+        }
+        let mut per_channel: BTreeMap<Channel, ChannelBatch> = sizes
+            .into_iter()
+            .map(|(channel, n)| (channel, ChannelBatch::with_capacity(n)))
+            .collect();
         for t in group {
-            let b = per_channel.entry(t.notification.key.channel).or_default();
+            let b = per_channel
+                .get_mut(&t.notification.key.channel)
+                .expect("a batch per channel of the group");
             b.origins.push(Origin {
                 message: t.message,
                 delivery: t.delivery,

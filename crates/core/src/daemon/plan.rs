@@ -199,7 +199,8 @@ pub fn plan_batch(
         // Each owned claim goes to one message only.
         owned: claims.owned.iter().map(|o| (&o.key, o)).collect(),
         busy: claims.busy.iter().collect(),
-        to_send: Vec::new(),
+        // At most one a claim: sized once, as it is held until the instant.
+        to_send: Vec::with_capacity(claims.owned.len()),
     };
     work.sort_by_key(|w| w.reminder.due_at);
     let mut messages = Vec::with_capacity(work.len());

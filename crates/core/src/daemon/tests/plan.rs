@@ -322,3 +322,46 @@ fn a_channel_the_recipient_turned_off_is_not_sent() {
     assert_eq!(plan.to_send.len(), 1);
     assert_eq!(plan.to_send[0].notification.key.channel, Channel::Mail);
 }
+
+#[test]
+fn a_due_group_is_split_off_in_order_and_the_last_moves_out_whole() {
+    let mut early = reminder("a", 1, &[Channel::Mail, Channel::Slack]);
+    early.key.minutes_before = 10;
+    early.due_at = Reminder::due_for(early.key.occurrence, 10);
+    let late = reminder("b", 1, &[Channel::Mail]);
+    let ctx = context(
+        &[("a", 1, &["u1", "u2"]), ("b", 1, &["u1"])],
+        &[user("u1", true, true), user("u2", true, true)],
+    );
+    let items = vec![work(&late, 1), work(&early, 2)];
+    let claims = owning(
+        claims_for(&items, &ctx, &all_channels())
+            .into_iter()
+            .map(|c| c.key),
+    );
+    let mut rest = plan_batch(
+        "acme".parse().unwrap(),
+        items,
+        &ctx,
+        &claims,
+        &all_channels(),
+        &Templates::defaults(),
+    )
+    .to_send;
+    rest.sort_by_key(|t| t.notification.due_at);
+    assert_eq!(rest.len(), 5);
+
+    let first = crate::daemon::fire::take_due_group(&mut rest, early.due_at);
+    assert_eq!(first.len(), 4);
+    assert!(first.iter().all(|t| t.notification.due_at == early.due_at));
+    let buffer = rest.as_ptr();
+    let second = crate::daemon::fire::take_due_group(&mut rest, late.due_at);
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].notification.key.schedule.as_str(), "b");
+    assert_eq!(
+        second.as_ptr(),
+        buffer,
+        "the last group is the vector itself, not a copy"
+    );
+    assert!(rest.is_empty());
+}
