@@ -48,10 +48,7 @@ async fn api(base: &str, key: &str, method: &str, path: &str, body: Option<Value
 /// The API over `toki`, in this process, on a free port: its base URL.
 async fn serve_api(toki: &Toki) -> String {
     let router = toki_app::api::router(Arc::new(toki.registrar()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    base
+    format!("http://{}", toki_devtools::serve_locally(router).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,10 +109,8 @@ async fn weekly_meeting_across_both_dst_changes(mut config: Config) {
     let toki = Toki::open_with_clock(config, clock.clone()).await.unwrap();
     let tenant: TenantId = "acme".parse().unwrap();
     let (_, key) = toki.create_tenant(&tenant, true).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let router = api::router(Arc::new(toki.registrar()));
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let base = format!("http://{}", toki_devtools::serve_locally(router).await);
     let api = Api {
         base,
         key,

@@ -604,9 +604,7 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
     let app = axum::Router::new()
         .route("/api/chat.postMessage", axum::routing::post(held_post))
         .with_state(held.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/api", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{}/api", toki_devtools::serve_locally(app).await);
     let slack = SlackChannel::api(&url, "xoxb-test", permits, clock()).unwrap();
     let batch = |prefix: &str| -> Vec<Notification> {
         (0..per_batch)
@@ -751,10 +749,7 @@ async fn padded_slack(padding: usize) -> String {
             async move { ([("content-type", "application/json")], answer) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/api", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    format!("http://{}/api", toki_devtools::serve_locally(app).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

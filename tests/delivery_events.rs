@@ -80,9 +80,7 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/events", axum::routing::post(receive))
             .with_state(r.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/events", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let url = format!("http://{}/events", toki_devtools::serve_locally(app).await);
         (r, url)
     }
 

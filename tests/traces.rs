@@ -74,10 +74,7 @@ async fn receiver(received: Received) -> String {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
+    format!("http://{}", toki_devtools::serve_locally(app).await)
 }
 
 /// A string attribute of an OTLP span or resource.

@@ -163,10 +163,7 @@ async fn endless_endpoint() -> String {
             axum::body::Body::from_stream(stream)
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    format!("http://{}/hook", toki_devtools::serve_locally(app).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,3 +12,14 @@ pub mod scenario;
 pub mod slack_standin;
 pub mod smtp_standin;
 pub mod webhook_standin;
+
+/// Serves `router` on a free port of 127.0.0.1, in a task of its own (for
+/// tests that need a server to talk to): its address.
+pub async fn serve_locally(router: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port on 127.0.0.1");
+    let addr = listener.local_addr().expect("a bound listener's address");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
