@@ -364,4 +364,31 @@ fn a_due_group_is_split_off_in_order_and_the_last_moves_out_whole() {
         "the last group is the vector itself, not a copy"
     );
     assert!(rest.is_empty());
+
+    // At the instant: the first group (mail and Slack, interleaved by the
+    // plan) becomes one run per channel, in the group's own buffer.
+    let buffer = first.as_ptr() as usize;
+    let planned: Vec<(usize, usize, Channel)> = first
+        .iter()
+        .map(|t| (t.message, t.delivery, t.notification.key.channel))
+        .collect();
+    let (notifications, origins) = crate::daemon::fire::split_group(first, &[]);
+    assert_eq!(
+        notifications.as_ptr() as usize,
+        buffer,
+        "the notifications are taken out in place, not copied"
+    );
+    let runs: Vec<_> = crate::daemon::fire::channel_runs(&notifications).collect();
+    assert_eq!(runs, vec![(Channel::Mail, 0..2), (Channel::Slack, 2..4)]);
+    let sent: Vec<(usize, usize, Channel)> = origins
+        .iter()
+        .zip(&notifications)
+        .map(|(o, n)| (o.message, o.delivery, n.key.channel))
+        .collect();
+    let mut expected = planned;
+    expected.sort_by_key(|p| p.2);
+    assert_eq!(
+        sent, expected,
+        "each origin beside its notification, plan order within a channel"
+    );
 }
