@@ -229,13 +229,15 @@ impl EgressPolicy {
 pub struct EndpointUrl(String);
 
 impl EndpointUrl {
-    /// Checks the URL's form; the error names `field`.
+    /// Checks the URL's form; the error names `field`. The bound is on the
+    /// value as sent, before the surrounding whitespace is trimmed: the
+    /// API's schema states it so.
     pub fn parse(field: &str, s: &str) -> Result<Self, ValidationError> {
         let bad = |problem: &str| ValidationError::new(field, problem);
-        let s = s.trim();
         if s.chars().count() > MAX_URL_CHARS {
             return Err(bad(&format!("must be at most {MAX_URL_CHARS} characters")));
         }
+        let s = s.trim();
         let url = url::Url::parse(s).map_err(|e| bad(&format!("is not a URL ({e})")))?;
         if !matches!(url.scheme(), "https" | "http") {
             return Err(bad("must be an https URL"));
@@ -251,6 +253,17 @@ impl EndpointUrl {
             return Err(bad("must not have a #fragment"));
         }
         Ok(Self(url.into()))
+    }
+
+    /// An optional URL: absent, null or blank is none; anything else must
+    /// parse (the bound applies to a blank value too).
+    pub fn parse_optional(field: &str, s: Option<&str>) -> Result<Option<Self>, ValidationError> {
+        match s {
+            Some(s) if !s.trim().is_empty() || s.chars().count() > MAX_URL_CHARS => {
+                Self::parse(field, s).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     pub fn as_str(&self) -> &str {

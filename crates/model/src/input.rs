@@ -201,10 +201,7 @@ impl UserInput {
                 ))
             }
         };
-        let webhook_url = match self.webhook_url.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(u) => Some(EndpointUrl::parse("webhook_url", u)?),
-        };
+        let webhook_url = EndpointUrl::parse_optional("webhook_url", self.webhook_url.as_deref())?;
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
         let locale = non_empty("locale", &self.locale, 35)?;
         let mut channels_off = std::collections::BTreeSet::new();

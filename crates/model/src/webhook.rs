@@ -97,10 +97,7 @@ pub struct WebhookSettingsInput {
 
 impl WebhookSettingsInput {
     pub fn validate(&self) -> Result<Option<EndpointUrl>, ValidationError> {
-        match self.default_url.as_deref().map(str::trim) {
-            None | Some("") => Ok(None),
-            Some(u) => EndpointUrl::parse("default_url", u).map(Some),
-        }
+        EndpointUrl::parse_optional("default_url", self.default_url.as_deref())
     }
 }
 

@@ -91,6 +91,22 @@ fn urls_are_checked_for_form_scheme_and_literal_addresses() {
     }
     let long = format!("https://example.com/{}", "a".repeat(MAX_URL_CHARS));
     assert!(url(&long).is_err());
+    // The bound is on the value as sent: padding is not trimmed away first.
+    let padded = format!("{}https://example.com/", " ".repeat(MAX_URL_CHARS));
+    assert_eq!(url(&padded).unwrap_err().field, "webhook_url");
+    let optional = |s: &str| EndpointUrl::parse_optional("default_url", Some(s));
+    assert_eq!(optional(" \t").unwrap(), None, "blank is none");
+    assert_eq!(
+        EndpointUrl::parse_optional("default_url", None).unwrap(),
+        None
+    );
+    let blank_but_long = "\u{c}".repeat(MAX_URL_CHARS + 1);
+    assert_eq!(
+        optional(&blank_but_long).unwrap_err().field,
+        "default_url",
+        "a blank value over the bound is refused, as the schema says"
+    );
+    assert!(optional(" https://example.com/ ").unwrap().is_some());
 
     let strict = EgressPolicy::default();
     let check = |p: &EgressPolicy, s: &str| p.check("webhook_url", &url(s).unwrap());
