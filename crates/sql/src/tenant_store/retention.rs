@@ -175,3 +175,33 @@ where
         rows.into_iter().map(PurgeRecord::try_from).collect()
     }
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use crate::tenant_store::TENANT_MIGRATIONS;
+
+    /// The purge's oldest-first read of deliveries stays on the index of
+    /// finished rows (partial since migration 0013): `finished_at < cutoff`
+    /// must keep implying `finished_at IS NOT NULL`, or it reads the table.
+    #[tokio::test]
+    async fn the_delivery_purge_reads_the_index_of_finished_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::control::open_sqlite(&dir.path().join("t.sqlite"))
+            .await
+            .unwrap();
+        TENANT_MIGRATIONS.run(&pool).await.unwrap();
+        let mut s = purge(TenantRows::Deliveries, from_millis("t", 1).unwrap(), 10);
+        s.sql.insert_str(0, "EXPLAIN QUERY PLAN ");
+        let plan: Vec<(i64, i64, i64, String)> = s
+            .query_as::<sqlx::Sqlite, (i64, i64, i64, String)>()
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|(.., step)| step.contains("INDEX deliveries_by_finish")),
+            "{plan:?}"
+        );
+    }
+}
