@@ -1831,19 +1831,26 @@ pub mod store {
         ])
         .await
         .unwrap();
+        // One claim mixing a final row, a failed one and a new one.
+        let k4 = key("d", Channel::Mail);
         let retry = s
-            .claim_deliveries(&[claim(&k1, 1, due), claim(&k2, 1, due)], later, later)
+            .claim_deliveries(
+                &[claim(&k1, 1, due), claim(&k2, 1, due), claim(&k4, 1, due)],
+                later,
+                later,
+            )
             .await
             .unwrap();
+        let got: BTreeMap<_, _> = retry
+            .owned
+            .iter()
+            .map(|o| (o.key.clone(), (o.failures, o.taken_over)))
+            .collect();
         assert_eq!(
-            keys(&retry),
-            vec![k2.clone()],
-            "only the failed delivery may be claimed again"
-        );
-        assert_eq!(
-            (retry.owned[0].failures, retry.owned[0].taken_over),
-            (1, false),
-            "its failed attempt counts; a failed row is not a takeover"
+            got,
+            BTreeMap::from([(k2.clone(), (1, false)), (k4.clone(), (0, false))]),
+            "the failed delivery is claimed again, its failed attempt counted and not \
+             a takeover; the new one is claimed; the delivered one is not"
         );
         assert!(retry.busy.is_empty(), "a delivered row is final, not busy");
         // An edit after the reminder went out (newer version, same delivery) sends nothing again.

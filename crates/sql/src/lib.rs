@@ -25,6 +25,25 @@ pub mod tenant_store;
 
 use toki_ports::StoreError;
 
+/// How many rows a statement inserted, changed or deleted: each engine's
+/// result says so in a method of its own.
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
 /// A database error as a store error: transient (worth retrying) or not, with
 /// the driver's error as its source.
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {

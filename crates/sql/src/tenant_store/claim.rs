@@ -3,22 +3,22 @@
 
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 use toki_model::{DeliveryClaim, Instant};
-use toki_ports::StoreResult;
+use toki_ports::{OwnedDelivery, StoreResult};
 
 use super::rows::{DeliveryKeyRow, KeyColumns, OwnedRow};
 use super::statement::Statement;
-use crate::db_err;
+use crate::{db_err, RowsAffected};
 
 /// Claims the deliveries of `chunk` for `token`: new ones, ones that failed
 /// or were put off, and ones whose holder has not renewed them since
-/// `takeover_before`. The rows it got.
+/// `takeover_before`. The deliveries it got.
 pub(super) async fn claim_chunk<DB>(
     conn: &mut DB::Connection,
     chunk: &[DeliveryClaim],
     token: &str,
     now: Instant,
     takeover_before: Instant,
-) -> StoreResult<Vec<OwnedRow>>
+) -> StoreResult<Vec<OwnedDelivery>>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -28,7 +28,58 @@ where
     for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> OwnedRow: sqlx::FromRow<'r, DB::Row>,
+    DB::QueryResult: RowsAffected,
 {
+    let mut s = insert_claims(chunk, token, now);
+    s.push(" ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel) DO NOTHING");
+    let inserted = s
+        .query::<DB>()
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?
+        .rows_affected();
+    if inserted == chunk.len() as u64 {
+        // All new (the usual case): no failures, no holder before, and no
+        // row has to come back to say so.
+        return Ok(chunk
+            .iter()
+            .map(|c| OwnedDelivery {
+                key: c.key.clone(),
+                failures: 0,
+                taken_over: false,
+            })
+            .collect());
+    }
+    // Some rows were there already: those a claim may take are taken over,
+    // then every row this token holds (new or taken) is read back.
+    let mut s = insert_claims(chunk, token, now);
+    s.push(
+        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
+          DO UPDATE SET status = 'sending', version = excluded.version,
+            due_at = excluded.due_at, claimed_at = excluded.claimed_at,
+            claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
+            taken_over = (deliveries.status = 'sending')
+          WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
+             OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
+    );
+    s.bind(takeover_before.timestamp_millis()).push(")");
+    s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
+    let mut s = Statement::new(
+        "SELECT schedule_id, occurrence, minutes_before, recipient, channel, failures, taken_over
+         FROM deliveries WHERE status = 'sending' AND claim_token = ",
+    );
+    s.bind(token);
+    in_chunk(&mut s, chunk);
+    let rows = s
+        .query_as::<DB, OwnedRow>()
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    rows.into_iter().map(OwnedDelivery::try_from).collect()
+}
+
+/// The insert of `chunk`'s rows as claimed by `token`, up to its conflict clause.
+fn insert_claims(chunk: &[DeliveryClaim], token: &str, now: Instant) -> Statement {
     let mut s = Statement::new(
         "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
            version, status, due_at, claimed_at, attempts, claim_token)",
@@ -47,24 +98,21 @@ where
             .bind(1_i64)
             .bind(token);
     });
-    s.push(
-        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
-          DO UPDATE SET status = 'sending', version = excluded.version,
-            due_at = excluded.due_at, claimed_at = excluded.claimed_at,
-            claim_token = excluded.claim_token, attempts = deliveries.attempts + 1,
-            taken_over = (deliveries.status = 'sending')
-          WHERE deliveries.status IN ('failed', 'stale', 'throttled', 'deferred')
-             OR (deliveries.status = 'sending' AND deliveries.claimed_at < ",
-    );
-    s.bind(takeover_before.timestamp_millis());
-    s.push(
-        ") RETURNING schedule_id, occurrence, minutes_before, recipient, channel,
-           failures, taken_over",
-    );
-    s.query_as::<DB, OwnedRow>()
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_err)
+    s
+}
+
+/// ` AND (key columns) IN (…)` for the keys of `chunk`.
+fn in_chunk(s: &mut Statement, chunk: &[DeliveryClaim]) {
+    s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
+    s.tuples(chunk, |r, c| {
+        let k = KeyColumns::from(&c.key);
+        r.bind(k.schedule_id)
+            .bind(k.occurrence)
+            .bind(k.minutes_before)
+            .bind(k.recipient)
+            .bind(k.channel);
+    });
+    s.push(")");
 }
 
 /// The deliveries of `chunk` that another holder (not `token`) is sending.
@@ -88,16 +136,7 @@ where
          FROM deliveries WHERE status = 'sending' AND claim_token <> ",
     );
     s.bind(token);
-    s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
-    s.tuples(chunk, |r, c| {
-        let k = KeyColumns::from(&c.key);
-        r.bind(k.schedule_id)
-            .bind(k.occurrence)
-            .bind(k.minutes_before)
-            .bind(k.recipient)
-            .bind(k.channel);
-    });
-    s.push(")");
+    in_chunk(&mut s, chunk);
     s.query_as::<DB, DeliveryKeyRow>()
         .fetch_all(&mut *conn)
         .await

@@ -205,6 +205,7 @@ where
     for<'r> (String,): FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: crate::RowsAffected,
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
@@ -417,7 +418,8 @@ where
             return Ok(ctx);
         }
         // One round trip: the schedules, and their participants joined with
-        // their users, a row each; participants in order.
+        // their users, a row each. Not sorted there: a sort would copy every
+        // row once more; participants are put in order below.
         let ids = || schedules.iter().map(ScheduleId::as_str);
         let mut s = Statement::new(
             "SELECT 'schedule' AS kind, id AS schedule_id, title, body, recurrence, version,
@@ -453,20 +455,19 @@ where
         );
         s.list(ids());
         suppression::context_parts(&mut s, ids());
-        s.push(" ORDER BY schedule_id, position");
         let rows: Vec<ContextRow> = s
             .query_as::<DB, ContextRow>()
             .fetch_all(&self.pool)
             .await
             .map_err(db_err)?;
-        let mut participants: Vec<(ScheduleId, UserId)> = Vec::new();
+        let mut participants: Vec<(ScheduleId, i64, UserId)> = Vec::new();
         for row in rows {
             match ContextItem::try_from(row)? {
                 ContextItem::Schedule(s) => {
                     ctx.schedules.insert(s.id.clone(), s);
                 }
-                ContextItem::Participant(schedule, user) => {
-                    participants.push((schedule, user.id.clone()));
+                ContextItem::Participant(schedule, position, user) => {
+                    participants.push((schedule, position, user.id.clone()));
                     ctx.users.insert(user.id.clone(), std::sync::Arc::new(user));
                 }
                 ContextItem::Webhook(settings) => ctx.webhook = Some(std::sync::Arc::new(settings)),
@@ -478,7 +479,8 @@ where
                 }
             }
         }
-        for (schedule, user) in participants {
+        participants.sort_unstable_by_key(|&(_, position, _)| position);
+        for (schedule, _, user) in participants {
             if let Some(s) = ctx.schedules.get_mut(&schedule) {
                 s.participants.push(user);
             }
@@ -500,9 +502,7 @@ where
         for chunk in claims.chunks(CHUNK) {
             let owned =
                 claim::claim_chunk::<DB>(&mut tx, chunk, &token, now, takeover_before).await?;
-            for row in owned {
-                out.owned.push(row.try_into()?);
-            }
+            out.owned.extend(owned);
         }
         if out.owned.len() < claims.len() {
             // Which of the others another holder is still sending.

@@ -277,12 +277,14 @@ pub(crate) struct ContextRow {
     pub time_zone: Option<String>,
     pub locale: Option<String>,
     pub channels_off: Option<String>,
+    /// A participant's place among its schedule's participants.
+    pub position: i64,
 }
 
 pub(crate) enum ContextItem {
     Schedule(ScheduleSnapshot),
-    /// A participant of a schedule, in order.
-    Participant(ScheduleId, User),
+    /// A participant of a schedule, and its place among them.
+    Participant(ScheduleId, i64, User),
     /// The tenant's webhook settings: the schedule's columns carry them
     /// (title: default_url, body: secret, recurrence: previous_secret,
     /// version: previous_until), so they come in the same round trip.
@@ -361,6 +363,7 @@ impl TryFrom<ContextRow> for ContextItem {
             }),
             "participant" => ContextItem::Participant(
                 schedule,
+                r.position,
                 User {
                     id: user_id("user_id", &need("user_id", r.user_id)?)?,
                     name: need("name", r.name)?,
