@@ -57,14 +57,21 @@ impl SqliteDelayQueue {
     ) -> StoreResult<Vec<ReceivedMessage>> {
         let now = self.clock.now().timestamp_millis();
         let mut tx = crate::begin_write(&self.pool).await?;
-        // Received too often: move to the dead-letter queue instead of handing out again.
+        // Received too often: moved to the dead-letter queue instead of handed
+        // out again. Only among the visible messages this receive would take:
+        // all of them would be read at every receive, and at a burst thousands
+        // are visible at once. One further back is never handed out either (the
+        // receive below skips it) and goes when it reaches the front.
         sqlx::query(
             "UPDATE queue_messages SET dead = TRUE, dead_at = $1
-             WHERE queue = $2 AND dead = FALSE AND visible_at <= $1 AND receive_count >= $3",
+             WHERE receive_count >= $3 AND id IN (SELECT id FROM queue_messages
+                          WHERE queue = $2 AND dead = FALSE AND visible_at <= $1
+                          ORDER BY visible_at, id LIMIT $4)",
         )
         .bind(now)
         .bind(&self.name)
         .bind(i64::from(self.max_receives))
+        .bind(max as i64)
         .execute(&mut *tx)
         .await
         .map_err(db_err)?;
@@ -72,6 +79,7 @@ impl SqliteDelayQueue {
             "UPDATE queue_messages SET visible_at = $1, receive_count = receive_count + 1
              WHERE id IN (SELECT id FROM queue_messages
                           WHERE queue = $2 AND dead = FALSE AND visible_at <= $3
+                            AND receive_count < $5
                           ORDER BY visible_at, id LIMIT $4)
              RETURNING id, body, attributes, receive_count",
         )
@@ -79,6 +87,7 @@ impl SqliteDelayQueue {
         .bind(&self.name)
         .bind(now)
         .bind(max as i64)
+        .bind(i64::from(self.max_receives))
         .fetch_all(&mut *tx)
         .await
         .map_err(db_err)?;
@@ -392,5 +401,75 @@ impl DelayQueue for SqliteDelayQueue {
 
     async fn release_dead_letters(&self, _letters: &[ReceivedMessage]) -> StoreResult<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use toki_model::Instant;
+
+    struct HandClock(Mutex<Instant>);
+
+    impl Clock for HandClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn message(body: &str, delay: Duration) -> OutgoingMessage {
+        OutgoingMessage {
+            id: body.to_owned(),
+            body: body.to_owned(),
+            attributes: Attributes::new(),
+            delay,
+            group: None,
+        }
+    }
+
+    /// The dead-letter sweep looks only where the receive takes from, and
+    /// the receive passes over a message over its limit: neither of two
+    /// such messages is handed out, whichever place it has in the queue.
+    #[tokio::test]
+    async fn a_message_over_its_limit_is_never_handed_out_wherever_it_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::control::open_sqlite(&dir.path().join("c.sqlite"))
+            .await
+            .unwrap();
+        crate::control::CONTROL_MIGRATIONS.run(&pool).await.unwrap();
+        let at =
+            |s: i64| toki_model::domain::from_millis("at", 1_800_000_000_000 + s * 1000).unwrap();
+        let clock = Arc::new(HandClock(Mutex::new(at(0))));
+        let q = SqliteDelayQueue::new(pool, "q", 1, clock.clone());
+        let secs = Duration::from_secs;
+        let bodies =
+            |got: &[ReceivedMessage]| got.iter().map(|m| m.body.clone()).collect::<Vec<_>>();
+        // Once received each (the limit): over1 visible again at 10 s, over2
+        // at 30 s; fresh is visible at 20 s, between them.
+        q.send_batch(&[message("over1", secs(0))]).await.unwrap();
+        assert_eq!(
+            bodies(&q.try_receive(1, secs(10)).await.unwrap()),
+            ["over1"]
+        );
+        q.send_batch(&[message("over2", secs(0))]).await.unwrap();
+        assert_eq!(
+            bodies(&q.try_receive(1, secs(30)).await.unwrap()),
+            ["over2"]
+        );
+        q.send_batch(&[message("fresh", secs(20))]).await.unwrap();
+        *clock.0.lock().unwrap() = at(40);
+        // The first two in line are over1 and fresh: over1 goes to the dead
+        // letters, and the receive takes fresh and passes over over2.
+        assert_eq!(
+            bodies(&q.try_receive(2, secs(60)).await.unwrap()),
+            ["fresh"]
+        );
+        assert_eq!(q.depth().await.unwrap().dead_letters, 1);
+        // Now over2 is at the front: it goes too, nothing is handed out.
+        assert!(q.try_receive(2, secs(60)).await.unwrap().is_empty());
+        let depth = q.depth().await.unwrap();
+        assert_eq!((depth.messages, depth.dead_letters), (1, 2), "{depth:?}");
     }
 }
