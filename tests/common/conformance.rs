@@ -1841,6 +1841,7 @@ pub mod store {
             )
             .await
             .unwrap();
+        assert_eq!(retry.owned.len(), 2, "{retry:?}");
         let got: BTreeMap<_, _> = retry
             .owned
             .iter()

@@ -1,8 +1,10 @@
 //! The statements of a delivery claim (`claim_deliveries`), each run on the
 //! claim's transaction for one chunk of claims.
 
+use std::collections::HashSet;
+
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
-use toki_model::{DeliveryClaim, Instant};
+use toki_model::{DeliveryClaim, DeliveryKey, Instant};
 use toki_ports::{OwnedDelivery, StoreResult};
 
 use super::rows::{DeliveryKeyRow, KeyColumns, OwnedRow};
@@ -11,10 +13,12 @@ use crate::{db_err, RowsAffected};
 
 /// Claims the deliveries of `chunk` for `token`: new ones, ones that failed
 /// or were put off, and ones whose holder has not renewed them since
-/// `takeover_before`. The deliveries it got.
+/// `takeover_before`. The deliveries it got, none of them among `earlier`
+/// (what the call's earlier chunks got, under the same token).
 pub(super) async fn claim_chunk<DB>(
     conn: &mut DB::Connection,
     chunk: &[DeliveryClaim],
+    earlier: &[OwnedDelivery],
     token: &str,
     now: Instant,
     takeover_before: Instant,
@@ -75,7 +79,17 @@ where
         .fetch_all(&mut *conn)
         .await
         .map_err(db_err)?;
-    rows.into_iter().map(OwnedDelivery::try_from).collect()
+    // A key repeated from an earlier chunk reads back that chunk's row: it
+    // was got once already.
+    let earlier: HashSet<&DeliveryKey> = earlier.iter().map(|o| &o.key).collect();
+    let mut owned = Vec::with_capacity(rows.len());
+    for row in rows {
+        let got = OwnedDelivery::try_from(row)?;
+        if !earlier.contains(&got.key) {
+            owned.push(got);
+        }
+    }
+    Ok(owned)
 }
 
 /// The insert of `chunk`'s rows as claimed by `token`, up to its conflict clause.
@@ -85,12 +99,8 @@ fn insert_claims(chunk: &[DeliveryClaim], token: &str, now: Instant) -> Statemen
            version, status, due_at, claimed_at, attempts, claim_token)",
     );
     s.values(chunk, |r, c| {
-        let k = KeyColumns::from(&c.key);
-        r.bind(k.schedule_id)
-            .bind(k.occurrence)
-            .bind(k.minutes_before)
-            .bind(k.recipient)
-            .bind(k.channel)
+        KeyColumns::from(&c.key)
+            .bind(r)
             .bind(c.version)
             .bind("sending")
             .bind(c.due_at.millis())
@@ -105,12 +115,7 @@ fn insert_claims(chunk: &[DeliveryClaim], token: &str, now: Instant) -> Statemen
 fn in_chunk(s: &mut Statement, chunk: &[DeliveryClaim]) {
     s.push(" AND (schedule_id, occurrence, minutes_before, recipient, channel) IN (");
     s.tuples(chunk, |r, c| {
-        let k = KeyColumns::from(&c.key);
-        r.bind(k.schedule_id)
-            .bind(k.occurrence)
-            .bind(k.minutes_before)
-            .bind(k.recipient)
-            .bind(k.channel);
+        KeyColumns::from(&c.key).bind(r);
     });
     s.push(")");
 }

@@ -140,12 +140,8 @@ fn upsert_outcomes(chunk: &[DeliveryOutcome]) -> Statement {
            version, status, due_at, finished_at, detail, attempts, failures)",
     );
     s.values(chunk, |r, o| {
-        let k = KeyColumns::from(&o.key);
-        r.bind(k.schedule_id)
-            .bind(k.occurrence)
-            .bind(k.minutes_before)
-            .bind(k.recipient)
-            .bind(k.channel)
+        KeyColumns::from(&o.key)
+            .bind(r)
             .bind(o.version)
             .bind(o.status.as_str())
             .bind(o.due_at.millis())
@@ -501,7 +497,8 @@ where
         let mut tx = begin_write(&self.pool).await?;
         for chunk in claims.chunks(CHUNK) {
             let owned =
-                claim::claim_chunk::<DB>(&mut tx, chunk, &token, now, takeover_before).await?;
+                claim::claim_chunk::<DB>(&mut tx, chunk, &out.owned, &token, now, takeover_before)
+                    .await?;
             out.owned.extend(owned);
         }
         if out.owned.len() < claims.len() {

@@ -104,6 +104,20 @@ pub(crate) struct KeyColumns {
     pub channel: &'static str,
 }
 
+impl KeyColumns {
+    /// Binds the five key columns to `row`, in the tables' order.
+    pub fn bind<'r, 's>(
+        self,
+        row: &'r mut super::statement::Row<'s>,
+    ) -> &'r mut super::statement::Row<'s> {
+        row.bind(self.schedule_id)
+            .bind(self.occurrence)
+            .bind(self.minutes_before)
+            .bind(self.recipient)
+            .bind(self.channel)
+    }
+}
+
 impl From<&DeliveryKey> for KeyColumns {
     fn from(k: &DeliveryKey) -> Self {
         KeyColumns {
