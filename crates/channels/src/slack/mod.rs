@@ -238,7 +238,7 @@ impl SlackChannel {
         let permits = &api.permits;
         // Made once it is this batch's turn: at a burst, every batch of the
         // instant waits here, and what each allocated before it waited was
-        // held all that time (BENCHMARKS.md, issue 38, sixth part).
+        // held all that time (docs/bench/history.md, issue 38, sixth part).
         let turn = permits.turn.lock().await;
         let mut results: Vec<Option<SendResult>> = vec![None; batch.len()];
         let mut in_flight = FuturesUnordered::new();
