@@ -54,8 +54,29 @@ where
             })
             .collect());
     }
-    // Some rows were there already: those a claim may take are taken over,
-    // then every row this token holds (new or taken) is read back.
+    claim_existing::<DB>(conn, chunk, earlier, token, now, takeover_before).await
+}
+
+/// A chunk some of whose deliveries had rows already: those a claim may take
+/// are taken over, then every row `token` holds (new or taken) is read back.
+async fn claim_existing<DB>(
+    conn: &mut DB::Connection,
+    chunk: &[DeliveryClaim],
+    earlier: &[OwnedDelivery],
+    token: &str,
+    now: Instant,
+    takeover_before: Instant,
+) -> StoreResult<Vec<OwnedDelivery>>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> OwnedRow: sqlx::FromRow<'r, DB::Row>,
+{
     let mut s = insert_claims(chunk, token, now);
     s.push(
         " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
