@@ -64,13 +64,7 @@ impl Daemon {
         self.stats.add(&self.stats.stale_messages, stale);
         let to_send = std::mem::take(&mut plan.to_send);
         let fired = self
-            .fire(
-                &plan.tenant,
-                store.as_ref(),
-                &plan.messages,
-                to_send,
-                &spans,
-            )
+            .fire(&plan.tenant, &store, &plan.messages, to_send, &spans)
             .await;
         let refused = refused_recipients(&plan.messages, &fired.sent);
         let mut settlement = settle(plan.messages, fired.sent, &fired.revoked, self.clock.now());

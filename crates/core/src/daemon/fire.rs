@@ -1,5 +1,6 @@
-//! Firing: wait for each due instant, take a last look at the schedules just
-//! before it (a change committed up to the cut-off is honoured), then send
+//! Firing: wait for each due instant, looking at the schedules once a second
+//! on the way and a last time just before it (a change committed up to the
+//! cut-off is honoured), then send
 //! every notification due at it, each channel's share as one batch, all
 //! channels at once; and warm the channels up while there is time before it.
 
@@ -19,6 +20,7 @@ use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::TenantStore;
 
 use super::breaker::probe_until_closed;
+use super::looks::Versions;
 use super::plan::{PlannedMessage, ToSend};
 use super::prepare::Prepared;
 use super::settle::Sent;
@@ -111,6 +113,60 @@ pub(super) fn channel_runs(
         })
 }
 
+/// How often a held group's schedules are looked at before the last look.
+/// A change made while the store is too slow for the last look is missed
+/// only if it came within this long (and the store's delay) of it.
+const LOOK_WHILE_HELD_EVERY: Duration = Duration::from_secs(1);
+
+/// The schedules of `group`'s messages (each once).
+fn schedules_of(messages: &[PlannedMessage], group: &[ToSend]) -> Vec<ScheduleId> {
+    group
+        .iter()
+        .map(|t| t.message)
+        .collect::<BTreeSet<usize>>()
+        .into_iter()
+        .map(|m| messages[m].reminder.schedule.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The group's messages whose schedule moved on since the claim, or is
+/// gone, and why.
+fn changed(
+    messages: &[PlannedMessage],
+    group: &[ToSend],
+    versions: &Versions,
+) -> Vec<(usize, String)> {
+    group
+        .iter()
+        .map(|t| t.message)
+        .collect::<BTreeSet<usize>>()
+        .into_iter()
+        .filter_map(|m| {
+            let message = &messages[m];
+            match versions.get(&message.reminder.schedule) {
+                Some(v) if *v == message.version => None,
+                Some(v) => Some((
+                    m,
+                    format!(
+                        "schedule changed just before it was due (version {v}, message has {})",
+                        message.version
+                    ),
+                )),
+                None => Some((m, "schedule deleted just before it was due".to_owned())),
+            }
+        })
+        .collect()
+}
+
+/// Takes the `revoked` messages' notifications out of `group`.
+fn revoke(group: &mut Vec<ToSend>, revoked: &[(usize, String)]) {
+    if !revoked.is_empty() {
+        group.retain(|t| !revoked.iter().any(|(m, _)| *m == t.message));
+    }
+}
+
 /// Channels are warmed again after this long (pooled connections go idle).
 const WARM_EVERY: Duration = Duration::from_secs(20);
 
@@ -124,7 +180,7 @@ impl Daemon {
     pub(super) async fn fire(
         &self,
         tenant: &TenantId,
-        store: &dyn TenantStore,
+        store: &Arc<dyn TenantStore>,
         messages: &[PlannedMessage],
         mut to_send: Vec<ToSend>,
         spans: &[Span],
@@ -136,7 +192,11 @@ impl Daemon {
             let due = first.notification.due_at;
             let mut group = take_due_group(&mut rest, due);
             let fire_at = self.tokio_instant(due);
-            tokio::time::sleep_until(fire_at - self.settings.late_change_cutoff).await;
+            let last_look_at = fire_at - self.settings.late_change_cutoff;
+            let revoked = self
+                .look_while_held(tenant, store, messages, &mut group, last_look_at)
+                .await;
+            fired.revoked.extend(revoked);
             let _sending = self.burst.sending();
             // Past due already (a retry, a late message): the versions were
             // read with the claim a moment ago, so there is nothing to look at.
@@ -146,15 +206,52 @@ impl Daemon {
             } else {
                 Vec::new()
             };
-            if !revoked.is_empty() {
-                group.retain(|t| !revoked.iter().any(|(m, _)| *m == t.message));
-                fired.revoked.extend(revoked);
-            }
+            revoke(&mut group, &revoked);
+            fired.revoked.extend(revoked);
             fired
                 .sent
                 .extend(self.send_group(group, fire_at, spans).await);
         }
         fired
+    }
+
+    /// Holds `group` until `last_look_at`, looking at its schedules every
+    /// [`LOOK_WHILE_HELD_EVERY`] on the way: a change made early in a long
+    /// lead is then found even if the store is too slow to answer the last
+    /// look (which sends as claimed rather than late). Returns what it
+    /// revoked, taken out of `group`; a look that fails or does not answer
+    /// before the next one is passed over.
+    async fn look_while_held(
+        &self,
+        tenant: &TenantId,
+        store: &Arc<dyn TenantStore>,
+        messages: &[PlannedMessage],
+        group: &mut Vec<ToSend>,
+        last_look_at: tokio::time::Instant,
+    ) -> Vec<(usize, String)> {
+        let ahead = last_look_at.saturating_duration_since(tokio::time::Instant::now());
+        let periods = (ahead.as_millis() / LOOK_WHILE_HELD_EVERY.as_millis()) as u32;
+        let mut revoked = Vec::new();
+        // On whole periods before the last look: the latest is one period
+        // before it, never just before it.
+        for k in (1..=periods).rev() {
+            let look_at = last_look_at - LOOK_WHILE_HELD_EVERY * k;
+            tokio::time::sleep_until(look_at).await;
+            if group.is_empty() {
+                break;
+            }
+            let next = look_at + LOOK_WHILE_HELD_EVERY;
+            let looked = self
+                .looks
+                .versions(tenant, store, schedules_of(messages, group));
+            if let Ok(Ok(versions)) = tokio::time::timeout_at(next, looked).await {
+                let found = changed(messages, group, &versions);
+                revoke(group, &found);
+                revoked.extend(found);
+            }
+        }
+        tokio::time::sleep_until(last_look_at).await;
+        revoked
     }
 
     /// The schedules' versions now: messages whose schedule moved on since the
@@ -163,48 +260,25 @@ impl Daemon {
     async fn last_look(
         &self,
         tenant: &TenantId,
-        store: &dyn TenantStore,
+        store: &Arc<dyn TenantStore>,
         messages: &[PlannedMessage],
         group: &[ToSend],
         deadline: tokio::time::Instant,
     ) -> Vec<(usize, String)> {
-        let in_group: BTreeSet<usize> = group.iter().map(|t| t.message).collect();
-        let schedules: Vec<ScheduleId> = in_group
-            .iter()
-            .map(|m| messages[*m].reminder.schedule.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let versions = match tokio::time::timeout_at(deadline, store.schedule_versions(&schedules))
-            .await
-        {
-            Ok(Ok(v)) => v,
+        let looked = self
+            .looks
+            .versions(tenant, store, schedules_of(messages, group));
+        match tokio::time::timeout_at(deadline, looked).await {
+            Ok(Ok(versions)) => changed(messages, group, &versions),
             Ok(Err(e)) => {
                 warn!(%tenant, error = %chain(&e), "last look before firing failed; sending as claimed");
-                return Vec::new();
+                Vec::new()
             }
             Err(_) => {
                 warn!(%tenant, "last look before firing did not answer by the due instant; sending as claimed");
-                return Vec::new();
+                Vec::new()
             }
-        };
-        in_group
-            .into_iter()
-            .filter_map(|m| {
-                let message = &messages[m];
-                match versions.get(&message.reminder.schedule) {
-                    Some(v) if *v == message.version => None,
-                    Some(v) => Some((
-                        m,
-                        format!(
-                            "schedule changed just before it was due (version {v}, message has {})",
-                            message.version
-                        ),
-                    )),
-                    None => Some((m, "schedule deleted just before it was due".to_owned())),
-                }
-            })
-            .collect()
+        }
     }
 
     /// Sends one due group at `fire_at`: each channel's share as one batch,

@@ -23,6 +23,7 @@ mod gated;
 mod heartbeat;
 mod holdings;
 mod intake;
+mod looks;
 mod notices;
 mod offboarded;
 mod plan;
@@ -123,6 +124,8 @@ pub struct Daemon {
     probes: Mutex<JoinSet<()>>,
     recorder: record::Recorder,
     holdings: holdings::Holdings,
+    /// The versions held groups look at before firing, read per tenant at once.
+    looks: looks::Looks,
     warmed: Mutex<HashMap<Channel, tokio::time::Instant>>,
     /// Runs the debounce checks that arrive on the queue (none: they come
     /// back until a daemon that has one takes them, or dead-letter).
@@ -170,6 +173,7 @@ impl Daemon {
             stats: Arc::default(),
             recorder: record::Recorder::default(),
             holdings: holdings::Holdings::default(),
+            looks: looks::Looks::default(),
             warmed: Mutex::default(),
             debounce: None,
             flow: None,

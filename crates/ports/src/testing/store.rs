@@ -3,7 +3,7 @@
 //! journal, and delivery claims that make each delivery exactly once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use toki_model::suppression::{ListUnsubscribe, ListedAddress, Suppression};
 
@@ -110,6 +110,8 @@ pub struct MemoryTenantStore {
     down: AtomicBool,
     /// While set, every call first waits this long (a database that stalls).
     stall: Mutex<Option<std::time::Duration>>,
+    /// Calls that reached the state (a test counts round trips).
+    entered: AtomicU64,
     /// Taken after `state` when both are (outcomes and their events).
     events: Mutex<super::event_log::MemoryEvents>,
     audit: Mutex<super::audit_log::MemoryAudit>,
@@ -158,12 +160,18 @@ impl MemoryTenantStore {
         Ok(self.audit.lock().expect("audit lock"))
     }
 
+    /// Calls so far that waited out any stall and reached the state.
+    pub fn calls(&self) -> u64 {
+        self.entered.load(Ordering::Relaxed)
+    }
+
     /// Waits out a stall, then takes the state as `lock` does.
     pub(super) async fn enter(&self) -> StoreResult<std::sync::MutexGuard<'_, State>> {
         let stall = *self.stall.lock().expect("stall lock");
         if let Some(stall) = stall {
             tokio::time::sleep(stall).await;
         }
+        self.entered.fetch_add(1, Ordering::Relaxed);
         self.lock()
     }
 
