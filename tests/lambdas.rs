@@ -398,7 +398,7 @@ async fn scanner_lambda_enqueues_what_is_due_in_its_window() {
     );
     assert_eq!(aws.toki.queue.depth().await.unwrap().messages, 1);
 
-    // The message becomes visible just before it is due (lead 2 s), not at once.
+    // The message becomes visible just before it is due (the lead), not at once.
     let lead = Duration::from_millis(aws.toki.config.pipeline.lead_ms);
     let started = StdInstant::now();
     let mut received = Vec::new();

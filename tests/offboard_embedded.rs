@@ -16,7 +16,7 @@ const TOKI: &str = env!("CARGO_BIN_EXE_toki");
 
 /// The claims' lease of the harness's daemon and of the CLI's delete, which
 /// waits at least one: short, so the test waits seconds, not tens (longer
-/// than the CLI's default lead of 2 s, which a lease must exceed).
+/// than the lead, the harness's 1 s, which a lease must exceed).
 const LEASE_S: u64 = 3;
 
 /// `toki ARGS --data-dir DATA`: its exit code and stdout.
@@ -24,6 +24,7 @@ fn toki(args: &[&str], data: &Path) -> (i32, String) {
     let out = Command::new(TOKI)
         .args(args)
         .env("TOKI_VISIBILITY_TIMEOUT_S", LEASE_S.to_string())
+        .env("TOKI_LEAD_MS", "1000")
         .arg("--data-dir")
         .arg(data)
         .output()
