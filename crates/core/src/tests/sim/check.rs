@@ -439,13 +439,14 @@ pub fn describe(s: &Scenario) -> String {
         })
         .collect();
     format!(
-        "{:?}, {} daemons (skew {:?} ms), {} tenants, limit {:?}, reconcile {}, faults [{}]",
+        "{:?}, {} daemons (skew {:?} ms), {} tenants, limit {:?}, reconcile {}, lead {:?}, faults [{}]",
         s.day,
         s.skews_ms.len(),
         s.skews_ms,
         s.tenants.len(),
         s.slack_limit,
         s.reconcile,
+        s.lead,
         faults.join(", ")
     )
 }

@@ -129,6 +129,10 @@ pub struct Scenario {
     pub reconcile: bool,
     /// When every tenant has a meeting at once (the 09:00 rush), from the start.
     pub rush: Duration,
+    /// How long before its instant a message is received and held: the
+    /// default, the long lead that holds a large burst ahead, the AWS
+    /// template's.
+    pub lead: Duration,
 }
 
 /// Before this, nothing is due: everything is registered first.
@@ -175,11 +179,14 @@ impl Scenario {
             faults: Vec::new(),
             reconcile: rng.gen_bool(0.5),
             rush,
+            lead: Duration::ZERO,
         };
         scenario.faults = (0..rng.gen_range(0..=4))
             .map(|_| fault(&mut rng, &scenario))
             .collect();
         scenario.faults.sort_by_key(|(at, _)| *at);
+        // Drawn last: the draws above, and so each seed's story, stay as they were.
+        scenario.lead = Duration::from_secs(*[2, 2, 5, 9].choose(&mut rng).expect("leads"));
         scenario
     }
 

@@ -163,6 +163,8 @@ impl World {
     pub async fn new(scenario: Scenario) -> World {
         let mut kit = TestKit::starting_at(scenario.day.origin(), 100);
         kit.pipeline.window = Duration::from_secs(120);
+        kit.pipeline.lead = scenario.lead;
+        kit.daemon_settings.lead = scenario.lead;
         let clock: Arc<dyn Clock> = kit.clock.clone();
         kit.slack.look_up_sent(scenario.reconcile);
         let chat = Arc::new(StoreChat {
