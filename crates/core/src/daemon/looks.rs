@@ -77,6 +77,26 @@ impl Looks {
     }
 }
 
+/// Takes the tenant off the running list if its task ends without doing
+/// so (a store call that panicked): what waits is then answered
+/// `Abandoned` at once, and the next look starts a task afresh.
+struct Listed {
+    running: Arc<Mutex<HashMap<TenantId, Waiting>>>,
+    tenant: TenantId,
+    /// Taken off already, by the task itself.
+    off: bool,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if !self.off {
+            if let Ok(mut running) = self.running.lock() {
+                running.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 /// Answers `asked` with one query, then what asked meanwhile, until
 /// nothing waits; then the tenant is no longer running.
 async fn answer_all(
@@ -85,6 +105,11 @@ async fn answer_all(
     store: Arc<dyn TenantStore>,
     mut asked: Vec<Asked>,
 ) {
+    let mut listed = Listed {
+        running,
+        tenant,
+        off: false,
+    };
     while !asked.is_empty() {
         let schedules: Vec<ScheduleId> = asked
             .iter()
@@ -101,11 +126,13 @@ async fn answer_all(
             // A caller past its deadline no longer listens.
             let _ = a.answer.send(versions.clone());
         }
-        let mut running = running.lock().expect("looks lock");
-        asked = match running.get_mut(&tenant) {
+        let mut running = listed.running.lock().expect("looks lock");
+        asked = match running.get_mut(&listed.tenant) {
             Some(waiting) if !waiting.0.is_empty() => std::mem::take(&mut waiting.0),
             _ => {
-                running.remove(&tenant);
+                running.remove(&listed.tenant);
+                drop(running);
+                listed.off = true;
                 Vec::new()
             }
         };
