@@ -197,6 +197,10 @@ impl Daemon {
                 .look_while_held(tenant, store, messages, &mut group, last_look_at)
                 .await;
             fired.revoked.extend(revoked);
+            // Every message revoked while held: nothing to look at or send.
+            if group.is_empty() {
+                continue;
+            }
             let _sending = self.burst.sending();
             // Past due already (a retry, a late message): the versions were
             // read with the claim a moment ago, so there is nothing to look at.
