@@ -11,7 +11,9 @@ use toki_ports::StoreResult;
 
 use crate::db_err;
 
-pub static CONTROL_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/control");
+/// The control database's migrations (migrations/control), compiled in.
+pub static CONTROL_MIGRATIONS: std::sync::LazyLock<sqlx::migrate::Migrator> =
+    std::sync::LazyLock::new(|| crate::row::migrator(crate::row::files::CONTROL));
 
 /// Opens a SQLite file tuned for a single process with many short writes:
 /// WAL, synchronous=NORMAL, one connection (SQLite serialises writers anyway,

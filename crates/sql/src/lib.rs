@@ -4,6 +4,8 @@
 //! Without the `sqlite` feature only the Postgres tenant stores are built (the
 //! AWS family: the Lambdas).
 
+#[macro_use]
+mod row;
 #[cfg(feature = "sqlite")]
 pub mod control;
 #[cfg(feature = "sqlite")]

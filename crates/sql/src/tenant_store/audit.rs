@@ -12,15 +12,17 @@ use super::statement::Statement;
 use super::{SqlTenantStore, CHUNK};
 use crate::{begin_write, db_err};
 
-#[derive(Debug, FromRow)]
-pub(crate) struct AuditRow {
-    seq: i64,
-    at: i64,
-    actor: String,
-    action: String,
-    resource: Option<String>,
-    version_before: Option<i64>,
-    version_after: Option<i64>,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct AuditRow {
+        seq: i64,
+        at: i64,
+        actor: String,
+        action: String,
+        resource: Option<String>,
+        version_before: Option<i64>,
+        version_after: Option<i64>,
+    }
 }
 
 impl TryFrom<AuditRow> for StoredAuditEntry {

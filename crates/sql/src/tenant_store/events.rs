@@ -15,12 +15,14 @@ use super::statement::Statement;
 use super::{SqlTenantStore, CHUNK};
 use crate::{begin_write, db_err};
 
-#[derive(Debug, FromRow)]
-pub(crate) struct EventRow {
-    seq: i64,
-    kind: String,
-    occurred_at: i64,
-    data: String,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct EventRow {
+        seq: i64,
+        kind: String,
+        occurred_at: i64,
+        data: String,
+    }
 }
 
 impl TryFrom<EventRow> for StoredEvent {
@@ -37,22 +39,24 @@ impl TryFrom<EventRow> for StoredEvent {
     }
 }
 
-#[derive(Debug, FromRow)]
-pub(crate) struct EndpointRow {
-    id: String,
-    url: String,
-    kinds: String,
-    ordering: String,
-    secret: String,
-    previous_secret: Option<String>,
-    previous_until: i64,
-    disabled_reason: Option<String>,
-    cursor_seq: i64,
-    failures: i64,
-    next_attempt_at: i64,
-    last_error: Option<String>,
-    revision: i64,
-    created_at: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct EndpointRow {
+        id: String,
+        url: String,
+        kinds: String,
+        ordering: String,
+        secret: String,
+        previous_secret: Option<String>,
+        previous_until: i64,
+        disabled_reason: Option<String>,
+        cursor_seq: i64,
+        failures: i64,
+        next_attempt_at: i64,
+        last_error: Option<String>,
+        revision: i64,
+        created_at: i64,
+    }
 }
 
 const ENDPOINT_COLUMNS: &str = "id, url, kinds, ordering, secret, previous_secret, previous_until,

@@ -8,12 +8,14 @@ use toki_ports::{IdempotentStart, KeyedRequest, StoreError, StoreResult};
 use super::statement::Statement;
 use crate::db_err;
 
-/// A key's request as stored: its answer's columns NULL while in progress.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct IdempotencyRow {
-    digest: String,
-    status: Option<i64>,
-    body: Option<String>,
+row! {
+    /// A key's request as stored: its answer's columns NULL while in progress.
+    #[derive(Debug)]
+    pub(crate) struct IdempotencyRow {
+        digest: String,
+        status: Option<i64>,
+        body: Option<String>,
+    }
 }
 
 impl TryFrom<IdempotencyRow> for KeyedRequest {

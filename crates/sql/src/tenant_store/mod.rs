@@ -44,7 +44,9 @@ use statement::Statement;
 use toki_model::webhook::WebhookSettings;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub static TENANT_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/tenant");
+/// The tenant database's migrations (migrations/tenant), compiled in.
+pub static TENANT_MIGRATIONS: std::sync::LazyLock<sqlx::migrate::Migrator> =
+    std::sync::LazyLock::new(|| crate::row::migrator(crate::row::files::TENANT));
 
 /// Rows per multi-row statement: with up to 11 values a row, well under
 /// SQLite's 32,766 and Postgres's 65,535 bind parameters.

@@ -92,13 +92,15 @@ fn purge(rows: TenantRows, before: Instant, limit: u32) -> Statement {
     s
 }
 
-#[derive(Debug, FromRow)]
-pub(crate) struct PurgeRow {
-    kind: String,
-    last_pass_at: i64,
-    cutoff: i64,
-    last_purged: i64,
-    total_purged: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct PurgeRow {
+        kind: String,
+        last_pass_at: i64,
+        cutoff: i64,
+        last_purged: i64,
+        total_purged: i64,
+    }
 }
 
 impl TryFrom<PurgeRow> for PurgeRecord {

@@ -50,14 +50,16 @@ fn channel(s: &str) -> StoreResult<Channel> {
     s.parse().map_err(|e| corrupt("channel", e))
 }
 
-/// The columns that name a delivery, as every table that refers to one has them.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct DeliveryKeyRow {
-    pub schedule_id: String,
-    pub occurrence: i64,
-    pub minutes_before: i64,
-    pub recipient: String,
-    pub channel: String,
+row! {
+    /// The columns that name a delivery, as every table that refers to one has them.
+    #[derive(Debug)]
+    pub(crate) struct DeliveryKeyRow {
+        pub schedule_id: String,
+        pub occurrence: i64,
+        pub minutes_before: i64,
+        pub recipient: String,
+        pub channel: String,
+    }
 }
 
 impl TryFrom<DeliveryKeyRow> for DeliveryKey {
@@ -75,13 +77,15 @@ impl TryFrom<DeliveryKeyRow> for DeliveryKey {
     }
 }
 
-/// A delivery a claim got, with its budget so far.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct OwnedRow {
-    #[sqlx(flatten)]
-    pub key: DeliveryKeyRow,
-    pub failures: i64,
-    pub taken_over: bool,
+row! {
+    /// A delivery a claim got, with its budget so far.
+    #[derive(Debug)]
+    pub(crate) struct OwnedRow {
+        #[flatten]
+        pub key: DeliveryKeyRow,
+        pub failures: i64,
+        pub taken_over: bool,
+    }
 }
 
 impl TryFrom<OwnedRow> for OwnedDelivery {
@@ -130,15 +134,17 @@ impl From<&DeliveryKey> for KeyColumns {
     }
 }
 
-/// A delivery row an outcome changed, with its failures since.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ChangedDelivery {
-    pub schedule_id: String,
-    pub occurrence: i64,
-    pub minutes_before: i64,
-    pub recipient: String,
-    pub channel: String,
-    pub failures: i64,
+row! {
+    /// A delivery row an outcome changed, with its failures since.
+    #[derive(Debug)]
+    pub(crate) struct ChangedDelivery {
+        pub schedule_id: String,
+        pub occurrence: i64,
+        pub minutes_before: i64,
+        pub recipient: String,
+        pub channel: String,
+        pub failures: i64,
+    }
 }
 
 impl ChangedDelivery {
@@ -178,16 +184,18 @@ impl ChangedDelivery {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct UserRow {
-    pub id: String,
-    pub name: String,
-    pub email: Option<String>,
-    pub slack_user_id: Option<String>,
-    pub webhook_url: Option<String>,
-    pub time_zone: String,
-    pub locale: String,
-    pub channels_off: String,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct UserRow {
+        pub id: String,
+        pub name: String,
+        pub email: Option<String>,
+        pub slack_user_id: Option<String>,
+        pub webhook_url: Option<String>,
+        pub time_zone: String,
+        pub locale: String,
+        pub channels_off: String,
+    }
 }
 
 impl TryFrom<UserRow> for User {
@@ -206,14 +214,16 @@ impl TryFrom<UserRow> for User {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ScheduleRow {
-    pub title: String,
-    pub body: String,
-    pub starts_at: i64,
-    pub time_zone: String,
-    pub recurrence: Option<String>,
-    pub version: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct ScheduleRow {
+        pub title: String,
+        pub body: String,
+        pub starts_at: i64,
+        pub time_zone: String,
+        pub recurrence: Option<String>,
+        pub version: i64,
+    }
 }
 
 /// The `recurrence` column: the series as JSON, NULL for a one-off.
@@ -235,10 +245,12 @@ impl ScheduleRow {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct RuleRow {
-    pub minutes_before: i64,
-    pub channels: String,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct RuleRow {
+        pub minutes_before: i64,
+        pub channels: String,
+    }
 }
 
 impl TryFrom<RuleRow> for ReminderRule {
@@ -257,12 +269,14 @@ pub(crate) fn participant(id: &str) -> StoreResult<UserId> {
     user_id("user_id", id)
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct MirrorRow {
-    pub schedule_id: String,
-    pub version: i64,
-    pub deleted: bool,
-    pub mirrored: bool,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct MirrorRow {
+        pub schedule_id: String,
+        pub version: i64,
+        pub deleted: bool,
+        pub mirrored: bool,
+    }
 }
 
 impl MirrorRow {
@@ -271,28 +285,30 @@ impl MirrorRow {
     }
 }
 
-/// One round trip gives the schedules and their participants (as users)
-/// together: a row is one or the other.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ContextRow {
-    pub kind: String,
-    pub schedule_id: String,
-    // A schedule's columns.
-    pub title: Option<String>,
-    pub body: Option<String>,
-    pub recurrence: Option<String>,
-    pub version: Option<i64>,
-    // A participant's columns.
-    pub user_id: Option<String>,
-    pub name: Option<String>,
-    pub email: Option<String>,
-    pub slack_user_id: Option<String>,
-    pub webhook_url: Option<String>,
-    pub time_zone: Option<String>,
-    pub locale: Option<String>,
-    pub channels_off: Option<String>,
-    /// A participant's place among its schedule's participants.
-    pub position: i64,
+row! {
+    /// One round trip gives the schedules and their participants (as users)
+    /// together: a row is one or the other.
+    #[derive(Debug)]
+    pub(crate) struct ContextRow {
+        pub kind: String,
+        pub schedule_id: String,
+        // A schedule's columns.
+        pub title: Option<String>,
+        pub body: Option<String>,
+        pub recurrence: Option<String>,
+        pub version: Option<i64>,
+        // A participant's columns.
+        pub user_id: Option<String>,
+        pub name: Option<String>,
+        pub email: Option<String>,
+        pub slack_user_id: Option<String>,
+        pub webhook_url: Option<String>,
+        pub time_zone: Option<String>,
+        pub locale: Option<String>,
+        pub channels_off: Option<String>,
+        /// A participant's place among its schedule's participants.
+        pub position: i64,
+    }
 }
 
 pub(crate) enum ContextItem {
@@ -394,15 +410,17 @@ impl TryFrom<ContextRow> for ContextItem {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct DeliveryRow {
-    #[sqlx(flatten)]
-    pub key: DeliveryKeyRow,
-    pub version: i64,
-    pub status: String,
-    pub due_at: i64,
-    pub at: i64,
-    pub detail: Option<String>,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct DeliveryRow {
+        #[flatten]
+        pub key: DeliveryKeyRow,
+        pub version: i64,
+        pub status: String,
+        pub due_at: i64,
+        pub at: i64,
+        pub detail: Option<String>,
+    }
 }
 
 impl TryFrom<DeliveryRow> for DeliveryOutcome {
@@ -419,11 +437,13 @@ impl TryFrom<DeliveryRow> for DeliveryOutcome {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct CountRow {
-    pub channel: String,
-    pub status: String,
-    pub n: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct CountRow {
+        pub channel: String,
+        pub status: String,
+        pub n: i64,
+    }
 }
 
 impl TryFrom<CountRow> for DeliveryCount {
@@ -437,21 +457,24 @@ impl TryFrom<CountRow> for DeliveryCount {
     }
 }
 
-#[derive(sqlx::FromRow)]
-pub(crate) struct WebhookRow {
-    pub default_url: Option<String>,
-    pub secret: String,
-    pub previous_secret: Option<String>,
-    pub previous_until: Option<i64>,
+row! {
+    pub(crate) struct WebhookRow {
+        pub default_url: Option<String>,
+        pub secret: String,
+        pub previous_secret: Option<String>,
+        pub previous_until: Option<i64>,
+    }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct ChatRow {
-    #[sqlx(flatten)]
-    pub key: DeliveryKeyRow,
-    pub version: i64,
-    pub body: String,
-    pub created_at: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct ChatRow {
+        #[flatten]
+        pub key: DeliveryKeyRow,
+        pub version: i64,
+        pub body: String,
+        pub created_at: i64,
+    }
 }
 
 impl TryFrom<ChatRow> for ChatMessage {
@@ -481,15 +504,17 @@ pub(crate) fn snapshot_json(schedule: Option<&toki_model::Schedule>) -> Option<S
     schedule.map(|s| serde_json::to_string(s).expect("a schedule serialises"))
 }
 
-/// A frozen change notice.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct NoticeRow {
-    pub schedule_id: String,
-    pub token: String,
-    pub edge: String,
-    pub at: i64,
-    pub before_snapshot: Option<String>,
-    pub after_snapshot: Option<String>,
+row! {
+    /// A frozen change notice.
+    #[derive(Debug)]
+    pub(crate) struct NoticeRow {
+        pub schedule_id: String,
+        pub token: String,
+        pub edge: String,
+        pub at: i64,
+        pub before_snapshot: Option<String>,
+        pub after_snapshot: Option<String>,
+    }
 }
 
 impl TryFrom<NoticeRow> for toki_model::change::ChangeNotice {
@@ -506,21 +531,25 @@ impl TryFrom<NoticeRow> for toki_model::change::ChangeNotice {
     }
 }
 
-/// A baseline as a freeze takes it: the snapshot and the last notice's instant.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct BaselineRow {
-    pub snapshot: Option<String>,
-    pub last_notice_at: i64,
+row! {
+    /// A baseline as a freeze takes it: the snapshot and the last notice's instant.
+    #[derive(Debug)]
+    pub(crate) struct BaselineRow {
+        pub snapshot: Option<String>,
+        pub last_notice_at: i64,
+    }
 }
 
-/// A tenant's reminder template.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct TemplateRow {
-    pub channel: String,
-    pub locale: String,
-    pub subject: Option<String>,
-    pub text: String,
-    pub html: Option<String>,
+row! {
+    /// A tenant's reminder template.
+    #[derive(Debug)]
+    pub(crate) struct TemplateRow {
+        pub channel: String,
+        pub locale: String,
+        pub subject: Option<String>,
+        pub text: String,
+        pub html: Option<String>,
+    }
 }
 
 impl TryFrom<TemplateRow> for toki_model::template::ReminderTemplate {

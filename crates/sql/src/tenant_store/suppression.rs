@@ -14,12 +14,14 @@ use super::statement::Statement;
 use super::{SqlTenantStore, CHUNK};
 use crate::db_err;
 
-#[derive(Debug, FromRow)]
-pub(crate) struct SuppressionRow {
-    address: String,
-    reason: String,
-    detail: Option<String>,
-    created_at: i64,
+row! {
+    #[derive(Debug)]
+    pub(crate) struct SuppressionRow {
+        address: String,
+        reason: String,
+        detail: Option<String>,
+        created_at: i64,
+    }
 }
 
 impl SuppressionRow {
