@@ -16,9 +16,7 @@ use toki_model::TenantId;
 use toki_ports::{Clock, TenantDirectory};
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, request, KEY};
+use crate::common::{kit_with_tenant, request, KEY};
 
 const T: &str = "/v1/tenants/acme";
 

@@ -15,12 +15,10 @@ use toki_app::api;
 use toki_core::testing::TestKit;
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, KEY};
+use crate::common::{kit_with_tenant, KEY};
 
 async fn call(kit: &TestKit, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let req = common::request(method, path, Some(KEY), body);
+    let req = crate::common::request(method, path, Some(KEY), body);
     let resp = api::router(Arc::new(kit.registrar()))
         .oneshot(req)
         .await

@@ -15,9 +15,7 @@ use toki_model::domain::{
 use toki_ports::{Clock, TenantStores};
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, request, KEY};
+use crate::common::{kit_with_tenant, request, KEY};
 
 const ENDPOINTS: &str = "/v1/tenants/acme/event-endpoints";
 

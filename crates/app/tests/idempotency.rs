@@ -15,9 +15,7 @@ use toki_model::TenantRecord;
 use toki_ports::{Clock, IdempotentStart, KeyedRequest, TenantDirectory, TenantStores};
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, KEY};
+use crate::common::{kit_with_tenant, KEY};
 
 const BATCH: &str = "/v1/tenants/acme/schedules:batch";
 
@@ -72,7 +70,7 @@ async fn post(kit: &TestKit, path: &str, key: &str, idem: &[&[u8]], body: &Value
 
 /// The version of schedule `id` of `tenant` (its API key `key`), None if absent.
 async fn version(kit: &TestKit, tenant: &str, key: &str, id: &str) -> Option<i64> {
-    let req = common::request(
+    let req = crate::common::request(
         "GET",
         &format!("/v1/tenants/{tenant}/schedules/{id}"),
         Some(key),
@@ -316,7 +314,7 @@ async fn add_tenant(kit: &TestKit, id: &str, key: &str) {
 #[tokio::test(start_paused = true)]
 async fn the_document_describes_the_header_and_its_answers() {
     let kit = kit_with_tenant().await;
-    let req = common::request("GET", "/openapi.json", None, None);
+    let req = crate::common::request("GET", "/openapi.json", None, None);
     let resp = api::router(Arc::new(kit.registrar()))
         .oneshot(req)
         .await

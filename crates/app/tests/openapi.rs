@@ -24,9 +24,7 @@ use toki_model::template::TemplateInput;
 use toki_model::{Channel, ScheduleId, TenantId, UserId};
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, KEY};
+use crate::common::{kit_with_tenant, KEY};
 
 /// Every route of `api::router` and its methods.
 const ROUTES: &[(&str, &[&str])] = &[
@@ -375,7 +373,7 @@ fn matches_template(template: &str, path: &str) -> bool {
 /// Calls the router and holds the answer to the document: its status is
 /// listed for the route, and its content type and body are the listed ones.
 async fn call(kit: &TestKit, doc: &Doc, method: &str, path: &str, body: Option<Value>) -> Answer {
-    let req = common::request(method, path, Some(KEY), body);
+    let req = crate::common::request(method, path, Some(KEY), body);
     conforms(doc, method, path, send(kit, req).await)
 }
 

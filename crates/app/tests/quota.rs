@@ -19,9 +19,7 @@ use toki_model::TenantId;
 use toki_ports::TenantDirectory;
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, KEY};
+use crate::common::{kit_with_tenant, KEY};
 
 const BETA_KEY: &str = "toki_beta_key";
 
@@ -32,7 +30,7 @@ struct Answer {
 }
 
 async fn call(router: &Router, method: &str, path: &str, key: &str, body: Option<Value>) -> Answer {
-    let req = common::request(method, path, Some(key), body);
+    let req = crate::common::request(method, path, Some(key), body);
     let resp = router.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let retry_after = resp

@@ -12,9 +12,7 @@ use toki_core::testing::TestKit;
 use toki_ports::TenantStore;
 use tower::ServiceExt;
 
-mod common;
-
-use common::{kit_with_tenant, KEY};
+use crate::common::{kit_with_tenant, KEY};
 
 async fn call(
     kit: &TestKit,
@@ -23,7 +21,7 @@ async fn call(
     key: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let req = common::request(method, path, key, body);
+    let req = crate::common::request(method, path, key, body);
     let router = api::router(Arc::new(kit.registrar()));
     let resp = router.oneshot(req).await.unwrap();
     let status = resp.status();
