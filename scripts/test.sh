@@ -278,12 +278,15 @@ if command -v psql >/dev/null && [ "$(psql "$TOKI_TEST_DATABASE_URL" -Atc 'SHOW 
 fi
 echo "tests create their databases on $TOKI_TEST_DATABASE_URL"
 
-# The tests mostly wait (on timers, sockets and the emulators: about 12 % of
-# two cores with two test threads), so four parts run side by side: the
-# workspace's tests, the LocalStack pass, the infra check and schemathesis
-# (at idle priority, below); each part's output is printed when it ends.
-# Measured in README (Tests, "CI").
+# Four parts run side by side: the workspace's tests, the LocalStack pass,
+# the infra check and schemathesis; each part's output is printed when it
+# ends. Together they keep both cores busy (docs/testing.md, "CI timings").
 PARTS=()
+# Run once, in the LocalStack pass when there is one (SQS there as it is
+# in LocalStack's own container): the init script and the aws demo. The
+# pass takes the tests that touch SQS; the DynamoDB tests are moto's in
+# both passes, so they run in the first only.
+LS_ONLY='test(/^conformance_aws::init_aws_script/) | test(demo_against_the_aws_emulator)'
 part() { # name command...
   local name="$1"; shift
   ( "$@" >"$WORK/part-$name.log" 2>&1; echo $? >"$WORK/part-$name.rc" ) &
@@ -294,7 +297,7 @@ part() { # name command...
 # on the real parts (ignored by plain cargo test, run here).
 if cargo nextest --version >/dev/null 2>&1; then
   step "in parallel: cargo nextest run --workspace --run-ignored all; the AWS tests on LocalStack; infra/check.sh; schemathesis"
-  part tests cargo nextest run --workspace --no-fail-fast --run-ignored all "$@"
+  part tests cargo nextest run --workspace --no-fail-fast --run-ignored all ${LS_PORT:+-E "not ($LS_ONLY)"} "$@"
 else
   step "in parallel: cargo test --workspace -- --include-ignored (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo test --workspace --all-targets --no-fail-fast -- --include-ignored "$@"
@@ -305,17 +308,15 @@ if [ -n "$LS_PORT" ]; then
   # --workspace, as above, so that nothing is rebuilt with other features.
   if cargo nextest --version >/dev/null 2>&1; then
     part localstack env TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo nextest run --workspace --no-fail-fast \
-      --run-ignored all -E 'test(/^conformance_aws::/) | test(demo_against_the_aws_emulator)'
+      --run-ignored all -E "test(/^conformance_aws::(queue_|ensure_resources)/) | $LS_ONLY"
   else
     part localstack env TOKI_TEST_SQS_ENDPOINT="http://127.0.0.1:$LS_PORT" cargo test --no-fail-fast \
       --test integration -- --include-ignored conformance_aws:: demo::demo_against_the_aws_emulator
   fi
 fi
 part infra env TOKI_VENV="$VENV" bash infra/check.sh
-# The registrar API fuzzed against its own OpenAPI document, on the debug
-# toki the test build made (a toki serve of its own on a free port), at idle
-# CPU priority: it takes only what the tests leave (they mostly wait; they
-# assert no timing, but a slower pass is a longer CI run), and idle I/O.
+# The Lambda zips' build takes only the CPU the other parts leave (idle
+# priority, and idle I/O).
 idle=()
 command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && idle+=(chrt --idle 0)
 command -v ionice >/dev/null && ionice -c3 true 2>/dev/null && idle+=(ionice -c3)
@@ -335,7 +336,11 @@ if [ -n "${TOKI_TEST_ZIPS:-}" ]; then
   }
   part zips ${idle[@]+"${idle[@]}"} nice -n 19 bash -c "$(declare -f zips); WORK='$WORK'; zips"
 fi
-part schemathesis env TOKI_VENV="$VENV" ${idle[@]+"${idle[@]}"} nice -n 19 bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
+# The registrar API fuzzed against its own OpenAPI document, on the debug
+# toki the test build made (a toki serve of its own on a free port), at the
+# tests' priority: about two minutes of one core, which at idle priority it
+# got only after the tests, alone on one core (no test asserts a time).
+part schemathesis env TOKI_VENV="$VENV" bash scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/toki"
 FAILED=()
 for p in "${PARTS[@]}"; do
   name="${p%%:*}"
