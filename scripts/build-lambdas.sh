@@ -18,8 +18,8 @@
 #   scripts/build-lambdas.sh --from-build target/debug
 #
 # packages binaries that are already built (CI: its test build's, made by
-# `cargo build --workspace --all-targets` on top of the tests' units, so no
-# crate is compiled twice) into zips of the same form, without cargo-lambda,
+# `cargo build --workspace --bins --tests` on top of the tests' units, so
+# no crate is compiled twice) into zips of the same form, without cargo-lambda,
 # under <target>/lambda-ci/ (not <target>/lambda/, which a deploy reads).
 # Those are checks that the Lambdas build and package, not deployable
 # artefacts: they are unoptimised, linked against this machine's glibc, and
@@ -58,7 +58,7 @@ cd "$root"
 zip_built() { # dir out
   for bin in "${BINS[@]}"; do
     if [ ! -x "$1/$bin" ]; then
-      echo "build-lambdas: $1/$bin is missing (build it first: cargo build --workspace --all-targets)" >&2
+      echo "build-lambdas: $1/$bin is missing (build it first: cargo build --workspace --bins --tests)" >&2
       exit 1
     fi
     mkdir -p "$2/$bin"
