@@ -303,7 +303,11 @@ part() { # name command...
 # on the real parts (ignored by plain cargo test, run here).
 if cargo nextest --version >/dev/null 2>&1; then
   step "in parallel: cargo nextest run --workspace --run-ignored all; the AWS tests on LocalStack; infra/check.sh; schemathesis"
-  part tests cargo nextest run --workspace --no-fail-fast --run-ignored all ${LS_PORT:+-E "not ($LS_ONLY)"} "$@"
+  # Without arguments only: nextest ORs -E filtersets, so a caller's own -E
+  # beside this one would select nearly everything.
+  skip_ls_only=()
+  [ -n "$LS_PORT" ] && [ "$#" -eq 0 ] && skip_ls_only=(-E "not ($LS_ONLY)")
+  part tests cargo nextest run --workspace --no-fail-fast --run-ignored all ${skip_ls_only[@]+"${skip_ls_only[@]}"} "$@"
 else
   step "in parallel: cargo test --workspace -- --include-ignored (cargo-nextest not installed); the AWS tests on LocalStack; infra/check.sh; schemathesis"
   part tests cargo test --workspace --all-targets --no-fail-fast -- --include-ignored "$@"
