@@ -28,20 +28,21 @@ use super::Daemon;
 
 /// One channel's share of a due group: a run of the group's notifications
 /// (a sender takes them as one slice) and, at the same positions, where
-/// each came from.
+/// each came from and its send span (none: traces off).
 struct ChannelBatch<'a> {
     notifications: &'a [Notification],
     origins: &'a [Origin],
+    spans: &'a [Span],
 }
 
-/// Where a notification of a channel batch came from.
+/// Where a notification of a channel batch came from. Made for every
+/// delivery of the instant at once: its span is kept apart, only when
+/// traces are on (beside it, 40 of its 64 bytes; 4 MB at 100,000 due).
 pub(super) struct Origin {
     pub(super) message: usize,
     pub(super) delivery: usize,
     /// Taken over from a holder that stopped: ask the channel before sending.
     taken_over: bool,
-    /// The delivery's send span (none: traces off).
-    span: Option<Span>,
 }
 
 /// What firing a tenant's part of a batch came to.
@@ -70,33 +71,41 @@ pub(super) fn take_due_group(rest: &mut Vec<ToSend>, due: DueAt) -> Vec<ToSend> 
     std::mem::replace(rest, later)
 }
 
-/// A due group as it is sent: its notifications sorted by channel, and
-/// where each came from. The notifications are collected from the group's
+/// A due group as it is sent: its notifications sorted by channel, where
+/// each came from, and each one's send span (empty: traces off, `spans` is
+/// empty). The notifications are collected from the group's
 /// own vector, which the standard library does in place (a test checks it):
 /// a group held until its instant is not copied at it (the per-channel
 /// copies were 272 bytes a delivery, made at the instant).
 pub(super) fn split_group(
     mut group: Vec<ToSend>,
     spans: &[Span],
-) -> (Vec<Notification>, Vec<Origin>) {
+) -> (Vec<Notification>, Vec<Origin>, Vec<Span>) {
     // Usually one channel, already in order: a stable sort would still
     // make its scratch copy.
     if !group.is_sorted_by_key(|t| t.notification.key.channel) {
         group.sort_by_key(|t| t.notification.key.channel);
     }
+    let send_spans = match spans.is_empty() {
+        true => Vec::new(),
+        false => group
+            .iter()
+            .map(|t| match spans.get(t.message) {
+                Some(parent) => trace::send_span(parent, &t.notification),
+                None => Span::none(),
+            })
+            .collect(),
+    };
     let origins = group
         .iter()
         .map(|t| Origin {
             message: t.message,
             delivery: t.delivery,
             taken_over: t.taken_over,
-            span: spans
-                .get(t.message)
-                .map(|parent| trace::send_span(parent, &t.notification)),
         })
         .collect();
     let notifications = group.into_iter().map(|t| t.notification).collect();
-    (notifications, origins)
+    (notifications, origins, send_spans)
 }
 
 /// Each channel's run in `notifications` (sorted by channel), in order.
@@ -294,12 +303,13 @@ impl Daemon {
         fire_at: tokio::time::Instant,
         spans: &[Span],
     ) -> Vec<Sent> {
-        let (notifications, origins) = split_group(group, spans);
+        let (notifications, origins, send_spans) = split_group(group, spans);
         let per_channel = channel_runs(&notifications).map(|(channel, run)| {
             (
                 channel,
                 ChannelBatch {
                     notifications: &notifications[run.clone()],
+                    spans: send_spans.get(run.clone()).unwrap_or_default(),
                     origins: &origins[run],
                 },
             )
@@ -317,10 +327,8 @@ impl Daemon {
                     batch.notifications.len()
                 ],
             };
-            for (origin, result) in batch.origins.iter().zip(&results) {
-                if let Some(span) = &origin.span {
-                    trace::record_send(span, result.as_ref());
-                }
+            for (span, result) in batch.spans.iter().zip(&results) {
+                trace::record_send(span, result.as_ref());
             }
             batch
                 .origins
