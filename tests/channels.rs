@@ -6,9 +6,9 @@ use crate::common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::notification;
 use common::pipeline::{due_in, meeting, Harness};
 use common::services::{slack_standin, smtp};
+use common::{notification, notification_on};
 use toki_channels::{MailChannel, SlackChannel};
 use toki_devtools::slack_standin::StandinOptions;
 use toki_model::*;
@@ -90,10 +90,11 @@ async fn mail_goes_through_smtp_with_its_delivery_header() {
     )
     .unwrap();
     let marker = common::conformance::unique("m");
-    let mut batch: Vec<_> = (0..2).map(|i| notification(i, "U0")).collect();
+    let mut batch: Vec<_> = (0..2)
+        .map(|i| notification_on(i, "U0", Channel::Mail))
+        .collect();
     for n in &mut batch {
-        n.key.channel = Channel::Mail;
-        n.subject = format!("Reminder {marker}");
+        n.parts.get_or_insert_default().subject = format!("Reminder {marker}");
     }
     let results = mail.send(&batch).await;
     assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
@@ -158,8 +159,7 @@ async fn every_copy_of_a_mail_has_the_same_message_id() {
         clock(),
     )
     .unwrap();
-    let mut n = notification(7, "U7");
-    n.key.channel = Channel::Mail;
+    let n = notification_on(7, "U7", Channel::Mail);
     for _ in 0..2 {
         let r = mail.send(std::slice::from_ref(&n)).await;
         assert!(r[0].is_ok(), "{r:?}");
@@ -183,8 +183,7 @@ async fn smtp_replies_decide_between_trying_again_and_giving_up() {
         clock(),
     )
     .unwrap();
-    let mut n = notification(1, "U1");
-    n.key.channel = Channel::Mail;
+    let n = notification_on(1, "U1", Channel::Mail);
     use toki_devtools::smtp_standin::SmtpBehaviour;
     let cases = [
         (
@@ -240,8 +239,7 @@ async fn mail_to_a_closed_port_is_transient_and_the_probe_says_so() {
         clock(),
     )
     .unwrap();
-    let mut n = notification(1, "U1");
-    n.key.channel = Channel::Mail;
+    let n = notification_on(1, "U1", Channel::Mail);
     let r = mail.send(std::slice::from_ref(&n)).await;
     assert!(matches!(&r[0], Err(SendError::Transient(_))), "{r:?}");
     assert!(matches!(mail.probe().await, Err(SendError::Transient(_))));
@@ -351,9 +349,7 @@ async fn slack_posts_the_documented_body() {
 }
 
 fn mail_notification(i: usize) -> Notification {
-    let mut n = notification(i, "U1");
-    n.key.channel = Channel::Mail;
-    n
+    notification_on(i, "U1", Channel::Mail)
 }
 
 fn pooled_mail(addr: &str, sessions: u32, timeout: Duration) -> MailChannel {

@@ -16,9 +16,8 @@ use toki_model::*;
 use toki_ports::channel::{ChannelSender, Notification, SendError};
 
 fn notification(i: usize, subject: &str) -> Notification {
-    let mut n = common::notification(i, "U0");
-    n.key.channel = Channel::Mail;
-    n.subject = subject.into();
+    let mut n = common::notification_on(i, "U0", Channel::Mail);
+    n.parts.get_or_insert_default().subject = subject.into();
     n
 }
 

@@ -49,9 +49,8 @@ fn channel(policy: EgressPolicy) -> WebhookChannel {
 
 /// Notification `i` on the webhook channel to `url`, signed by `settings`.
 fn to(url: &str, i: usize, settings: &Arc<WebhookSettings>) -> Notification {
-    let mut n = common::notification(i, "U0");
-    n.key.channel = Channel::Webhook;
-    n.webhook = Some(WebhookTarget {
+    let mut n = common::notification_on(i, "U0", Channel::Webhook);
+    n.parts.get_or_insert_default().webhook = Some(WebhookTarget {
         url: EndpointUrl::parse("url", url).unwrap(),
         settings: settings.clone(),
     });

@@ -59,32 +59,47 @@ pub fn bench_runs(args: &[&str]) -> Vec<serde_json::Value> {
 /// `slack`) about meeting `s{i}`, as the daemon hands it to a channel.
 #[allow(dead_code)]
 pub fn notification(i: usize, slack: &str) -> toki_ports::channel::Notification {
+    notification_on(i, slack, toki_model::Channel::Slack)
+}
+
+/// [`notification`] on `channel`.
+#[allow(dead_code)]
+pub fn notification_on(
+    i: usize,
+    slack: &str,
+    channel: toki_model::Channel,
+) -> toki_ports::channel::Notification {
     use toki_model::*;
-    toki_ports::channel::Notification {
+    use toki_ports::channel::{ChannelParts, Notification};
+    let user = User {
+        id: format!("u{i}").parse().unwrap(),
+        name: format!("User {i}"),
+        email: Some(format!("u{i}@example.com")),
+        slack_user_id: Some(slack.to_string()),
+        time_zone: chrono_tz::UTC,
+        locale: "en".into(),
+        channels_off: Default::default(),
+        webhook_url: None,
+    };
+    let (address, recipient_name) = Notification::reach(channel, &user);
+    Notification {
         tenant: "acme".parse().unwrap(),
         key: DeliveryKey {
             schedule: format!("s{i}").parse().unwrap(),
             occurrence: Occurrence(from_millis("o", 1_800_000_000_000).unwrap()),
             purpose: DeliveryPurpose::Reminder { minutes_before: 5 },
-            recipient: format!("u{i}").parse().unwrap(),
-            channel: Channel::Slack,
+            recipient: user.id.clone(),
+            channel,
         },
         version: 1,
         due_at: DueAt(chrono::Utc::now()),
-        recipient: std::sync::Arc::new(User {
-            id: format!("u{i}").parse().unwrap(),
-            name: format!("User {i}"),
-            email: Some(format!("u{i}@example.com")),
-            slack_user_id: Some(slack.to_string()),
-            time_zone: chrono_tz::UTC,
-            locale: "en".into(),
-            channels_off: Default::default(),
-            webhook_url: None,
-        }),
-        subject: "Reminder: review".into(),
+        address,
         text: "review starts in 5 minutes".into(),
-        html: None,
-        webhook: None,
-        list_unsubscribe: None,
+        parts: ChannelParts {
+            recipient_name,
+            subject: "Reminder: review".into(),
+            ..Default::default()
+        }
+        .boxed(),
     }
 }

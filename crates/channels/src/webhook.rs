@@ -94,8 +94,7 @@ impl WebhookChannel {
 
     async fn send_one(&self, n: &Notification) -> SendResult {
         let target = n
-            .webhook
-            .as_ref()
+            .webhook()
             .ok_or_else(|| SendError::Permanent("webhook: no endpoint".into()))?;
         let url = target.url.parsed();
         egress::check_url(&self.policy, &url)
@@ -233,10 +232,10 @@ pub fn body(n: &Notification) -> Result<Vec<u8>, SendError> {
         occurrence: n.key.occurrence.0.to_rfc3339(),
         due_at: n.due_at.0.to_rfc3339(),
         recipient: Recipient {
-            id: n.recipient.id.as_str(),
-            name: &n.recipient.name,
+            id: n.key.recipient.as_str(),
+            name: n.recipient_name(),
         },
-        subject: &n.subject,
+        subject: n.subject(),
         text: &n.text,
     };
     serde_json::to_vec(&body).map_err(|e| SendError::Permanent(format!("webhook: body: {e}")))

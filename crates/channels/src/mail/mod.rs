@@ -116,13 +116,12 @@ impl MailChannel {
 
     fn build(&self, n: &Notification) -> Result<Message, SendError> {
         let to_addr = n
-            .recipient
-            .email
+            .address
             .as_deref()
             .ok_or_else(|| SendError::Permanent("recipient has no e-mail address".into()))?;
         let to: Mailbox = format!(
             "{} <{}>",
-            n.recipient.name.replace(['<', '>', '"'], ""),
+            n.recipient_name().replace(['<', '>', '"'], ""),
             to_addr
         )
         .parse()
@@ -132,13 +131,13 @@ impl MailChannel {
             .message_id(Some(message_id(n)))
             .from(self.from.clone())
             .to(to)
-            .subject(n.subject.clone());
+            .subject(n.subject().to_owned());
         // With an HTML part, multipart/alternative: clients that show HTML
         // show it, the others the plain text.
-        let mut message = match &n.html {
+        let mut message = match n.html() {
             Some(html) => builder.multipart(MultiPart::alternative_plain_html(
                 n.text.clone(),
-                html.clone(),
+                html.to_owned(),
             )),
             None => builder.header(ContentType::TEXT_PLAIN).body(n.text.clone()),
         }
@@ -147,7 +146,7 @@ impl MailChannel {
             HeaderName::new_from_ascii_str(DELIVERY_HEADER),
             format!("{}/{}", n.tenant, n.key),
         ));
-        let unsubscribe = n.list_unsubscribe.as_ref();
+        let unsubscribe = n.list_unsubscribe();
         if let Some((value, post)) = unsubscribe.and_then(|l| l.headers(n.key.recipient.as_str())) {
             let headers = message.headers_mut();
             headers.insert_raw(HeaderValue::new(

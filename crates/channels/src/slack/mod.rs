@@ -197,8 +197,7 @@ impl SlackChannel {
             due_at_ms: i64,
         }
         let channel = n
-            .recipient
-            .slack_user_id
+            .address
             .as_deref()
             .ok_or_else(|| SendError::Permanent("recipient has no Slack user id".into()))?;
         let body = Body {
@@ -550,7 +549,7 @@ impl ChannelSender for SlackChannel {
             authorization,
             ..
         } = &**api;
-        let user = n.recipient.slack_user_id.as_deref()?;
+        let user = n.address.as_deref()?;
         let found = lookup_sent(client, base_url, authorization, user, n).await;
         match found {
             Ok(found) => found,

@@ -146,9 +146,9 @@ pub(super) fn recipient_flow_key(
     match channel {
         Channel::Slack => Some(FlowKey::SlackChannel {
             workspace: settings.slack_workspace.clone(),
-            channel: n.recipient.slack_user_id.as_deref()?.to_owned(),
+            channel: n.address.as_deref()?.to_owned(),
         }),
-        Channel::Webhook => Some(FlowKey::webhook_host(&n.webhook.as_ref()?.url.host())),
+        Channel::Webhook => Some(FlowKey::webhook_host(&n.webhook()?.url.host())),
         _ => None,
     }
 }

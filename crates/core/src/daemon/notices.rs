@@ -19,7 +19,7 @@ use toki_model::domain::{
 };
 use toki_model::error::chain;
 use toki_model::webhook::WebhookSettings;
-use toki_ports::channel::Notification;
+use toki_ports::channel::{ChannelParts, Notification};
 use toki_ports::error::StoreError;
 use toki_ports::message::NoticeMessage;
 use toki_ports::{Claims, ReceivedMessage, TenantStore};
@@ -225,6 +225,7 @@ impl Daemon {
             match (why, user, changes.get(&o.key)) {
                 (None, Some(user), Some(change)) => {
                     let texts = change_texts(change, &user, o.key.channel);
+                    let (address, recipient_name) = Notification::reach(o.key.channel, &user);
                     group.push(ToSend {
                         message: 0,
                         delivery: i,
@@ -233,13 +234,17 @@ impl Daemon {
                             key: o.key.clone(),
                             version: stamp.version,
                             due_at: stamp.due_at,
-                            recipient: user,
-                            subject: texts.subject,
+                            address,
                             text: texts.text,
-                            html: texts.html,
-                            webhook: target,
-                            // A notice of a change is not a list mailing.
-                            list_unsubscribe: None,
+                            parts: ChannelParts {
+                                recipient_name,
+                                subject: texts.subject,
+                                html: texts.html,
+                                webhook: target,
+                                // A notice of a change is not a list mailing.
+                                list_unsubscribe: None,
+                            }
+                            .boxed(),
                         },
                         taken_over: o.taken_over,
                     });

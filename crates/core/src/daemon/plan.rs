@@ -11,7 +11,7 @@ use toki_model::domain::{
 };
 use toki_model::template::Templates;
 use toki_model::webhook::{WebhookSettings, WebhookTarget};
-use toki_ports::channel::Notification;
+use toki_ports::channel::{ChannelParts, Notification};
 use toki_ports::{Claims, DeliveryContext, OwnedDelivery, ReceivedMessage};
 
 use super::work::Work;
@@ -324,6 +324,7 @@ impl Planner<'_> {
                         return Verdict::Undeliverable(format!("its {} template {e}", key.channel))
                     }
                 };
+                let (address, recipient_name) = Notification::reach(key.channel, user);
                 self.to_send.push(ToSend {
                     message: at.index,
                     delivery: d,
@@ -332,12 +333,19 @@ impl Planner<'_> {
                         key: key.clone(),
                         version: reminder.version,
                         due_at: reminder.due_at,
-                        recipient: user.clone(),
-                        subject: texts.subject,
+                        address,
                         text: texts.text,
-                        html: texts.html,
-                        webhook,
-                        list_unsubscribe: self.ctx.list_unsubscribe.clone(),
+                        parts: ChannelParts {
+                            recipient_name,
+                            subject: texts.subject,
+                            html: texts.html,
+                            webhook,
+                            list_unsubscribe: match key.channel {
+                                Channel::Mail => self.ctx.list_unsubscribe.clone(),
+                                _ => None,
+                            },
+                        }
+                        .boxed(),
                     },
                     taken_over: claim.taken_over,
                 });

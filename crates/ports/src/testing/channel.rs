@@ -161,9 +161,9 @@ impl ChannelSender for RecordingChannel {
                         version: n.version,
                         due_at: n.due_at,
                         at,
-                        subject: n.subject.clone(),
+                        subject: n.subject().to_owned(),
                         text: n.text.clone(),
-                        html: n.html.clone(),
+                        html: n.html().map(str::to_owned),
                     });
                     out.push(Ok(at));
                 }

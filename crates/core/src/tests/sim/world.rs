@@ -78,7 +78,7 @@ impl ChannelSender for StoreChat {
             .map(|n| ChatMessage {
                 key: n.key.clone(),
                 version: n.version,
-                user: n.recipient.id.clone(),
+                user: n.key.recipient.clone(),
                 text: n.text.clone(),
                 created_at: now,
             })
