@@ -63,7 +63,7 @@ impl Default for PipelineSettings {
             shards: 16,
             window: Duration::from_secs(15 * 60),
             look_back: Duration::from_secs(5 * 60),
-            lead: Duration::from_secs(2),
+            lead: Duration::from_secs(5),
             // Longer than a scanner run can last (the Lambda's 60 s timeout).
             claim_lease: Duration::from_secs(180),
             retention: Duration::from_secs(24 * 3600),

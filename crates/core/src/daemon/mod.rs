@@ -99,9 +99,9 @@ impl Default for DaemonSettings {
             batch: 10,
             wait: Duration::from_secs(20),
             visibility,
-            lead: Duration::from_secs(2),
+            lead: Duration::from_secs(5),
             late_change_cutoff: Duration::from_millis(200),
-            max_in_flight: 5_000,
+            max_in_flight: 12_000,
             retry: RetryPolicy {
                 busy_wait: visibility / 4,
                 ..RetryPolicy::default()

@@ -394,7 +394,7 @@ async fn a_late_delete_or_move_is_honoured_up_to_the_cutoff() {
     );
     register(&kit, &t, "deleted", &input).await;
     register(&kit, &t, "moved", &input).await;
-    // The messages are received lead (2 s) before due; act at T−500 ms.
+    // The messages are received lead (5 s) before due; act at T−500 ms.
     let act = due - ChronoDuration::milliseconds(500);
     tokio::time::sleep((act - kit.now()).to_std().unwrap()).await;
     assert_eq!(run.daemon.stats.snapshot().received, 2, "held already");
@@ -587,7 +587,7 @@ async fn a_tenant_database_outage_delays_but_loses_nothing() {
     run.daemon.stats.wait_for(WAIT, |s| s.delivered >= 1).await;
     let sent = kit.chat.sent();
     assert_eq!(sent.len(), 1);
-    // Received lead (2 s) before due, back after the first backoff (≤ 1 s): on time.
+    // Received lead (5 s) before due, back after the first backoff (≤ 1 s): on time.
     assert_eq!(sent[0].at, due);
     run.stop().await;
 }
