@@ -504,6 +504,46 @@ async fn a_dead_holders_deliveries_are_taken_over_within_the_lease() {
     second.stop().await;
 }
 
+/// The heartbeat does not renew claims while an instant's batches send: it
+/// waits until they are done (a quarter beat at most). With the 5 s lead a
+/// burst's claims, made a lead ahead, came due for renewal at about their
+/// instant, and their writes went beside the sends.
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_waits_while_an_instant_sends() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let run = kit.run();
+    // Beats every third of the 10 s visibility from the run's start: the
+    // 36th falls on the instant, when the claim (made 5 s ahead) is due
+    // for renewal and the batch is sending (from its last look, 200 ms
+    // before).
+    let due = kit.now() + mins(2);
+    kit.slack.hold(true);
+    register(
+        &kit,
+        &t,
+        "review",
+        &meeting(due + mins(5), 5, &["u0"], &[Channel::Slack]),
+    )
+    .await;
+    kit.slack.attempted(1).await;
+    let release = due + ChronoDuration::milliseconds(300);
+    tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
+    kit.slack.hold(false);
+    run.daemon.stats.wait_for(WAIT, |s| s.acked >= 1).await;
+    let renewals = kit.stores.get(&t).unwrap().renewals();
+    let sending = due - ChronoDuration::milliseconds(200)..release;
+    assert!(
+        !renewals.iter().any(|r| sending.contains(r)),
+        "renewed while sending: {renewals:?}"
+    );
+    assert!(
+        renewals.contains(&release),
+        "the beat of the instant renews once the sends are done: {renewals:?}"
+    );
+    run.stop().await;
+}
+
 /// A live holder that is slow (a send that takes a minute) is never
 /// overtaken: its heartbeat keeps the message hidden and the claims renewed.
 #[tokio::test(start_paused = true)]

@@ -115,6 +115,8 @@ pub struct MemoryTenantStore {
     /// Taken after `state` when both are (outcomes and their events).
     events: Mutex<super::event_log::MemoryEvents>,
     audit: Mutex<super::audit_log::MemoryAudit>,
+    /// The instants of `renew_claims` calls (a test of the heartbeat's timing).
+    renewals: Mutex<Vec<Instant>>,
 }
 
 impl MemoryTenantStore {
@@ -158,6 +160,11 @@ impl MemoryTenantStore {
     ) -> StoreResult<std::sync::MutexGuard<'_, super::audit_log::MemoryAudit>> {
         drop(self.enter().await?);
         Ok(self.audit.lock().expect("audit lock"))
+    }
+
+    /// When claims were renewed, call by call (the clock's `now` passed in).
+    pub fn renewals(&self) -> Vec<Instant> {
+        self.renewals.lock().expect("renewals lock").clone()
     }
 
     /// Calls so far that waited out any stall and reached the state.
@@ -401,6 +408,7 @@ impl TenantStore for MemoryTenantStore {
 
     async fn renew_claims(&self, tokens: &[String], now: Instant) -> StoreResult<()> {
         let mut state = self.enter().await?;
+        self.renewals.lock().expect("renewals lock").push(now);
         let tokens: HashSet<u64> = tokens.iter().filter_map(|t| t.parse().ok()).collect();
         for row in state.deliveries.values_mut() {
             if row.status == DeliveryStatus::Sending
