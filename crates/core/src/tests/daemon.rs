@@ -469,6 +469,26 @@ async fn a_change_early_in_the_lead_is_honoured_though_the_last_look_stalls() {
     run.stop().await;
 }
 
+/// Registers a Slack reminder to `participants` due in two minutes, its
+/// send held when it is tried; returns its instant once it was tried.
+async fn a_send_held_at_its_instant(
+    kit: &TestKit,
+    t: &TenantId,
+    participants: &[&str],
+) -> chrono::DateTime<chrono::Utc> {
+    let due = kit.now() + mins(2);
+    kit.slack.hold(true);
+    register(
+        kit,
+        t,
+        "review",
+        &meeting(due + mins(5), 5, participants, &[Channel::Slack]),
+    )
+    .await;
+    kit.slack.attempted(1).await;
+    due
+}
+
 /// A daemon killed while sending: its claims stop being renewed and its
 /// messages stop being extended, so another daemon takes the deliveries over
 /// within the lease (10 s), not minutes.
@@ -477,16 +497,7 @@ async fn a_dead_holders_deliveries_are_taken_over_within_the_lease() {
     let kit = TestKit::new();
     let t = kit.tenant("acme").await;
     let first = kit.run();
-    let due = kit.now() + mins(2);
-    kit.slack.hold(true);
-    register(
-        &kit,
-        &t,
-        "review",
-        &meeting(due + mins(5), 5, &["u0", "u1"], &[Channel::Slack]),
-    )
-    .await;
-    kit.slack.attempted(1).await;
+    a_send_held_at_its_instant(&kit, &t, &["u0", "u1"]).await;
     first.kill().await;
     kit.slack.hold(false);
     let second = kit.run();
@@ -517,16 +528,7 @@ async fn the_heartbeat_waits_while_an_instant_sends() {
     // 36th falls on the instant, when the claim (made 5 s ahead) is due
     // for renewal and the batch is sending (from its last look, 200 ms
     // before).
-    let due = kit.now() + mins(2);
-    kit.slack.hold(true);
-    register(
-        &kit,
-        &t,
-        "review",
-        &meeting(due + mins(5), 5, &["u0"], &[Channel::Slack]),
-    )
-    .await;
-    kit.slack.attempted(1).await;
+    let due = a_send_held_at_its_instant(&kit, &t, &["u0"]).await;
     let release = due + ChronoDuration::milliseconds(300);
     tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
     kit.slack.hold(false);
@@ -552,16 +554,7 @@ async fn a_slow_live_holder_is_never_overtaken() {
     let t = kit.tenant("acme").await;
     let a = kit.run();
     let b = kit.run();
-    let due = kit.now() + mins(2);
-    kit.slack.hold(true);
-    register(
-        &kit,
-        &t,
-        "review",
-        &meeting(due + mins(5), 5, &["u0"], &[Channel::Slack]),
-    )
-    .await;
-    kit.slack.attempted(1).await;
+    a_send_held_at_its_instant(&kit, &t, &["u0"]).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     kit.slack.hold(false);
     a.daemon.stats.wait_for(WAIT, |s| s.acked >= 1).await;
