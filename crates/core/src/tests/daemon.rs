@@ -525,9 +525,9 @@ async fn the_heartbeat_waits_while_an_instant_sends() {
     let t = kit.tenant("acme").await;
     let run = kit.run();
     // Beats every third of the 10 s visibility from the run's start: the
-    // 36th falls on the instant, when the claim (made 5 s ahead) is due
-    // for renewal and the batch is sending (from its last look, 200 ms
-    // before).
+    // 36th falls at about the instant (without the wait it renewed 24 ms
+    // after it), when the claim (made 5 s ahead) is due for renewal and
+    // the batch is sending (from its last look, 200 ms before).
     let due = a_send_held_at_its_instant(&kit, &t, &["u0"]).await;
     let release = due + ChronoDuration::milliseconds(300);
     tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
