@@ -28,6 +28,10 @@ struct Args {
     /// (0: never more than N in any second).
     #[arg(long, value_name = "B", default_value_t = 0, requires = "rate_limit")]
     burst: u32,
+    /// Memory made ready before the first request (MB): the arrivals of a
+    /// burst are recorded on pages already in, not on fresh ones.
+    #[arg(long, value_name = "MB", default_value_t = 256)]
+    warm_memory: usize,
 }
 
 // The instrument's own cost is part of every burst it measures: the same
@@ -39,6 +43,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     toki_app::memory::no_huge_pages();
     let args = Args::parse();
+    toki_app::memory::warm(args.warm_memory << 20);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("http://{}", listener.local_addr()?);
     let standin = Standin::new(StandinOptions {
