@@ -20,9 +20,23 @@ use tokio::sync::Notify;
 
 use crate::db_err;
 
-/// How often a waiting receive looks for messages sent by other processes
-/// (sends in this process wake it at once).
+/// How soon a waiting receive looks again for messages sent by other
+/// processes (sends in this process wake it at once): after its first look,
+/// then twice as long after each look that found none, up to
+/// [`CROSS_PROCESS_POLL_IDLE`]. A queue long idle is looked at once a
+/// second rather than five times: each look woke the daemon's threads (on a
+/// small VM about a fifth of a millisecond of CPU a wake-up), and a message
+/// another process sends to an idle queue is seen within a second of it.
 const CROSS_PROCESS_POLL: Duration = Duration::from_millis(200);
+const CROSS_PROCESS_POLL_IDLE: Duration = Duration::from_secs(1);
+
+/// How long a receive waits for other processes' messages after `empty`
+/// looks in a row found none.
+fn cross_process_wait(empty: u32) -> Duration {
+    CROSS_PROCESS_POLL
+        .saturating_mul(1 << empty.min(8))
+        .min(CROSS_PROCESS_POLL_IDLE)
+}
 
 pub struct SqliteDelayQueue {
     pool: SqlitePool,
@@ -161,6 +175,7 @@ impl DelayQueue for SqliteDelayQueue {
         }
         let deadline = tokio::time::Instant::now() + wait;
         let mut first = true;
+        let mut empty_looks = 0;
         loop {
             let notified = self.sent.notified();
             tokio::pin!(notified);
@@ -188,9 +203,10 @@ impl DelayQueue for SqliteDelayQueue {
                 return Ok(Vec::new());
             }
             // Sleep until the next message becomes visible, a send in this
-            // process, or the deadline; and look again at least every
-            // CROSS_PROCESS_POLL for messages other processes sent.
-            let mut wake = deadline.min(now + CROSS_PROCESS_POLL);
+            // process, or the deadline; and look again for messages other
+            // processes sent, less often the longer none came.
+            let mut wake = deadline.min(now + cross_process_wait(empty_looks));
+            empty_looks += 1;
             if let Some(at) = next {
                 let in_ms = (at - self.clock.now().timestamp_millis()).max(0) as u64;
                 wake = wake.min(now + Duration::from_millis(in_ms));
@@ -427,6 +443,16 @@ mod tests {
             delay,
             group: None,
         }
+    }
+
+    #[test]
+    fn an_idle_queue_is_looked_at_less_often_down_to_once_a_second() {
+        let ms = |looks: u32| cross_process_wait(looks).as_millis();
+        assert_eq!(
+            [ms(0), ms(1), ms(2), ms(3), ms(4)],
+            [200, 400, 800, 1000, 1000]
+        );
+        assert_eq!(ms(u32::MAX), 1000);
     }
 
     /// The dead-letter sweep looks only where the receive takes from, and
