@@ -43,7 +43,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     toki_app::memory::no_huge_pages();
     let args = Args::parse();
-    toki_app::memory::warm(args.warm_memory << 20);
+    toki_app::memory::warm(args.warm_memory.saturating_mul(1 << 20));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("http://{}", listener.local_addr()?);
     let standin = Standin::new(StandinOptions {
