@@ -12,7 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, Notify};
@@ -217,6 +217,9 @@ pub struct Gate {
     pub counters: GateCounters,
     /// Woken when a delivery has to wait: the leaser takes more partitions.
     pub demand: Notify,
+    /// Woken when a delivery waits or holds a permit here: the guide, which
+    /// sleeps while no gate has either, ticks again.
+    guide: OnceLock<Arc<Notify>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -274,6 +277,7 @@ impl Gate {
             limit,
             counters: GateCounters::default(),
             demand: Notify::new(),
+            guide: OnceLock::new(),
         };
         gate.set_share(share);
         // A fresh gate starts with its burst to spend.
@@ -365,6 +369,7 @@ impl Gate {
                 revoked: Notify::new(),
             });
             s.holders.insert(s.next_id, holder.clone());
+            self.wake_guide();
             Permit {
                 gate: self.clone(),
                 id: s.next_id,
@@ -503,6 +508,7 @@ impl Gate {
                 .or_default()
                 .push_back(Waiter { tx });
             s.waiting += 1;
+            self.wake_guide();
             rx
         };
         let mut rx = rx;
@@ -553,8 +559,10 @@ impl Gate {
     }
 
     /// The guide's tick: revokes holders stuck past their deadline, then
-    /// hands out what the slices released. Returns how many were revoked.
-    pub fn tick(self: &Arc<Self>, now: Instant) -> usize {
+    /// hands out what the slices released. Returns whether the gate is
+    /// settled: nothing waits and no permit is held, so a tick has nothing
+    /// to do here until a delivery waits or takes a permit.
+    pub fn tick(self: &Arc<Self>, now: Instant) -> bool {
         let mut s = self.state.lock().expect("gate lock");
         let stuck: Vec<u64> = s
             .holders
@@ -582,7 +590,7 @@ impl Gate {
             .revoked
             .fetch_add(revoked as u64, Ordering::Relaxed);
         self.serve(&mut s, now);
-        revoked
+        s.waiting == 0 && s.holders.is_empty()
     }
 
     /// The service answered "slow down" for `retry_after`: nothing is
@@ -633,10 +641,24 @@ impl Gate {
         s.largest_share = largest_share.clamp(0.0, 1.0);
     }
 
-    /// Nothing waits or is held here and the key has saved up all it may:
-    /// dropping this gate (a new one starts full) changes nothing.
-    pub fn is_idle(&self) -> bool {
-        let s = self.state.lock().expect("gate lock");
+    /// Wakes `guide` whenever a delivery waits or takes a permit here.
+    pub fn report_to(&self, guide: Arc<Notify>) {
+        let _ = self.guide.set(guide);
+    }
+
+    fn wake_guide(&self) {
+        if let Some(guide) = self.guide.get() {
+            // Stores a wake-up if the guide is not asleep yet: it cannot
+            // miss one between its last look and its sleep.
+            guide.notify_one();
+        }
+    }
+
+    /// Nothing waits or is held here and the key has saved up all it may
+    /// by `now`: dropping this gate (a new one starts full) changes nothing.
+    pub fn is_idle(&self, now: Instant) -> bool {
+        let mut s = self.state.lock().expect("gate lock");
+        self.release(&mut s, now);
         s.waiting == 0
             && s.holders.is_empty()
             && s.paused_until.is_none()

@@ -70,6 +70,9 @@ pub struct Flow {
     contracts_cap_mail: std::sync::atomic::AtomicBool,
     /// Stops the leaser of a gate replaced after its tenant's contract changed.
     retire: Mutex<HashMap<FlowKey, watch::Sender<bool>>>,
+    /// Wakes the guide from its sleep (a gate is in use again).
+    guide_wake: Arc<tokio::sync::Notify>,
+    guide_ticks: std::sync::atomic::AtomicU64,
 }
 
 impl Flow {
@@ -93,6 +96,8 @@ impl Flow {
             contracts_cap_slack: Default::default(),
             contracts_cap_mail: Default::default(),
             retire: Mutex::default(),
+            guide_wake: Arc::default(),
+            guide_ticks: Default::default(),
         });
         let guide = Arc::downgrade(&flow);
         let slice = flow.settings.slice();
@@ -184,56 +189,95 @@ impl Flow {
         info!(%tenant, "the tenant's contract limits changed; its gates follow them");
     }
 
-    /// Ticks every slice: revokes stuck holders and hands out capacity; says
-    /// in the log, now and then, how the busy keys are doing.
+    /// Ticks every slice while a gate is in use: revokes stuck holders and
+    /// hands out capacity; says in the log, now and then, how the busy keys
+    /// are doing. Sleeps while nothing waits or is held at any gate and the
+    /// idle per-recipient gates are forgotten (an idle daemon is not woken
+    /// seven times a second); a delivery that waits or takes a permit, or a
+    /// new gate, wakes it.
     async fn guide(flow: std::sync::Weak<Flow>, slice: Duration, mut stop: watch::Receiver<bool>) {
+        let Some(wake) = flow.upgrade().map(|f| f.guide_wake.clone()) else {
+            return;
+        };
         let mut ticks = tokio::time::interval(slice);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let report_every = (Duration::from_secs(5).as_millis() / slice.as_millis().max(1)) as u64;
         let mut n: u64 = 0;
+        let mut asleep = false;
         loop {
             tokio::select! {
-                _ = ticks.tick() => {}
+                _ = ticks.tick(), if !asleep => {}
+                _ = wake.notified(), if asleep => ticks.reset(),
                 _ = stop.changed() => return,
             }
             let Some(flow) = flow.upgrade() else { return };
-            let now = tokio::time::Instant::now();
-            let gates: Vec<Arc<Gate>> = flow
-                .gates
-                .lock()
-                .expect("gates")
-                .values()
-                .cloned()
-                .collect();
-            for gate in &gates {
-                gate.tick(now);
-            }
+            let settled = flow.tick_gates();
             n += 1;
             if n.is_multiple_of(report_every.max(1)) {
-                // Per-recipient keys come and go: forget the idle ones so the
-                // map and the tick stay as small as what is in use.
-                let mut gates = flow.gates.lock().expect("gates");
-                gates.retain(|_, g| g.limit.leased() || !g.is_idle());
+                flow.forget_idle_gates();
+                flow.log_busy_keys();
             }
-            if n.is_multiple_of(report_every.max(1)) {
-                for s in flow.stats() {
-                    if s.waiting > 0 || s.refused > 0 || s.throttle_answers > 0 {
-                        info!(
-                            key = %s.key,
-                            rate_per_s = s.granted_rate,
-                            leases = s.leases,
-                            partitions = s.partitions,
-                            waiting = s.waiting,
-                            granted = s.granted,
-                            refused = s.refused,
-                            throttle_answers = s.throttle_answers,
-                            revoked = s.revoked,
-                            "flow"
-                        );
-                    }
-                }
+            asleep = settled && flow.only_leased_gates();
+        }
+    }
+
+    /// One tick of the guide at every gate; whether every gate is settled
+    /// (nothing waits, no permit is held).
+    fn tick_gates(&self) -> bool {
+        self.guide_ticks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now = tokio::time::Instant::now();
+        let gates: Vec<Arc<Gate>> = self
+            .gates
+            .lock()
+            .expect("gates")
+            .values()
+            .cloned()
+            .collect();
+        let mut settled = true;
+        for gate in &gates {
+            settled &= gate.tick(now);
+        }
+        settled
+    }
+
+    /// Per-recipient keys come and go: forgets the idle ones so the map and
+    /// the tick stay as small as what is in use.
+    fn forget_idle_gates(&self) {
+        let now = tokio::time::Instant::now();
+        let mut gates = self.gates.lock().expect("gates");
+        gates.retain(|_, g| g.limit.leased() || !g.is_idle(now));
+    }
+
+    /// No gate is left that the guide would forget once idle.
+    fn only_leased_gates(&self) -> bool {
+        let gates = self.gates.lock().expect("gates");
+        gates.values().all(|g| g.limit.leased())
+    }
+
+    fn log_busy_keys(&self) {
+        for s in self.stats() {
+            if s.waiting > 0 || s.refused > 0 || s.throttle_answers > 0 {
+                info!(
+                    key = %s.key,
+                    rate_per_s = s.granted_rate,
+                    leases = s.leases,
+                    partitions = s.partitions,
+                    waiting = s.waiting,
+                    granted = s.granted,
+                    refused = s.refused,
+                    throttle_answers = s.throttle_answers,
+                    revoked = s.revoked,
+                    "flow"
+                );
             }
         }
+    }
+
+    /// How many times the guide has ticked (it sleeps while no gate is in
+    /// use).
+    pub fn guide_ticks(&self) -> u64 {
+        self.guide_ticks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The gate of `key`, if it is limited (made at first use; a shared key
@@ -267,6 +311,9 @@ impl Flow {
             self.settings.hold_deadline(),
             tokio::time::Instant::now(),
         );
+        gate.report_to(self.guide_wake.clone());
+        // A new gate is forgotten once idle: the guide wakes to see to it.
+        self.guide_wake.notify_one();
         if let (true, Some(store)) = (leased, &self.leases) {
             let leaser = lease::Leaser {
                 key: key.to_string(),

@@ -521,6 +521,39 @@ async fn idle_per_recipient_gates_are_forgotten() {
     assert_eq!(flow.stats().len(), 1, "still saving up after its burst");
 }
 
+/// With no gate in use the guide sleeps (an idle daemon is not woken every
+/// slice); a delivery holding a permit wakes it, and a holder stuck past
+/// its deadline is still revoked.
+#[tokio::test(start_paused = true)]
+async fn the_guide_sleeps_while_no_gate_is_in_use_and_wakes_for_a_holder() {
+    let settings = FlowSettings {
+        limits: [("tenantdb:*".to_owned(), Limit::permits(1))].into(),
+        hold_deadline_ms: 2_000,
+        ..FlowSettings::default()
+    };
+    let flow = Flow::new(settings, None, clock(), "a");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let asleep = flow.guide_ticks();
+    assert!(asleep <= 3, "{asleep} ticks in 30 s with nothing in use");
+
+    let key = [fk("tenantdb:t")];
+    let stuck = flow.admit(&key, "t").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), stuck[0].revoked())
+        .await
+        .expect("the guide woke and revoked the stuck holder");
+    let woke = flow.guide_ticks() - asleep;
+    assert!(woke >= 13, "{woke} ticks while a permit was held for 2 s");
+    drop(stuck);
+
+    // The gate is forgotten at the next sweep (every 5 s), and the guide
+    // sleeps again.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(flow.stats().is_empty());
+    let settled = flow.guide_ticks();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(flow.guide_ticks() - settled <= 1);
+}
+
 /// A directory with `tenant`'s contract limits set by `spec`.
 async fn directory_with(tenant: &str, spec: &str) -> Arc<toki_ports::testing::MemoryDirectory> {
     use toki_ports::TenantDirectory;
