@@ -227,18 +227,22 @@ impl Flow {
         self.guide_ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = tokio::time::Instant::now();
-        let gates: Vec<Arc<Gate>> = self
-            .gates
-            .lock()
-            .expect("gates")
-            .values()
-            .cloned()
-            .collect();
+        let gates = self.every_gate();
         let mut settled = true;
         for gate in &gates {
             settled &= gate.tick(now);
         }
         settled
+    }
+
+    /// The gates as they are now (the map is not held while they are used).
+    fn every_gate(&self) -> Vec<Arc<Gate>> {
+        self.gates
+            .lock()
+            .expect("gates")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Per-recipient keys come and go: forgets the idle ones so the map and
@@ -433,13 +437,7 @@ impl Flow {
 
     pub fn stats(&self) -> Vec<KeyStats> {
         use std::sync::atomic::Ordering::Relaxed;
-        let gates: Vec<Arc<Gate>> = self
-            .gates
-            .lock()
-            .expect("gates")
-            .values()
-            .cloned()
-            .collect();
+        let gates = self.every_gate();
         let mut stats: Vec<KeyStats> = gates
             .iter()
             .map(|g| {
