@@ -31,6 +31,9 @@ use toki_ports::LeaseStore;
 use toki_model::error::chain;
 use toki_ports::{Clock, TenantDirectory};
 
+/// How often the guide, while awake, forgets idle gates and logs busy keys.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KeyStats {
@@ -190,19 +193,19 @@ impl Flow {
     }
 
     /// Ticks every slice while a gate is in use: revokes stuck holders and
-    /// hands out capacity; says in the log, now and then, how the busy keys
-    /// are doing. Sleeps while nothing waits or is held at any gate and the
-    /// idle per-recipient gates are forgotten (an idle daemon is not woken
-    /// seven times a second); a delivery that waits or takes a permit, or a
-    /// new gate, wakes it.
+    /// hands out capacity; every `SWEEP_EVERY` forgets idle gates and says
+    /// in the log how the busy keys are doing. Sleeps while nothing waits or
+    /// is held at any gate and only gates of shared limits are left (the
+    /// others are forgotten once idle), so an idle daemon is not woken seven
+    /// times a second; a delivery that waits or takes a permit, or a new
+    /// gate, wakes it.
     async fn guide(flow: std::sync::Weak<Flow>, slice: Duration, mut stop: watch::Receiver<bool>) {
         let Some(wake) = flow.upgrade().map(|f| f.guide_wake.clone()) else {
             return;
         };
         let mut ticks = tokio::time::interval(slice);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let report_every = (Duration::from_secs(5).as_millis() / slice.as_millis().max(1)) as u64;
-        let mut n: u64 = 0;
+        let mut swept_at = tokio::time::Instant::now();
         let mut asleep = false;
         loop {
             tokio::select! {
@@ -212,8 +215,9 @@ impl Flow {
             }
             let Some(flow) = flow.upgrade() else { return };
             let settled = flow.tick_gates();
-            n += 1;
-            if n.is_multiple_of(report_every.max(1)) {
+            let now = tokio::time::Instant::now();
+            if now.duration_since(swept_at) >= SWEEP_EVERY {
+                swept_at = now;
                 flow.forget_idle_gates();
                 flow.log_busy_keys();
             }
@@ -246,11 +250,13 @@ impl Flow {
     }
 
     /// Per-recipient keys come and go: forgets the idle ones so the map and
-    /// the tick stay as small as what is in use.
+    /// the tick stay as small as what is in use. A gate someone holds (a
+    /// delivery between finding it and passing it) is kept: forgotten, the
+    /// next delivery would make a second gate of the key beside it.
     fn forget_idle_gates(&self) {
         let now = tokio::time::Instant::now();
         let mut gates = self.gates.lock().expect("gates");
-        gates.retain(|_, g| g.limit.leased() || !g.is_idle(now));
+        gates.retain(|_, g| g.limit.leased() || Arc::strong_count(g) > 1 || !g.is_idle(now));
     }
 
     /// No gate is left that the guide would forget once idle.
