@@ -31,7 +31,8 @@ use toki_ports::LeaseStore;
 use toki_model::error::chain;
 use toki_ports::{Clock, TenantDirectory};
 
-/// How often the guide, while awake, forgets idle gates and logs busy keys.
+/// How often the guide forgets idle gates and logs busy keys: every so many
+/// of its ticks (it does not tick while asleep).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// One key's figures, for logs, metrics and `toki bench`.
@@ -193,8 +194,8 @@ impl Flow {
     }
 
     /// Ticks every slice while a gate is in use: revokes stuck holders and
-    /// hands out capacity; every `SWEEP_EVERY` forgets idle gates and says
-    /// in the log how the busy keys are doing. Sleeps while nothing waits or
+    /// hands out capacity; every `SWEEP_EVERY` of its ticks forgets idle
+    /// gates and says in the log how the busy keys are doing. Sleeps while nothing waits or
     /// is held at any gate and only gates of shared limits are left (the
     /// others are forgotten once idle), so an idle daemon is not woken seven
     /// times a second; a delivery that waits or takes a permit, or a new
@@ -205,7 +206,9 @@ impl Flow {
         };
         let mut ticks = tokio::time::interval(slice);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut swept_at = tokio::time::Instant::now();
+        // Counted in ticks, so a busy runtime (late ticks) sweeps less often.
+        let sweep_every = (SWEEP_EVERY.as_millis() / slice.as_millis().max(1)).max(1) as u64;
+        let mut n: u64 = 0;
         let mut asleep = false;
         loop {
             tokio::select! {
@@ -215,9 +218,8 @@ impl Flow {
             }
             let Some(flow) = flow.upgrade() else { return };
             let settled = flow.tick_gates();
-            let now = tokio::time::Instant::now();
-            if now.duration_since(swept_at) >= SWEEP_EVERY {
-                swept_at = now;
+            n += 1;
+            if n.is_multiple_of(sweep_every) {
                 flow.forget_idle_gates();
                 flow.log_busy_keys();
             }
