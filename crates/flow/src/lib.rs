@@ -195,11 +195,11 @@ impl Flow {
 
     /// Ticks every slice while a gate is in use: revokes stuck holders and
     /// hands out capacity; every `SWEEP_EVERY` of its ticks forgets idle
-    /// gates and says in the log how the busy keys are doing. Sleeps while nothing waits or
-    /// is held at any gate and only gates of shared limits are left (the
-    /// others are forgotten once idle), so an idle daemon is not woken seven
-    /// times a second; a delivery that waits or takes a permit, or a new
-    /// gate, wakes it.
+    /// gates and says in the log how the busy keys are doing. Sleeps while
+    /// nothing waits or is held at any gate and only gates of shared limits
+    /// are left (the others are forgotten once idle), so an idle daemon is
+    /// not woken seven times a second; a delivery that waits or takes a
+    /// permit, or a new gate, wakes it.
     async fn guide(flow: std::sync::Weak<Flow>, slice: Duration, mut stop: watch::Receiver<bool>) {
         let Some(wake) = flow.upgrade().map(|f| f.guide_wake.clone()) else {
             return;

@@ -618,7 +618,7 @@ async fn the_guide_sleeps_while_no_gate_is_in_use_and_wakes_for_a_holder() {
     assert!(woke >= 13, "{woke} ticks while a permit was held for 2 s");
     drop(stuck);
 
-    // The gate is forgotten at the next sweep (every 5 s), and the guide
+    // The gate is forgotten at the next sweep (every 33 ticks), and the guide
     // sleeps again.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert!(flow.stats().is_empty());
