@@ -639,23 +639,38 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
     );
 }
 
+/// How a hand-written Web API treats a connection after an answer.
+#[derive(Clone, Copy, PartialEq)]
+enum AfterAnswer {
+    KeepOpen,
+    /// Closes it, having said so (`Connection: close`), as a server at its
+    /// keep-alive limit does.
+    CloseSaying,
+    /// Closes it without a word, as a server timing out idle connections
+    /// does.
+    CloseSilently,
+}
+
 /// A Web API that answers every `chat.postMessage` with `ok`, over HTTP/1.1
-/// written by hand, counting the connections it accepted; with
-/// `close_each`, each connection is closed after one answer (`Connection:
-/// close`), as a server at its keep-alive limit does.
+/// written by hand, counting the connections it accepted and those it
+/// closed.
 struct CountingSlack {
     url: String,
     connections: tokio::sync::watch::Receiver<usize>,
+    closed: tokio::sync::watch::Receiver<usize>,
 }
 
-async fn counting_slack(close_each: bool) -> CountingSlack {
+async fn counting_slack(after: AfterAnswer) -> CountingSlack {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/api", listener.local_addr().unwrap());
     let (count, connections) = tokio::sync::watch::channel(0usize);
+    let (close_count, closed) = tokio::sync::watch::channel(0usize);
+    let close_count = std::sync::Arc::new(close_count);
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
             count.send_modify(|c| *c += 1);
+            let close_count = close_count.clone();
             tokio::spawn(async move {
                 let mut socket = BufReader::new(socket);
                 loop {
@@ -676,7 +691,7 @@ async fn counting_slack(close_each: bool) -> CountingSlack {
                     }
                     let mut body = vec![0; length];
                     socket.read_exact(&mut body).await.unwrap();
-                    let close = if close_each {
+                    let close = if after == AfterAnswer::CloseSaying {
                         "Connection: close\r\n"
                     } else {
                         ""
@@ -685,14 +700,20 @@ async fn counting_slack(close_each: bool) -> CountingSlack {
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{close}Content-Length: 11\r\n\r\n{{\"ok\":true}}"
                     );
                     socket.get_mut().write_all(answer.as_bytes()).await.unwrap();
-                    if close_each {
+                    if after != AfterAnswer::KeepOpen {
+                        drop(socket);
+                        close_count.send_modify(|c| *c += 1);
                         return;
                     }
                 }
             });
         }
     });
-    CountingSlack { url, connections }
+    CountingSlack {
+        url,
+        connections,
+        closed,
+    }
 }
 
 fn slack_batch(n: usize) -> Vec<Notification> {
@@ -702,7 +723,7 @@ fn slack_batch(n: usize) -> Vec<Notification> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_opens_its_connections_before_the_burst_and_keeps_to_them() {
     let permits = 3;
-    let mut server = counting_slack(false).await;
+    let mut server = counting_slack(AfterAnswer::KeepOpen).await;
     let slack = SlackChannel::api(&server.url, "xoxb-test", permits, clock()).unwrap();
     slack.warm_up().await;
     server
@@ -724,7 +745,7 @@ async fn slack_opens_its_connections_before_the_burst_and_keeps_to_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_replaces_a_connection_the_server_closed_without_failing_a_message() {
-    let server = counting_slack(true).await;
+    let server = counting_slack(AfterAnswer::CloseSaying).await;
     let slack = SlackChannel::api(&server.url, "xoxb-test", 2, clock()).unwrap();
     slack.warm_up().await;
     let results = slack.send(&slack_batch(6)).await;
@@ -732,6 +753,21 @@ async fn slack_replaces_a_connection_the_server_closed_without_failing_a_message
     // The two opened ahead carried one answer each; each later message
     // found them closed and went on a new connection, none wasted.
     assert_eq!(*server.connections.borrow(), 6, "one connection per answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_sends_on_a_new_connection_when_an_idle_one_was_closed_without_a_word() {
+    let mut server = counting_slack(AfterAnswer::CloseSilently).await;
+    let slack = SlackChannel::api(&server.url, "xoxb-test", 1, clock()).unwrap();
+    let first = slack.send(&slack_batch(1)).await;
+    assert!(first[0].is_ok(), "{first:?}");
+    server.closed.wait_for(|c| *c >= 1).await.unwrap();
+    // The connection back in the pool was closed and nothing said so: the
+    // message goes on a new one rather than failing (seen failing with
+    // neither the closed check nor the resend on a request handed back).
+    let second = slack.send(&slack_batch(1)).await;
+    assert!(second[0].is_ok(), "{second:?}");
+    assert_eq!(*server.connections.borrow(), 2, "one connection per answer");
 }
 
 /// A Web API whose answers to a post are `padding` bytes of whitespace
