@@ -31,8 +31,8 @@ use toki_ports::LeaseStore;
 use toki_model::error::chain;
 use toki_ports::{Clock, TenantDirectory};
 
-/// How often the guide forgets idle gates and logs busy keys: every so many
-/// of its ticks (it does not tick while asleep).
+/// How often the guide forgets idle gates and logs busy keys, counted in its
+/// ticks (as many as fit in this; none pass while it sleeps).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// One key's figures, for logs, metrics and `toki bench`.
