@@ -13,6 +13,7 @@ pub mod offboard;
 pub mod periodic;
 pub mod registrar;
 pub mod render;
+pub mod render_pool;
 pub mod repair;
 pub mod retention;
 pub mod scanner;

@@ -17,6 +17,7 @@ use thiserror::Error;
 use tracing::warn;
 
 use crate::enqueue::enqueue;
+use crate::render_pool::RenderPool;
 use crate::settings::PipelineSettings;
 use toki_model::domain::{
     Channel, Instant, OccurrenceException, Reminder, Schedule, ScheduleId, ScheduledOccurrence,
@@ -172,7 +173,10 @@ impl Registrar {
     /// Checks `input` (it must render, within the limits: 422 naming the
     /// part if not) and stores it as the tenant's template of `channel` in
     /// `locale`. The check renders each part a few times, bounded but CPU
-    /// work, so on a blocking thread rather than the runtime's workers.
+    /// work, so on a render thread rather than the runtime's workers, and
+    /// one check of a tenant's at a time ([`RenderPool`]): a tenant sending
+    /// costly templates in parallel takes one render thread, at a lower
+    /// priority than the sends.
     pub async fn put_template(
         &self,
         tenant: &TenantId,
@@ -180,13 +184,13 @@ impl Registrar {
         locale: &str,
         input: &TemplateInput,
     ) -> Result<ReminderTemplate, RegistrarError> {
-        let (locale, input) = (locale.to_owned(), input.clone());
-        let template = tokio::task::spawn_blocking(move || {
-            ReminderTemplate::validate(channel, &locale, &input)
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
         let record = self.tenant(tenant).await?;
+        let (locale, input) = (locale.to_owned(), input.clone());
+        let template = RenderPool::global()
+            .run(tenant, move || {
+                ReminderTemplate::validate(channel, &locale, &input)
+            })
+            .await?;
         let store = self.stores.open(tenant).await?;
         self.check_cap(&record, store.as_ref(), Counted::Templates, 1, || async {
             let own = store.templates().await?;

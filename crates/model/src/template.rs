@@ -4,8 +4,9 @@
 //! A value put into a text is escaped for where the text goes: HTML for a
 //! mail's HTML part, Slack's mrkdwn control characters (`& < >`) for Slack,
 //! nothing for plain text (a mail's plain part, a chat row, a subject). What
-//! the template's author wrote is kept as written, so `<!here>` in a Slack
-//! template still mentions, while a meeting titled `<!here>` does not.
+//! the template's author wrote is kept as written (`*bold*`, links), but no
+//! Slack text may mention a whole channel: `<!here>` is refused when a
+//! template is registered and made plain text at delivery.
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
@@ -161,14 +162,16 @@ mod check;
 mod defaults;
 mod language;
 mod limits;
+mod meter;
 mod render;
 
 pub use check::parse_locale;
 pub use defaults::{default_template, DEFAULT_LOCALES};
-pub use language::{FILTERS, MAX_VALUE_BYTES};
+pub use language::{FILTERS, MAX_RANGE, MAX_VALUE_BYTES};
 pub use limits::{
     RenderError, FUEL, MAX_CHAT_OUTPUT, MAX_MAIL_OUTPUT, MAX_SUBJECT_OUTPUT, RECURSION_LIMIT,
 };
+pub use meter::{Overrun, RenderBudget, DELIVERY_CPU, REGISTRATION_CPU, WORK};
 pub use render::Templates;
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
-//! Delivering a prepared batch: fire at the due instant, settle, record one
-//! row per delivery (counted once stored), then dispose of every message.
+//! Delivering a tenant's prepared part of a batch: fire at the due instant,
+//! settle, record one row per delivery (counted once stored), then dispose
+//! of every message.
 
 use std::sync::Arc;
-
-use futures::future::join_all;
 
 use crate::observe::OutcomeCounts;
 use tokio::sync::OwnedSemaphorePermit;
@@ -24,19 +23,15 @@ use super::work::MessageFate;
 use super::{overdue, Daemon};
 
 impl Daemon {
-    /// Fires, settles and records every tenant's part of a batch, then
-    /// disposes of all its messages at once.
+    /// Fires, settles and records a tenant's part of a batch, then disposes
+    /// of all its messages at once.
     pub(super) async fn deliver(
         self: Arc<Self>,
-        prepared: Vec<Prepared>,
+        prepared: Prepared,
         held: u64,
         room: OwnedSemaphorePermit,
     ) {
-        let fates = join_all(prepared.into_iter().map(|p| self.deliver_one(p)))
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        let fates = self.deliver_one(prepared).await;
         // Let go first: the heartbeat must not extend what is acked or hidden now.
         self.holdings.release(held);
         self.dispose(fates).await;

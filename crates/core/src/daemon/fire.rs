@@ -455,10 +455,11 @@ impl Daemon {
 
     /// Warms the channels a batch will use, at most once per WARM_EVERY each,
     /// while there is still time before the due instant.
-    pub(super) fn warm_channels(&self, prepared: &[Prepared]) {
+    pub(super) fn warm_channels(&self, prepared: &Prepared) {
         let used: BTreeSet<Channel> = prepared
+            .plan
+            .to_send
             .iter()
-            .flat_map(|p| &p.plan.to_send)
             .map(|t| t.notification.key.channel)
             .collect();
         for channel in used {

@@ -15,12 +15,12 @@ use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use super::Daemon;
 
 impl Daemon {
-    /// Tells the flow which limited keys a prepared batch will spend at its
+    /// Tells the flow which limited keys a prepared part will spend at its
     /// due instant, while there is still the lead before it: their leases
     /// are taken now, so the gates admit at the fleet's rate from the first
     /// slice (else the first refusals at the instant send most of the batch
     /// back to the queue, behind everything else in it).
-    pub(super) fn expect_flow(&self, prepared: &[super::prepare::Prepared]) {
+    pub(super) fn expect_flow(&self, prepared: &super::prepare::Prepared) {
         let Some(flow) = &self.flow else { return };
         let (slack, mail) = (
             flow.limits_kind(FlowKind::Slack),
@@ -34,11 +34,9 @@ impl Daemon {
         // tenant's own cap): a recipient's key is local, with no lease to take.
         let mut spent = std::collections::BTreeSet::new();
         let mut last_due = None;
-        for p in prepared {
-            for t in &p.plan.to_send {
-                spent.insert((t.notification.key.channel, &p.plan.tenant));
-                last_due = last_due.max(Some(t.notification.due_at));
-            }
+        for t in &prepared.plan.to_send {
+            spent.insert((t.notification.key.channel, &prepared.plan.tenant));
+            last_due = last_due.max(Some(t.notification.due_at));
         }
         // Until the last of them is due: they wait in memory till then.
         let until = tokio::time::Instant::now()

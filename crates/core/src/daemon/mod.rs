@@ -1,9 +1,9 @@
 //! The daemon: W workers long-poll the delay queue (one at a time while it
-//! is empty). For each batch a worker makes one round trip per tenant (the
-//! schedules with their participants, then the claims), decides every
-//! delivery in a pure plan, and hands the batch to a task that fires at the
-//! due instant, settles, records one row per delivery and tells the queue
-//! what became of each message. While a batch is
+//! is empty). A worker splits each batch by tenant and hands each tenant's
+//! part to a task of its own, which makes one round trip for the schedules
+//! with their participants and one for the claims, decides every delivery in
+//! a pure plan, fires at the due instant, settles, records one row per
+//! delivery and tells the queue what became of each message. While a part is
 //! held its messages' visibility and its claims are renewed (a heartbeat), so
 //! a process that dies is taken over within seconds. A message that failed is
 //! never deleted: it comes back with a jittered backoff and, out of its
@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -253,8 +253,11 @@ impl Daemon {
         }
     }
 
-    /// receive → intake → read and claim per tenant → plan; then, in a task of
-    /// its own, fire at the due instant → settle → record → ack or retry.
+    /// receive → intake; then each tenant's part in a task of its own: read
+    /// and claim → plan → fire at the due instant → settle → record → ack or
+    /// retry. The worker goes back to the queue at once: a tenant's slow
+    /// database or templates hold up neither the other tenants of its batch
+    /// nor the batches after it.
     async fn worker(
         self: Arc<Self>,
         worker: usize,
@@ -295,15 +298,51 @@ impl Daemon {
                     me.dispose(fates).await;
                 });
             }
-            let prepared = self.prepare(by_tenant, now).await;
-            let held = self.hold_batch(&prepared, hidden_until);
-            self.warm_channels(&prepared);
-            self.expect_flow(&prepared);
-            let me = self.clone();
+            let channels = self.channel_state();
             let mut set = deliveries.lock().await;
             while set.try_join_next().is_some() {} // reap finished batches
-            set.spawn(me.deliver(prepared, held, permits));
+            for (tenant, work) in by_tenant {
+                let room = permits.split(work.len()).expect("a permit per message");
+                let part = TenantPart {
+                    tenant,
+                    work,
+                    channels: channels.clone(),
+                    now,
+                    hidden_until,
+                };
+                set.spawn(self.clone().prepare_and_deliver(part, room));
+            }
         }
         debug!(worker, "worker stopped");
     }
+
+    /// One tenant's part of a batch, from its reads to its messages' fates.
+    async fn prepare_and_deliver(self: Arc<Self>, part: TenantPart, room: OwnedSemaphorePermit) {
+        let TenantPart {
+            tenant,
+            work,
+            channels,
+            now,
+            hidden_until,
+        } = part;
+        let Some(prepared) = self.prepare_tenant(tenant, work, &channels, now).await else {
+            return;
+        };
+        let held = self.hold_part(&prepared, hidden_until);
+        self.warm_channels(&prepared);
+        self.expect_flow(&prepared);
+        self.deliver(prepared, held, room).await;
+    }
+}
+
+/// A tenant's messages of one received batch, handed from the worker that
+/// received them to the task that prepares and delivers them.
+struct TenantPart {
+    tenant: toki_model::domain::TenantId,
+    work: Vec<Work>,
+    channels: ChannelState,
+    /// When the batch was received.
+    now: Instant,
+    /// Until when its messages are hidden, unless renewed.
+    hidden_until: tokio::time::Instant,
 }

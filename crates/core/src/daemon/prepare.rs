@@ -1,11 +1,12 @@
-//! Preparing a batch: per tenant, the database's permits (if limited), one
-//! round trip for the schedules and participants, one for the claims, then
-//! the pure plan.
+//! Preparing one tenant's part of a batch: the database's permits (if
+//! limited), one round trip for the schedules and participants, one for the
+//! claims, then the pure plan. Each tenant's part is prepared and sent on its
+//! own (see the worker in `mod.rs`): a tenant whose database or templates
+//! are slow holds up no other tenant's sends.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::future::join_all;
 use tracing::warn;
 
 use toki_model::domain::{Instant, TenantId};
@@ -19,6 +20,7 @@ use toki_ports::{Claims, DeliveryContext, TenantStore};
 use super::plan::{claims_for, plan_batch, reads_for, BatchPlan, ChannelState};
 use super::work::{MessageFate, Work};
 use super::{overdue, Daemon};
+use crate::render_pool::RenderPool;
 
 /// Each message's trace span by receipt (none when traces are off).
 fn message_spans(work: &[Work]) -> HashMap<String, tracing::Span> {
@@ -44,13 +46,14 @@ pub(super) struct Prepared {
     pub(super) spans: Vec<tracing::Span>,
 }
 
-/// [`plan_batch`], on a blocking thread when the tenant has templates of
-/// its own: those are bounded (`toki_model::template::FUEL`) but may take
-/// milliseconds a recipient, which must not hold up the runtime's workers
-/// (other tenants' sends, renewals). One hop per tenant and batch, not per
-/// delivery. With the built-in texts only (microseconds), the plan stays on
-/// the worker: the hop cost 7 MB of peak RSS at 3,000 at once (BENCHMARKS.md).
-async fn plan_blocking(
+/// [`plan_batch`], on a render thread when the tenant has templates of its
+/// own: those are bounded (`toki_model::template::RenderBudget`) but may
+/// take milliseconds a recipient, which must not hold up the runtime's
+/// workers (other tenants' sends, renewals) nor compete with them for the
+/// CPU ([`RenderPool`]). One hop per tenant and batch, not per delivery.
+/// With the built-in texts only (microseconds), the plan stays on the
+/// worker: the hop cost 7 MB of peak RSS at 3,000 at once (BENCHMARKS.md).
+async fn plan_off_workers(
     tenant: TenantId,
     work: Vec<Work>,
     ctx: DeliveryContext,
@@ -61,12 +64,11 @@ async fn plan_blocking(
     if !templates.from_tenant() {
         return plan_batch(tenant, work, &ctx, &claims, &channels, &templates);
     }
-    tokio::task::spawn_blocking(move || {
+    let pool = RenderPool::global();
+    pool.run(&tenant.clone(), move || {
         plan_batch(tenant, work, &ctx, &claims, &channels, &templates)
     })
     .await
-    // A panic in the plan is one as before, on this task.
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 impl Daemon {
@@ -78,89 +80,93 @@ impl Daemon {
         }
     }
 
-    /// Reads and claims for every tenant of a batch at once, and plans.
-    pub(super) async fn prepare(
+    /// Reads and claims for one tenant's part of a batch, and plans it;
+    /// none when its messages were disposed of instead (no room at the
+    /// tenant's database, the database unavailable, the tenant deleted).
+    pub(super) async fn prepare_tenant(
         &self,
-        by_tenant: BTreeMap<TenantId, Vec<Work>>,
+        tenant: TenantId,
+        work: Vec<Work>,
+        channels: &ChannelState,
         now: Instant,
-    ) -> Vec<Prepared> {
-        let channels = self.channel_state();
-        let prepared = join_all(by_tenant.into_iter().map(|(tenant, work)| {
-            let channels = &channels;
-            async move {
-                let mut spans = message_spans(&work);
-                // The tenant database's permits (if limited), held for the
-                // round trips; none free within the wait: the messages go
-                // back to the queue for a while, without using any budget.
-                let permit = match &self.flow {
-                    Some(flow) => {
-                        match flow.admit(&[FlowKey::TenantDb(tenant.to_string())], tenant.as_str()).await {
-                            Ok(grants) => grants,
-                            Err(no_room) => {
-                                let fate = MessageFate::Throttled {
-                                    retry_after: no_room.retry_after,
-                                };
-                                self.dispose(work.into_iter().map(|w| (w.msg, fate.clone())).collect())
-                                    .await;
-                                return None;
-                            }
-                        }
-                    }
-                    None => Vec::new(),
-                };
-                let read = self.read_and_claim(&tenant, &work, channels, now).await;
-                drop(permit);
-                // A fenced or dropped database: is the tenant gone?
-                let suspect = match &read {
-                    Ok((_, ctx, _, _)) => ctx.schedules.is_empty(),
-                    Err(_) => true,
-                };
-                if suspect && self.tenant_deleted(&tenant).await {
-                    self.dispose_deleted(&tenant, work.into_iter().map(|w| w.msg).collect())
-                        .await;
-                    return None;
-                }
-                match read {
-                    Ok((store, ctx, claims, templates)) => {
-                        let token = claims.token.clone();
-                        let plan = plan_blocking(tenant, work, ctx, claims, channels.clone(), templates).await;
-                        let spans = if spans.is_empty() {
-                            Vec::new()
-                        } else {
-                            plan.messages
-                                .iter()
-                                .map(|m| spans.remove(&m.msg.receipt).unwrap_or_else(tracing::Span::none))
-                                .collect()
+    ) -> Option<Prepared> {
+        let mut spans = message_spans(&work);
+        // The tenant database's permits (if limited), held for the round
+        // trips; none free within the wait: the messages go back to the
+        // queue for a while, without using any budget.
+        let permit = match &self.flow {
+            Some(flow) => {
+                let key = [FlowKey::TenantDb(tenant.to_string())];
+                match flow.admit(&key, tenant.as_str()).await {
+                    Ok(grants) => grants,
+                    Err(no_room) => {
+                        let fate = MessageFate::Throttled {
+                            retry_after: no_room.retry_after,
                         };
-                        Some(Prepared {
-                            store,
-                            token,
-                            plan,
-                            spans,
-                        })
-                    }
-                    Err(e) => {
-                        warn!(%tenant, error = %chain(&e), "tenant database unavailable; messages come back");
-                        let why = format!("tenant {tenant}: {}", chain(&e));
-                        self.dispose(
-                            work.into_iter()
-                                .map(|w| {
-                                    let fate = MessageFate::Unprocessed {
-                                        reason: why.clone(),
-                                        overdue: overdue(w.reminder.due_at, now),
-                                    };
-                                    (w.msg, fate)
-                                })
-                                .collect(),
-                        )
-                        .await;
-                        None
+                        self.dispose(work.into_iter().map(|w| (w.msg, fate.clone())).collect())
+                            .await;
+                        return None;
                     }
                 }
             }
-        }))
-        .await;
-        prepared.into_iter().flatten().collect()
+            None => Vec::new(),
+        };
+        let read = self.read_and_claim(&tenant, &work, channels, now).await;
+        drop(permit);
+        // A fenced or dropped database: is the tenant gone?
+        let suspect = match &read {
+            Ok((_, ctx, _, _)) => ctx.schedules.is_empty(),
+            Err(_) => true,
+        };
+        if suspect && self.tenant_deleted(&tenant).await {
+            self.dispose_deleted(&tenant, work.into_iter().map(|w| w.msg).collect())
+                .await;
+            return None;
+        }
+        let (store, ctx, claims, templates) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.unavailable(&tenant, work, &e, now).await;
+                return None;
+            }
+        };
+        let token = claims.token.clone();
+        let plan = plan_off_workers(tenant, work, ctx, claims, channels.clone(), templates).await;
+        let spans = if spans.is_empty() {
+            Vec::new()
+        } else {
+            plan.messages
+                .iter()
+                .map(|m| {
+                    spans
+                        .remove(&m.msg.receipt)
+                        .unwrap_or_else(tracing::Span::none)
+                })
+                .collect()
+        };
+        Some(Prepared {
+            store,
+            token,
+            plan,
+            spans,
+        })
+    }
+
+    /// The tenant's database failed: its messages come back later.
+    async fn unavailable(&self, tenant: &TenantId, work: Vec<Work>, e: &StoreError, now: Instant) {
+        warn!(%tenant, error = %chain(e), "tenant database unavailable; messages come back");
+        let why = format!("tenant {tenant}: {}", chain(e));
+        let fates = work
+            .into_iter()
+            .map(|w| {
+                let fate = MessageFate::Unprocessed {
+                    reason: why.clone(),
+                    overdue: overdue(w.reminder.due_at, now),
+                };
+                (w.msg, fate)
+            })
+            .collect();
+        self.dispose(fates).await;
     }
 
     /// One round trip for the schedules and participants, one for the claims.

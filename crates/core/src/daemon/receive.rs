@@ -99,25 +99,21 @@ impl Daemon {
         }
     }
 
-    /// Holds a prepared batch: the heartbeat keeps its messages hidden and its
-    /// claims renewed until it is released. Returns the holding's id.
-    pub(super) fn hold_batch(
-        &self,
-        prepared: &[Prepared],
-        hidden_until: tokio::time::Instant,
-    ) -> u64 {
+    /// Holds a prepared part: the heartbeat keeps its messages hidden and
+    /// its claims renewed until it is released. Returns the holding's id.
+    pub(super) fn hold_part(&self, prepared: &Prepared, hidden_until: tokio::time::Instant) -> u64 {
         self.holdings.hold(Held {
             receipts: prepared
+                .plan
+                .messages
                 .iter()
-                .flat_map(|p| &p.plan.messages)
                 .map(|m| (m.msg.receipt.clone(), hidden_until))
                 .collect(),
-            // Tenants that claimed nothing (no token) have nothing to renew.
-            claims: prepared
-                .iter()
-                .filter(|p| !p.token.is_empty())
-                .map(|p| (p.plan.tenant.clone(), p.token.clone()))
-                .collect(),
+            // A tenant that claimed nothing (no token) has nothing to renew.
+            claims: match prepared.token.is_empty() {
+                true => Vec::new(),
+                false => vec![(prepared.plan.tenant.clone(), prepared.token.clone())],
+            },
             // The claims' lease runs from about the receive, not from now.
             renewed: Some(hidden_until - self.settings.visibility),
         })

@@ -6,6 +6,7 @@ mod daemon;
 mod debounce;
 mod events;
 mod flow;
+mod isolation;
 mod offboard;
 mod registrar;
 mod repair;

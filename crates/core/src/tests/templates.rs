@@ -41,7 +41,10 @@ async fn each_recipient_gets_their_locales_template_for_the_channel() {
             &t,
             Channel::Slack,
             "ja",
-            &template(None, "<!here> *{{ title }}* は {{ time }} から"),
+            &template(
+                None,
+                "<https://example.com|予定> *{{ title }}* は {{ time }} から",
+            ),
         )
         .await
         .unwrap();
@@ -80,11 +83,11 @@ async fn each_recipient_gets_their_locales_template_for_the_channel() {
             .unwrap_or_else(|| panic!("{recipient} {channel}: {sent:?}"))
     };
     let start_tokyo = (due + ChronoDuration::minutes(5)).with_timezone(&chrono_tz::Asia::Tokyo);
-    // The tenant's Japanese Slack text, the title escaped, the mention kept.
+    // The tenant's Japanese Slack text, the title escaped, the link kept.
     assert_eq!(
         of("u1", Channel::Slack).text,
         format!(
-            "<!here> *Review &lt;Q3&gt; &amp; plans* は {} から",
+            "<https://example.com|予定> *Review &lt;Q3&gt; &amp; plans* は {} から",
             start_tokyo.format("%H:%M")
         )
     );
@@ -142,7 +145,7 @@ async fn a_template_over_its_fuel_is_undeliverable_and_holds_up_no_one() {
     let kit = TestKit::new();
     let bad = kit.tenant("spinner").await;
     let good = kit.tenant("acme").await;
-    let spin = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x";
+    let spin = "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}x";
     let template = ReminderTemplate {
         channel: Channel::Chat,
         locale: "en".into(),

@@ -6,6 +6,7 @@ use chrono::Duration;
 use minijinja::{Environment, Value};
 
 use super::limits::{classify, render_bounded, template_problem, RenderError};
+use super::meter::RenderBudget;
 use super::render::{Templates, Variables};
 use super::{environment, name, Part, ReminderTemplate, TemplateInput, Texts};
 use crate::domain::{Channel, DueAt, Instant, User};
@@ -182,6 +183,13 @@ impl ReminderTemplate {
                         format!("renders empty (for {} with {title:?})", user.name),
                     ));
                 }
+                if self.channel == Channel::Slack && out.contains("<!") {
+                    return Err(ValidationError::new(
+                        *field,
+                        "mentions a whole channel or group (`<!here>`, `<!channel>`, \
+                         `<!everyone>`, `<!subteam^…>`): a reminder goes to one person",
+                    ));
+                }
             }
         }
         Ok(())
@@ -217,7 +225,7 @@ impl ReminderTemplate {
         let t = env
             .get_template(&name(self.channel, &self.locale, part))
             .map_err(|e| classify(&e))?;
-        render_bounded(&t, vars, self.channel, part)
+        render_bounded(&t, vars, self.channel, part, RenderBudget::REGISTRATION)
     }
 
     /// What this template makes of a sample reminder: shown when it is

@@ -1,7 +1,8 @@
 //! How much rendering one part of a reminder may take: a tenant's template
-//! runs in the daemon for every recipient, so work, nesting and output are
-//! bounded, and a template that crosses a bound fails instead of taking the
-//! machine (`range(100000)` twice nested once took 17 GB).
+//! runs in the daemon for every recipient, so instructions, work, CPU time,
+//! nesting and output are bounded, and a template that crosses a bound fails
+//! instead of taking the machine (`range(100000)` twice nested once took
+//! 17 GB; `99999 in range(100000)` in a loop, 27 s of CPU).
 
 use std::fmt::Write as _;
 use std::io;
@@ -9,6 +10,7 @@ use std::io;
 use minijinja::{ErrorKind, Value};
 use thiserror::Error;
 
+use super::meter::{metered, Overrun, RenderBudget};
 use super::Part;
 use crate::domain::Channel;
 
@@ -57,6 +59,9 @@ pub enum RenderError {
     TooLong { max: usize, what: &'static str },
     #[error("nests deeper than the {RECURSION_LIMIT} levels a template may (recursion limit)")]
     TooDeep,
+    /// Past its work or CPU budget (meter.rs).
+    #[error("{0}")]
+    OverBudget(Overrun),
     #[error(
         "builds a value longer than the {} bytes a template may (value limit)",
         super::language::MAX_VALUE_BYTES
@@ -73,9 +78,16 @@ impl RenderError {
     pub fn is_limit(&self) -> bool {
         !matches!(self, RenderError::Template(_))
     }
+
+    /// Whether it is a limit on work (instructions, items, bytes, CPU time)
+    /// rather than on output: crossed once, the template is not rendered
+    /// again for a while (render.rs).
+    pub fn is_work(&self) -> bool {
+        matches!(self, RenderError::OutOfFuel | RenderError::OverBudget(_))
+    }
 }
 
-/// The output, kept until it would pass `max` bytes.
+/// The output, kept until it would pass `max` bytes; each write charged.
 struct Capped {
     out: Vec<u8>,
     max: usize,
@@ -88,6 +100,9 @@ impl io::Write for Capped {
             self.over = true;
             return Err(io::Error::other("output limit"));
         }
+        if !super::meter::charge_bytes(b.len()) {
+            return Err(io::Error::other("render budget"));
+        }
         self.out.extend_from_slice(b);
         Ok(b.len())
     }
@@ -98,12 +113,13 @@ impl io::Write for Capped {
 }
 
 /// `template`, `channel`'s `part`, rendered with `vars` within its output
-/// limit and the environment's fuel and recursion limit.
+/// limit, `budget` and the environment's fuel and recursion limit.
 pub(super) fn render_bounded(
     template: &minijinja::Template<'_, '_>,
     vars: &Value,
     channel: Channel,
     part: Part,
+    budget: RenderBudget,
 ) -> Result<String, RenderError> {
     let (max, what) = max_output(channel, part);
     let mut out = Capped {
@@ -111,7 +127,11 @@ pub(super) fn render_bounded(
         max,
         over: false,
     };
-    match template.render_captured_to(vars, &mut out) {
+    let (rendered, overrun) = metered(budget, || template.render_captured_to(vars, &mut out));
+    if let Some(overrun) = overrun {
+        return Err(RenderError::OverBudget(overrun));
+    }
+    match rendered {
         Ok(_) => {
             // A text is held until its instant, one a delivery: 100,000 of
             // them with 256 bytes of room each were 26 MB (BENCHMARKS.md).

@@ -1,8 +1,8 @@
 //! Rendering: a tenant's templates compiled once, picked per channel and
 //! locale (falling back to the defaults), and filled in for one recipient.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use chrono::Duration;
 use chrono::{Datelike, Timelike};
@@ -11,6 +11,7 @@ use minijinja::Environment;
 
 use super::defaults::{defaults, DEFAULT_LOCALES};
 use super::limits::{classify, render_bounded, RenderError};
+use super::meter::{self, RenderBudget};
 use super::{environment, name, text_to_html, Part, ReminderTemplate, Texts, VARIABLES};
 use crate::domain::{Channel, DueAt, Instant, Occurrence, User};
 use crate::ScheduleSnapshot;
@@ -51,6 +52,8 @@ impl Variables {
 
 impl Object for Variables {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        // A hook the render passes often: the meter reads its clock here too.
+        meter::charge(1);
         let l = &self.local;
         Some(match key.as_str()? {
             "name" => self.name.clone(),
@@ -94,12 +97,22 @@ pub(super) fn candidates(locale: &str) -> Vec<String> {
     out
 }
 
+/// A part of a tenant's templates: (channel, locale, part).
+type PartKey = (Channel, String, u8);
+
 /// One tenant's templates over the defaults, compiled: what the daemon
 /// renders a batch's reminders with.
 pub struct Templates {
     tenant: Option<Environment<'static>>,
     /// (channel, locale, part) the tenant has.
-    has: HashSet<(Channel, String, u8)>,
+    has: HashSet<PartKey>,
+    /// What one render may spend.
+    budget: RenderBudget,
+    /// Parts of the tenant's that went past their instructions, work or
+    /// time: not rendered again while these are kept (the daemon keeps a
+    /// tenant's compiled templates a second), so a hostile template costs
+    /// one over-budget render, not one per recipient.
+    tripped: Mutex<HashMap<PartKey, RenderError>>,
 }
 
 impl Templates {
@@ -108,7 +121,15 @@ impl Templates {
         Self {
             tenant: None,
             has: HashSet::new(),
+            budget: RenderBudget::DELIVERY,
+            tripped: Mutex::default(),
         }
+    }
+
+    /// Rendering within `budget` (the default: [`RenderBudget::DELIVERY`]).
+    pub fn with_budget(mut self, budget: RenderBudget) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// Whether any text comes from the tenant's own templates (rather than
@@ -156,6 +177,8 @@ impl Templates {
         Self {
             tenant: Some(env),
             has,
+            budget: RenderBudget::DELIVERY,
+            tripped: Mutex::default(),
         }
     }
 
@@ -192,13 +215,22 @@ impl Templates {
         vars: &Value,
     ) -> Result<String, RenderError> {
         let (env, locale, tenant) = self.pick(channel, locales, part);
+        let key = (channel, locale.to_owned(), part as u8);
+        if let Some(e) = tenant.then(|| self.tripped_by(&key)).flatten() {
+            return Err(e);
+        }
         let rendered = env
             .get_template(&name(channel, locale, part))
             .map_err(|e| classify(&e))
-            .and_then(|t| render_bounded(&t, vars, channel, part));
+            .and_then(|t| render_bounded(&t, vars, channel, part, self.budget));
         match rendered {
             Ok(s) => Ok(s),
-            Err(e) if e.is_limit() => Err(e),
+            Err(e) if e.is_limit() => {
+                if tenant && e.is_work() {
+                    self.trip(key, e.clone());
+                }
+                Err(e)
+            }
             Err(e) => {
                 tracing::warn!(%channel, %locale, tenant, error = %e, "a template did not render: the default is used");
                 let locale = if DEFAULT_LOCALES.contains(&locale) {
@@ -209,10 +241,26 @@ impl Templates {
                 Ok(defaults()
                     .get_template(&name(channel, locale, part))
                     .map_err(|e| classify(&e))
-                    .and_then(|t| render_bounded(&t, vars, channel, part))
+                    .and_then(|t| render_bounded(&t, vars, channel, part, self.budget))
                     .unwrap_or_default())
             }
         }
+    }
+
+    /// Why `key` is not rendered again, if it tripped.
+    fn tripped_by(&self, key: &PartKey) -> Option<RenderError> {
+        self.tripped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    fn trip(&self, key: PartKey, e: RenderError) {
+        self.tripped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, e);
     }
 
     /// The reminder of the occurrence of `schedule` starting at `occurrence`,
@@ -244,7 +292,10 @@ impl Templates {
         } else {
             String::new()
         };
-        let text = self.render_part(channel, &locales, Part::Text, vars)?;
+        let mut text = self.render_part(channel, &locales, Part::Text, vars)?;
+        if channel == Channel::Slack {
+            text = without_broadcasts(text);
+        }
         let html = if channel == Channel::Mail {
             let (_, text_locale, tenant_text) = self.pick(channel, &locales, Part::Text);
             let tenant_html =
@@ -264,6 +315,18 @@ impl Templates {
             text,
             html,
         })
+    }
+}
+
+/// Slack text with its special mentions (`<!here>`, `<!channel>`,
+/// `<!everyone>`, `<!subteam^…>`) made plain text: a reminder goes to one
+/// person, and a tenant must not be able to page a whole channel, whatever
+/// its template or data put together.
+pub(super) fn without_broadcasts(text: String) -> String {
+    if text.contains("<!") {
+        text.replace("<!", "&lt;!")
+    } else {
+        text
     }
 }
 

@@ -146,16 +146,18 @@ fn values_are_escaped_for_the_channel_and_the_authors_markup_is_kept() {
         "a subject is plain"
     );
 
-    // The tenant's own Slack markup stays; only the values are escaped.
+    // The tenant's own Slack markup stays; only the values are escaped,
+    // and no text mentions a whole channel (a template stored before that
+    // was refused, or one that builds the mention from its data).
     let own = Templates::compile(&[tenant(
         Channel::Slack,
         "en",
-        "<!here> *{{ title }}* at {{ time }}",
+        "<!here> *{{ title }}* at {{ time }} <{{ '!channel' }}> {{ title|safe }}",
     )]);
     let slack = render(&own, Channel::Slack, &s, &u, 5);
     assert_eq!(
         slack.text,
-        "<!here> *&lt;!here&gt; Q&amp;A &lt;b&gt;* at 00:00"
+        "&lt;!here> *&lt;!here&gt; Q&amp;A &lt;b&gt;* at 00:00 &lt;!channel> &lt;!here> Q&A <b>"
     );
 }
 
@@ -307,9 +309,9 @@ fn mrkdwn_and_html_helpers() {
 const BOMB: &str =
     "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}";
 
-/// Ten billion steps, no output.
+/// A hundred million steps, no output.
 const SPIN: &str =
-    "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x";
+    "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}x";
 
 fn refused(channel: Channel, text: &str) -> crate::ValidationError {
     let input = TemplateInput {
@@ -322,8 +324,16 @@ fn refused(channel: Channel, text: &str) -> crate::ValidationError {
 
 #[test]
 fn registration_refuses_a_template_that_runs_out_of_fuel() {
-    // The bomb writes 10 bytes in 3 steps: the output limit stops it first.
+    // The bomb's ranges are too long to make at all.
     let e = refused(Channel::Chat, BOMB);
+    assert_eq!(e.field, "text");
+    assert!(
+        e.problem.contains("range has more than 10000 numbers"),
+        "{e}"
+    );
+    // Within the range limit it writes 10 bytes in 3 steps: the output
+    // limit stops it first.
+    let e = refused(Channel::Chat, &BOMB.replace("100000", "10000"));
     assert_eq!(e.field, "text");
     assert!(e.problem.contains("(output limit)"), "{e}");
     let e = refused(Channel::Chat, SPIN);
@@ -497,4 +507,156 @@ fn the_language_builds_no_large_values() {
         )
         .unwrap_or_else(|e| panic!("{filter}: {e}"));
     }
+}
+
+/// Work inside one instruction is charged per item: a range walked by `in`,
+/// `|last`, `|first` in a loop, a comparison or its text, each a few steps
+/// of fuel, is refused at registration by the work limit (the first was
+/// accepted after 27 s of CPU with `range(100000)`); a range's length, known
+/// without walking it, costs nothing.
+#[test]
+fn registration_refuses_templates_that_walk_ranges_by_the_work_limit() {
+    let work_limit =
+        format!("walks or reads more than the {WORK} units of work a template may (work limit)");
+    for walk in [
+        "{% if 9999 in range(10000) %}{% endif %}",
+        "{% if range(10000)|last %}{% endif %}",
+        "{% if range(10000) == range(10000) %}{% endif %}",
+        "{% if range(10000)|string %}{% endif %}",
+        "{% if range(10000)[5000:]|first %}{% endif %}",
+    ] {
+        let text = format!("{{% for i in range(1500) %}}{walk}{{% endfor %}}Hi {{{{ name }}}}");
+        let e = refused(Channel::Chat, &text);
+        assert_eq!(
+            (e.field.as_str(), e.problem.as_str()),
+            ("text", work_limit.as_str()),
+            "{walk}"
+        );
+    }
+    let e = refused(
+        Channel::Chat,
+        "{% if 99999 in range(100000) %}{% endif %}Hi",
+    );
+    assert!(
+        e.problem
+            .contains(&format!("range has more than {MAX_RANGE} numbers")),
+        "{e}"
+    );
+    let cheap = "{% for i in range(1500) %}{% if range(10000)|length > 5 %}{% endif %}{% endfor %}Hi {{ name }}";
+    let input = TemplateInput {
+        subject: None,
+        text: cheap.into(),
+        html: None,
+    };
+    ReminderTemplate::validate(Channel::Chat, "en", &input).expect("a length is not a walk");
+}
+
+/// Work the meter cannot see item by item (a string searched in a loop) is
+/// still measured: its CPU time with the largest inputs is over the budget.
+#[test]
+fn registration_refuses_a_template_over_its_cpu_time() {
+    let text = "{% set b = body|e %}{% for c in body[:5000] %}{% if 'zq' in b %}{% endif %}{% endfor %}{{ title }}";
+    let e = refused(Channel::Chat, text);
+    assert_eq!(e.field, "text");
+    assert_eq!(
+        e.problem,
+        format!(
+            "takes more than the {} ms of CPU a template may (time limit) with the largest inputs",
+            REGISTRATION_CPU.as_millis()
+        )
+    );
+}
+
+/// At delivery a render past its budget is an error naming the limit.
+#[test]
+fn at_delivery_a_render_past_its_cpu_budget_fails_naming_it() {
+    let no_time = RenderBudget {
+        work: WORK,
+        cpu: std::time::Duration::ZERO,
+    };
+    let text = "{% for i in range(100) %}{{ i }}{% endfor %}{{ title }}";
+    let own = Templates::compile(&[tenant(Channel::Chat, "en", text)]).with_budget(no_time);
+    let start = at("2030-01-21T00:00:00Z");
+    let out = own.reminder(
+        Channel::Chat,
+        &schedule("Review", ""),
+        Occurrence(start),
+        DueAt(start),
+        &user("en", chrono_tz::UTC),
+    );
+    let e = out.unwrap_err();
+    assert_eq!(
+        e,
+        RenderError::OverBudget(Overrun::Time(std::time::Duration::ZERO))
+    );
+    assert_eq!(
+        e.to_string(),
+        "takes more than the 0 ms of CPU a template may (time limit)"
+    );
+}
+
+/// A part that went past its budget once is not rendered again while the
+/// compiled templates are kept: a template costly for one recipient's data
+/// costs one over-budget render, not one per recipient. Another part, and
+/// the same template compiled afresh, render.
+#[test]
+fn a_part_over_its_budget_is_not_rendered_again() {
+    let text = "{% if name == 'Heavy' %}{% for i in range(1500) %}\
+                {% if 9999 in range(10000) %}{% endif %}{% endfor %}{% endif %}Hi {{ name }}";
+    let compile = || Templates::compile(&[tenant(Channel::Chat, "en", text)]);
+    let start = at("2030-01-21T00:00:00Z");
+    let remind = |t: &Templates, name: &str| {
+        let u = User {
+            name: name.into(),
+            ..user("en", chrono_tz::UTC)
+        };
+        t.reminder(
+            Channel::Chat,
+            &schedule("Review", ""),
+            Occurrence(start),
+            DueAt(start),
+            &u,
+        )
+    };
+    let own = compile();
+    let over = Err(RenderError::OverBudget(Overrun::Work(WORK)));
+    assert_eq!(remind(&own, "Heavy"), over);
+    assert_eq!(remind(&own, "Ana"), over, "tripped: not rendered for Ana");
+    assert!(own
+        .reminder(
+            Channel::Mail,
+            &schedule("Review", ""),
+            Occurrence(start),
+            DueAt(start),
+            &user("en", chrono_tz::UTC)
+        )
+        .is_ok());
+    assert_eq!(remind(&compile(), "Ana").unwrap().text, "Hi Ana");
+}
+
+/// A Slack template that mentions a whole channel is refused, however the
+/// mention is made.
+#[test]
+fn registration_refuses_a_slack_text_that_mentions_a_whole_channel() {
+    for text in [
+        "<!here> {{ title }}",
+        "<!channel> {{ title }}",
+        "<!everyone> {{ title }}",
+        "<!subteam^S0123|team> {{ title }}",
+        "<{{ '!here' }}> {{ title }}",
+    ] {
+        let e = refused(Channel::Slack, text);
+        assert_eq!(e.field, "text", "{text}");
+        assert!(
+            e.problem.contains("mentions a whole channel"),
+            "{text}: {e}"
+        );
+    }
+    // Chat and mail are plain text: `<!here>` is just characters there.
+    let input = TemplateInput {
+        subject: None,
+        text: "<!here> {{ title }}".into(),
+        html: None,
+    };
+    ReminderTemplate::validate(Channel::Chat, "en", &input).unwrap();
 }
