@@ -857,13 +857,13 @@ async fn templates_word_a_series_reminders_on_slack_and_mail() {
     );
     let (s, b) = put(
         "templates/slack/ja".into(),
-        json!({"text": "<!here> *{{ title }}* は {{ time }} から"}),
+        json!({"text": "<https://example.com|予定> *{{ title }}* は {{ time }} から"}),
     )
     .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(
         b["example"]["text"],
-        "<!here> *Weekly review* は 10:00 から"
+        "<https://example.com|予定> *Weekly review* は 10:00 から"
     );
     let (s, b) = put(
         "templates/mail/en".into(),
@@ -895,7 +895,7 @@ async fn templates_word_a_series_reminders_on_slack_and_mail() {
     assert_eq!(
         texts,
         vec![format!(
-            "<!here> *Q&amp;A &lt;{marker}&gt;* は {} から",
+            "<https://example.com|予定> *Q&amp;A &lt;{marker}&gt;* は {} から",
             local.format("%H:%M")
         )]
     );

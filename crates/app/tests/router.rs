@@ -315,8 +315,9 @@ async fn calendar_bounds_over_http() {
 }
 
 /// Issue 33's template (ten billion steps, 100 GB of output): a 422 naming
-/// `text` and the limit it crossed, nothing written; a template that only
-/// crosses a limit with the longest inputs likewise.
+/// `text` and the limit it crossed (its ranges too long; within the range
+/// limit, its output), nothing written; a template that only crosses a
+/// limit with the longest inputs likewise.
 #[tokio::test(start_paused = true)]
 async fn a_template_over_the_render_limits_is_422_and_writes_nothing() {
     let kit = kit_with_tenant().await;
@@ -325,6 +326,14 @@ async fn a_template_over_the_render_limits_is_422_and_writes_nothing() {
     let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(json!({"text": bomb}))).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"]["field"], "text");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("range has more than 10000 numbers"),
+        "{body}"
+    );
+    let bomb = bomb.replace("100000", "10000");
+    let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(json!({"text": bomb}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("(output limit)"), "{body}");
     let spin = "{% for c in body %}{{ c|length }}{% endfor %}{{ title }}";

@@ -171,7 +171,7 @@ pub use language::{FILTERS, MAX_RANGE, MAX_VALUE_BYTES};
 pub use limits::{
     RenderError, FUEL, MAX_CHAT_OUTPUT, MAX_MAIL_OUTPUT, MAX_SUBJECT_OUTPUT, RECURSION_LIMIT,
 };
-pub use meter::{Overrun, RenderBudget, DELIVERY_CPU, REGISTRATION_CPU, WORK};
+pub use meter::{CpuCheck, Overrun, RenderBudget, DELIVERY_CPU, REGISTRATION_CPU, WORK};
 pub use render::Templates;
 
 #[cfg(test)]

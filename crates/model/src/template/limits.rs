@@ -128,11 +128,19 @@ pub(super) fn render_bounded(
         over: false,
     };
     let (rendered, overrun) = metered(budget, || template.render_captured_to(vars, &mut out));
-    if let Some(overrun) = overrun {
-        return Err(RenderError::OverBudget(overrun));
-    }
-    match rendered {
-        Ok(_) => {
+    let rendered = match rendered {
+        Err(_) if out.over => Err(RenderError::TooLong { max, what }),
+        Err(e) => Err(classify(&e)),
+        Ok(_) => Ok(()),
+    };
+    match (overrun, rendered) {
+        // Work is walked inside instructions: a walk cut short makes the
+        // render's own outcome meaningless.
+        (Some(work @ Overrun::Work(_)), _) => Err(RenderError::OverBudget(work)),
+        (_, Err(e)) if e.is_limit() && !matches!(e, RenderError::OverBudget(_)) => Err(e),
+        (Some(time), _) => Err(RenderError::OverBudget(time)),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => {
             // A text is held until its instant, one a delivery: 100,000 of
             // them with 256 bytes of room each were 26 MB (BENCHMARKS.md).
             // A copy of its length, as allocators keep a block shrunk by
@@ -142,8 +150,6 @@ pub(super) fn render_bounded(
                 .map(str::to_owned)
                 .map_err(|e| RenderError::Template(e.to_string()))
         }
-        Err(_) if out.over => Err(RenderError::TooLong { max, what }),
-        Err(e) => Err(classify(&e)),
     }
 }
 

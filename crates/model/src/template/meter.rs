@@ -37,6 +37,19 @@ const UNITS_PER_CLOCK_READ: u64 = 256;
 pub struct RenderBudget {
     pub work: u64,
     pub cpu: Duration,
+    pub cpu_check: CpuCheck,
+}
+
+/// When a render's CPU time is compared with its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuCheck {
+    /// As it runs (every few hundred units of work) and at its end: a
+    /// render past its time stops there. At delivery.
+    Throughout,
+    /// At its end only, and reported only when the render stayed within
+    /// its other limits, which say more about what to change (fuel, work,
+    /// output). At registration, where the other limits bound the render.
+    AtEnd,
 }
 
 impl RenderBudget {
@@ -44,11 +57,13 @@ impl RenderBudget {
     pub const REGISTRATION: RenderBudget = RenderBudget {
         work: WORK,
         cpu: REGISTRATION_CPU,
+        cpu_check: CpuCheck::AtEnd,
     };
     /// What a template may take at delivery.
     pub const DELIVERY: RenderBudget = RenderBudget {
         work: WORK,
         cpu: DELIVERY_CPU,
+        cpu_check: CpuCheck::Throughout,
     };
 }
 
@@ -131,7 +146,7 @@ impl Meter {
             self.overrun = Some(Overrun::Work(self.budget.work));
             return false;
         }
-        if self.spent >= self.next_clock_read {
+        if self.spent >= self.next_clock_read && self.budget.cpu_check == CpuCheck::Throughout {
             self.next_clock_read = self.spent + UNITS_PER_CLOCK_READ;
             self.check_time();
         }
@@ -181,7 +196,7 @@ mod tests {
     fn work_past_the_budget_is_an_overrun_and_stays_one() {
         let budget = RenderBudget {
             work: 10,
-            cpu: Duration::from_secs(60),
+            ..RenderBudget::DELIVERY
         };
         let (charged, overrun) = metered(budget, || {
             let first = (0..10).all(|_| charge(1));
@@ -198,6 +213,7 @@ mod tests {
         let budget = RenderBudget {
             work: u64::MAX,
             cpu: Duration::ZERO,
+            cpu_check: CpuCheck::AtEnd,
         };
         // Spin until the thread's clock moves: then the budget of zero is past.
         let start = thread_cpu();
@@ -210,7 +226,7 @@ mod tests {
         assert!(charge(u64::MAX));
         let tight = RenderBudget {
             work: 1,
-            cpu: Duration::from_secs(60),
+            ..RenderBudget::DELIVERY
         };
         let (inner, outer) = metered(tight, || {
             charge(1);
