@@ -336,6 +336,50 @@ async fn slack_over_http2_sends_a_batch_on_one_connection_and_finds_history() {
     assert!(first >= at_ms - 2, "arrived {} ms early", at_ms - first);
 }
 
+/// A recipient stored before the API refused conversation ids (a channel,
+/// a group, a DM, a name) is not posted to: the delivery is undeliverable,
+/// and the reason does not quote the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_refuses_a_recipient_that_is_not_a_user_id() {
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let refused = ["C024BE91L", "G024BE91L", "D024BE91L", "#general", "@ana"];
+    let batch: Vec<_> = refused
+        .iter()
+        .enumerate()
+        .map(|(i, id)| notification(i, id))
+        .chain([notification(9, "U024BE7LH")])
+        .collect();
+    let results = slack.send(&batch).await;
+    for (id, r) in refused.iter().zip(&results) {
+        match r {
+            Err(SendError::Permanent(why)) => {
+                assert_eq!(why, toki_channels::slack::NOT_A_USER_ID);
+                assert!(!why.contains(id), "{why}");
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert!(results[refused.len()].is_ok(), "{results:?}");
+    let arrived: Vec<_> = standin.arrivals().into_iter().map(|a| a.delivery).collect();
+    let user = &batch[refused.len()];
+    let expected = format!("{}/{}", user.tenant, user.key);
+    assert_eq!(arrived, [expected], "only the user id's reached Slack");
+    let outbox = tempfile::tempdir().unwrap();
+    let file = outbox.path().join("slack.jsonl");
+    let slack = SlackChannel::outbox(file.clone(), clock()).await.unwrap();
+    let results = slack.send(&batch[..1]).await;
+    assert!(
+        matches!(&results[0], Err(SendError::Permanent(_))),
+        "{results:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(file).unwrap(),
+        "",
+        "nothing written"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_posts_the_documented_body() {
     let (standin, url) = slack_standin(StandinOptions::default()).await;
@@ -579,7 +623,7 @@ async fn held_post(
         .await
         .unwrap();
     s.state.send_modify(|(in_flight, _)| *in_flight -= 1);
-    axum::Json(if user == "A3" {
+    axum::Json(if user == "UA3" {
         serde_json::json!({"ok": false, "error": "user_not_found"})
     } else {
         serde_json::json!({"ok": true, "ts": "1.0"})
@@ -611,13 +655,13 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
             })
             .collect()
     };
-    let (a, b) = (batch("A"), batch("B"));
+    let (a, b) = (batch("UA"), batch("UB"));
     let (ra, rb) = tokio::join!(slack.send(&a), slack.send(&b));
     for (i, r) in ra.iter().enumerate() {
         match r {
             Err(SendError::Permanent(e)) if i == 3 => assert!(e.contains("user_not_found")),
             Ok(_) if i != 3 => {}
-            other => panic!("A{i}: {other:?}"),
+            other => panic!("UA{i}: {other:?}"),
         }
     }
     assert!(rb.iter().all(|r| r.is_ok()), "{rb:?}");
@@ -630,8 +674,8 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
     // One batch's requests, then the next one's: the first batch ends
     // first (its messages are recorded and acknowledged, and the daemon
     // takes new ones), rather than every batch ending together.
-    let first_b = arrivals.iter().position(|u| u.starts_with('B')).unwrap();
-    let last_a = arrivals.iter().rposition(|u| u.starts_with('A')).unwrap();
+    let first_b = arrivals.iter().position(|u| u.starts_with("UB")).unwrap();
+    let last_a = arrivals.iter().rposition(|u| u.starts_with("UA")).unwrap();
     assert_eq!(
         (last_a, first_b),
         (per_batch - 1, per_batch),
