@@ -92,6 +92,34 @@ async fn every_request_is_signed_and_a_retry_carries_the_same_ids() {
     );
 }
 
+/// Two tenants' deliveries can have the same key; a receiver that serves
+/// both must not take one for a retry of the other: the `Idempotency-Key`
+/// includes the tenant, and stays the same across a delivery's attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_key_differs_across_tenants_and_not_across_retries() {
+    let (standin, base) = receiver().await;
+    let (s, t) = (settings(), settings());
+    standin.add_secret("acme", s.secret.clone());
+    standin.add_secret("globex", t.secret.clone());
+    let webhook = channel(local_policy());
+    let acme = to(&format!("{base}/hook"), 0, &s);
+    let mut globex = to(&format!("{base}/hook"), 0, &t);
+    globex.tenant = "globex".parse().unwrap();
+    assert_eq!(acme.key, globex.key, "the same delivery key");
+    let sent = webhook
+        .send(&[acme.clone(), globex.clone(), acme.clone()])
+        .await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let key = acme.key.to_string();
+    let (of_acme, of_globex) = (
+        standin.idempotency_keys("acme", &key),
+        standin.idempotency_keys("globex", &key),
+    );
+    assert_eq!(of_acme, [format!("acme:{key}")], "one key for both copies");
+    assert_eq!(of_globex, [format!("globex:{key}")]);
+    assert_eq!(toki_channels::webhook::idempotency_key(&acme), of_acme[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_signs_with_both_secrets_and_a_receiver_with_either_verifies() {
     let (standin, base) = receiver().await;
