@@ -181,6 +181,41 @@ async fn a_slack_conversation_id_is_422_and_a_user_id_is_taken() {
     assert_eq!(body["slack_user_id"], "W012A3CDE");
 }
 
+/// A tenant endpoint on a port other than 443 (the operator allows none
+/// here) is a 422 naming the field, for a user's and the tenant's.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_on_another_port_than_443_is_422_naming_the_field() {
+    let kit = kit_with_tenant().await;
+    for (path, field, body) in [
+        (
+            "/v1/tenants/acme/users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://hooks.example.com:6379/"}),
+        ),
+        (
+            "/v1/tenants/acme/webhook",
+            "default_url",
+            json!({"default_url": "https://hooks.example.com:8443/toki"}),
+        ),
+    ] {
+        let (status, answer) = call(&kit, "PUT", path, Some(KEY), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("port"), "{answer}");
+    }
+    let body = json!({"name": "Ana", "webhook_url": "https://hooks.example.com:443/"});
+    let (status, answer) = call(
+        &kit,
+        "PUT",
+        "/v1/tenants/acme/users/ana",
+        Some(KEY),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_tenant_database_outage_is_503_and_an_index_outage_still_saves() {
     let kit = kit_with_tenant().await;

@@ -180,6 +180,10 @@ fn retry_after(value: Option<&HeaderValue>) -> Duration {
 fn failed(e: reqwest::Error) -> SendError {
     match egress::refusal(&e) {
         Some(refused) => SendError::Permanent(format!("webhook: {refused}")),
+        // Worded as a refusal: which names exist inside is not the tenant's to learn.
+        None if egress::unresolved(&e) => {
+            SendError::Transient(format!("webhook: {}", egress::NO_ADDRESS))
+        }
         // Without the URL: it may carry a token of the tenant's.
         None => SendError::Transient(format!("webhook: {}", e.without_url())),
     }
