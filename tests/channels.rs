@@ -550,6 +550,99 @@ async fn lines_that_start_with_a_dot_arrive_intact() {
     assert_eq!(smtp.stats().unique, 1);
 }
 
+/// What an SMTP server reads back from DATA content: its lines (the
+/// content must end in CRLF and hold no bare CR or LF), each with one
+/// leading dot taken off, or `None` where a line would end the DATA early.
+fn read_back(data: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let body = data.strip_suffix(b"\r\n")?;
+    let mut lines = Vec::new();
+    for line in body.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        assert!(!line.contains(&b'\r'), "a bare CR on the wire: {data:?}");
+        if line == b"." {
+            return None;
+        }
+        lines.push(line.strip_prefix(b".").unwrap_or(line).to_vec());
+    }
+    Some(lines)
+}
+
+/// The lines a message means, whatever its line endings (CRLF, CR, LF).
+fn lines_of(message: &[u8]) -> Vec<Vec<u8>> {
+    let mut lines = vec![Vec::new()];
+    let mut bytes = message.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'\r' | b'\n' => {
+                if b == b'\r' {
+                    bytes.next_if_eq(&b'\n');
+                }
+                lines.push(Vec::new());
+            }
+            _ => lines.last_mut().unwrap().push(b),
+        }
+    }
+    if lines.len() > 1 && lines.last().unwrap().is_empty() {
+        lines.pop();
+    }
+    lines
+}
+
+/// A dot after a bare CR or a bare LF is stuffed like one after CRLF, and
+/// every line ending goes out as CRLF: a message cannot end the DATA early
+/// nor smuggle commands after it (a server that takes a bare CR or LF for
+/// a line ending reads the same lines as one that does not).
+#[test]
+fn smtp_data_stuffs_a_dot_after_any_line_ending() {
+    use toki_channels::mail::smtp_data;
+    let cases: [(&[u8], &[u8]); 8] = [
+        (b"a\r.\rb", b"a\r\n..\r\nb\r\n"),
+        (b"a\n.\nb", b"a\r\n..\r\nb\r\n"),
+        (b"a\r\n.\r\nb", b"a\r\n..\r\nb\r\n"),
+        (
+            b"a\n.\r\nMAIL FROM:<x@evil.example>\r\n",
+            b"a\r\n..\r\nMAIL FROM:<x@evil.example>\r\n",
+        ),
+        (
+            b"a\r.\r\nRCPT TO:<y@example.com>",
+            b"a\r\n..\r\nRCPT TO:<y@example.com>\r\n",
+        ),
+        (b".", b"..\r\n"),
+        (b"", b"\r\n"),
+        (b"\r\r\n\n", b"\r\n\r\n\r\n"),
+    ];
+    for (message, wire) in cases {
+        assert_eq!(
+            smtp_data(message),
+            wire,
+            "{:?}",
+            String::from_utf8_lossy(message)
+        );
+    }
+}
+
+/// Random messages over the bytes that matter (dots, CR, LF, letters):
+/// each reads back, line for line, as it was meant, and never ends early.
+#[test]
+fn smtp_data_reads_back_as_the_message_for_random_bytes() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(59);
+    let alphabet = b".\r\n\r\n.aM ";
+    for _ in 0..20_000 {
+        let len = rng.gen_range(0..24);
+        let message: Vec<u8> = (0..len)
+            .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+            .collect();
+        let data = toki_channels::mail::smtp_data(&message);
+        let read = read_back(&data);
+        assert_eq!(
+            read,
+            Some(lines_of(&message)),
+            "{message:?} became {data:?}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_smtp_url_is_refused_naming_the_field_and_the_part() {
     let cases = [
