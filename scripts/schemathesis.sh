@@ -75,7 +75,7 @@ curl -sf "$BASE/healthz" >/dev/null || fail "toki serve did not come up on $BASE
 for user in ana bob; do
   code="$(curl -s -o "$WORK/user.json" -w '%{http_code}' -X PUT "$BASE/v1/tenants/$TENANT/users/$user" \
     -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
-    -d "{\"name\": \"$user\", \"email\": \"$user@example.com\", \"slack_user_id\": \"U$user\"}")"
+    -d "{\"name\": \"$user\", \"email\": \"$user@example.com\", \"slack_user_id\": \"U$(printf %s "$user" | tr a-z A-Z)\"}")"
   [ "$code" = 200 ] || fail "registering user $user: HTTP $code $(cat "$WORK/user.json")"
 done
 

@@ -708,7 +708,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
             .put(url(&format!("users/{user}")))
             .bearer_auth(&key)
             .json(&json!({"name": user, "email": format!("{user}@example.com"),
-                          "slack_user_id": format!("U{user}"), "time_zone": zone, "locale": locale}))
+                          "slack_user_id": format!("U{}", user.to_uppercase()), "time_zone": zone, "locale": locale}))
             .send()
             .await
             .unwrap();
@@ -768,7 +768,7 @@ async fn twenty_edits_make_two_change_notices_per_participant_and_channel() {
         outbox
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|v| v["channel"] == format!("U{who}"))
+            .filter(|v| v["channel"] == format!("U{}", who.to_uppercase()))
             .map(|v| v["text"].as_str().unwrap().to_string())
             .collect()
     };

@@ -336,6 +336,50 @@ async fn slack_over_http2_sends_a_batch_on_one_connection_and_finds_history() {
     assert!(first >= at_ms - 2, "arrived {} ms early", at_ms - first);
 }
 
+/// A recipient stored before the API refused conversation ids (a channel,
+/// a group, a DM, a name) is not posted to: the delivery is undeliverable,
+/// and the reason does not quote the id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_refuses_a_recipient_that_is_not_a_user_id() {
+    let (standin, url) = slack_standin(StandinOptions::default()).await;
+    let slack = SlackChannel::api(&url, "xoxb-test", 1, clock()).unwrap();
+    let refused = ["C024BE91L", "G024BE91L", "D024BE91L", "#general", "@ana"];
+    let batch: Vec<_> = refused
+        .iter()
+        .enumerate()
+        .map(|(i, id)| notification(i, id))
+        .chain([notification(9, "U024BE7LH")])
+        .collect();
+    let results = slack.send(&batch).await;
+    for (id, r) in refused.iter().zip(&results) {
+        match r {
+            Err(SendError::Permanent(why)) => {
+                assert_eq!(why, toki_channels::slack::NOT_A_USER_ID);
+                assert!(!why.contains(id), "{why}");
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert!(results[refused.len()].is_ok(), "{results:?}");
+    let arrived: Vec<_> = standin.arrivals().into_iter().map(|a| a.delivery).collect();
+    let user = &batch[refused.len()];
+    let expected = format!("{}/{}", user.tenant, user.key);
+    assert_eq!(arrived, [expected], "only the user id's reached Slack");
+    let outbox = tempfile::tempdir().unwrap();
+    let file = outbox.path().join("slack.jsonl");
+    let slack = SlackChannel::outbox(file.clone(), clock()).await.unwrap();
+    let results = slack.send(&batch[..1]).await;
+    assert!(
+        matches!(&results[0], Err(SendError::Permanent(_))),
+        "{results:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(file).unwrap(),
+        "",
+        "nothing written"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_posts_the_documented_body() {
     let (standin, url) = slack_standin(StandinOptions::default()).await;
@@ -506,6 +550,99 @@ async fn lines_that_start_with_a_dot_arrive_intact() {
     assert_eq!(smtp.stats().unique, 1);
 }
 
+/// What an SMTP server reads back from DATA content: its lines (the
+/// content must end in CRLF and hold no bare CR or LF), each with one
+/// leading dot taken off, or `None` where a line would end the DATA early.
+fn read_back(data: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let body = data.strip_suffix(b"\r\n")?;
+    let mut lines = Vec::new();
+    for line in body.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        assert!(!line.contains(&b'\r'), "a bare CR on the wire: {data:?}");
+        if line == b"." {
+            return None;
+        }
+        lines.push(line.strip_prefix(b".").unwrap_or(line).to_vec());
+    }
+    Some(lines)
+}
+
+/// The lines a message means, whatever its line endings (CRLF, CR, LF).
+fn lines_of(message: &[u8]) -> Vec<Vec<u8>> {
+    let mut lines = vec![Vec::new()];
+    let mut bytes = message.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'\r' | b'\n' => {
+                if b == b'\r' {
+                    bytes.next_if_eq(&b'\n');
+                }
+                lines.push(Vec::new());
+            }
+            _ => lines.last_mut().unwrap().push(b),
+        }
+    }
+    if lines.len() > 1 && lines.last().unwrap().is_empty() {
+        lines.pop();
+    }
+    lines
+}
+
+/// A dot after a bare CR or a bare LF is stuffed like one after CRLF, and
+/// every line ending goes out as CRLF: a message cannot end the DATA early
+/// nor smuggle commands after it (a server that takes a bare CR or LF for
+/// a line ending reads the same lines as one that does not).
+#[test]
+fn smtp_data_stuffs_a_dot_after_any_line_ending() {
+    use toki_channels::mail::smtp_data;
+    let cases: [(&[u8], &[u8]); 8] = [
+        (b"a\r.\rb", b"a\r\n..\r\nb\r\n"),
+        (b"a\n.\nb", b"a\r\n..\r\nb\r\n"),
+        (b"a\r\n.\r\nb", b"a\r\n..\r\nb\r\n"),
+        (
+            b"a\n.\r\nMAIL FROM:<x@evil.example>\r\n",
+            b"a\r\n..\r\nMAIL FROM:<x@evil.example>\r\n",
+        ),
+        (
+            b"a\r.\r\nRCPT TO:<y@example.com>",
+            b"a\r\n..\r\nRCPT TO:<y@example.com>\r\n",
+        ),
+        (b".", b"..\r\n"),
+        (b"", b"\r\n"),
+        (b"\r\r\n\n", b"\r\n\r\n\r\n"),
+    ];
+    for (message, wire) in cases {
+        assert_eq!(
+            smtp_data(message),
+            wire,
+            "{:?}",
+            String::from_utf8_lossy(message)
+        );
+    }
+}
+
+/// Random messages over the bytes that matter (dots, CR, LF, letters):
+/// each reads back, line for line, as it was meant, and never ends early.
+#[test]
+fn smtp_data_reads_back_as_the_message_for_random_bytes() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(59);
+    let alphabet = b".\r\n\r\n.aM ";
+    for _ in 0..20_000 {
+        let len = rng.gen_range(0..24);
+        let message: Vec<u8> = (0..len)
+            .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+            .collect();
+        let data = toki_channels::mail::smtp_data(&message);
+        let read = read_back(&data);
+        assert_eq!(
+            read,
+            Some(lines_of(&message)),
+            "{message:?} became {data:?}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_smtp_url_is_refused_naming_the_field_and_the_part() {
     let cases = [
@@ -579,7 +716,7 @@ async fn held_post(
         .await
         .unwrap();
     s.state.send_modify(|(in_flight, _)| *in_flight -= 1);
-    axum::Json(if user == "A3" {
+    axum::Json(if user == "UA3" {
         serde_json::json!({"ok": false, "error": "user_not_found"})
     } else {
         serde_json::json!({"ok": true, "ts": "1.0"})
@@ -611,13 +748,13 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
             })
             .collect()
     };
-    let (a, b) = (batch("A"), batch("B"));
+    let (a, b) = (batch("UA"), batch("UB"));
     let (ra, rb) = tokio::join!(slack.send(&a), slack.send(&b));
     for (i, r) in ra.iter().enumerate() {
         match r {
             Err(SendError::Permanent(e)) if i == 3 => assert!(e.contains("user_not_found")),
             Ok(_) if i != 3 => {}
-            other => panic!("A{i}: {other:?}"),
+            other => panic!("UA{i}: {other:?}"),
         }
     }
     assert!(rb.iter().all(|r| r.is_ok()), "{rb:?}");
@@ -630,8 +767,8 @@ async fn slack_batches_take_the_permits_in_turn_and_each_answer_finds_its_notifi
     // One batch's requests, then the next one's: the first batch ends
     // first (its messages are recorded and acknowledged, and the daemon
     // takes new ones), rather than every batch ending together.
-    let first_b = arrivals.iter().position(|u| u.starts_with('B')).unwrap();
-    let last_a = arrivals.iter().rposition(|u| u.starts_with('A')).unwrap();
+    let first_b = arrivals.iter().position(|u| u.starts_with("UB")).unwrap();
+    let last_a = arrivals.iter().rposition(|u| u.starts_with("UA")).unwrap();
     assert_eq!(
         (last_a, first_b),
         (per_batch - 1, per_batch),

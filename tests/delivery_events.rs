@@ -115,6 +115,7 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
         c.daemon.events_poll_ms = 100;
         c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
         c.webhook.allow_http = true;
+        c.webhook.allow_ports = vec![toki_model::egress::PortRange::ALL];
     })
     .await;
     let (stop, shutdown) = watch::channel(false);
@@ -246,6 +247,7 @@ async fn on_the_aws_backend_two_daemons_send_every_event_once_in_order() {
     config.daemon.events_poll_ms = 100;
     config.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
     config.webhook.allow_http = true;
+    config.webhook.allow_ports = vec![toki_model::egress::PortRange::ALL];
     config.validate().unwrap();
     let registrar_side = toki_app::Toki::open(config.clone()).await.unwrap();
     let tenant: toki_model::TenantId = "events".parse().unwrap();

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use common::faults::free_addr;
 use common::pipeline::{due_in, Harness};
-use toki_channels::egress::{EgressPolicy, Schemes};
+use toki_channels::egress::{EgressPolicy, PortRange, Schemes, NO_ADDRESS};
 use toki_channels::{WebhookChannel, WebhookOptions};
 use toki_devtools::webhook_standin::{Behaviour, WebhookStandin};
 use toki_model::egress::EndpointUrl;
@@ -30,11 +30,13 @@ pub async fn receiver() -> (WebhookStandin, String) {
     (standin, url)
 }
 
-/// The policy the tests run under: 127.0.0.1 allowed, http allowed.
+/// The policy the tests run under: 127.0.0.1 allowed, http allowed, any
+/// port (the receivers listen on free ones).
 fn local_policy() -> EgressPolicy {
     EgressPolicy {
         allow: vec!["127.0.0.1/32".parse().unwrap()],
         schemes: Schemes::HttpAllowed,
+        ports: vec![PortRange::ALL],
     }
 }
 
@@ -90,6 +92,34 @@ async fn every_request_is_signed_and_a_retry_carries_the_same_ids() {
         standin.texts("acme", "u0"),
         vec!["review starts in 5 minutes"; 2]
     );
+}
+
+/// Two tenants' deliveries can have the same key; a receiver that serves
+/// both must not take one for a retry of the other: the `Idempotency-Key`
+/// includes the tenant, and stays the same across a delivery's attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_key_differs_across_tenants_and_not_across_retries() {
+    let (standin, base) = receiver().await;
+    let (s, t) = (settings(), settings());
+    standin.add_secret("acme", s.secret.clone());
+    standin.add_secret("globex", t.secret.clone());
+    let webhook = channel(local_policy());
+    let acme = to(&format!("{base}/hook"), 0, &s);
+    let mut globex = to(&format!("{base}/hook"), 0, &t);
+    globex.tenant = "globex".parse().unwrap();
+    assert_eq!(acme.key, globex.key, "the same delivery key");
+    let sent = webhook
+        .send(&[acme.clone(), globex.clone(), acme.clone()])
+        .await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let key = acme.key.to_string();
+    let (of_acme, of_globex) = (
+        standin.idempotency_keys("acme", &key),
+        standin.idempotency_keys("globex", &key),
+    );
+    assert_eq!(of_acme, [format!("acme:{key}")], "one key for both copies");
+    assert_eq!(of_globex, [format!("globex:{key}")]);
+    assert_eq!(toki_channels::webhook::idempotency_key(&acme), of_acme[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,6 +214,7 @@ async fn private_addresses_are_refused_when_connecting_whatever_the_url_says() {
     let strict = channel(EgressPolicy {
         allow: Vec::new(),
         schemes: Schemes::HttpAllowed,
+        ports: vec![PortRange::ALL],
     });
     for url in [
         format!("http://127.0.0.1:{port}/hook"),
@@ -191,6 +222,8 @@ async fn private_addresses_are_refused_when_connecting_whatever_the_url_says() {
         format!("http://localhost:{port}/hook"),
         "http://169.254.169.254/latest/meta-data".to_owned(),
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        format!("http://[2002:7f00:1::1]:{port}/hook"),
+        format!("http://[64:ff9b:1::7f00:1]:{port}/hook"),
     ] {
         let r = strict.send(&[to(&url, 0, &s)]).await;
         assert!(
@@ -216,12 +249,90 @@ async fn private_addresses_are_refused_when_connecting_whatever_the_url_says() {
     assert!(r[0].is_ok(), "{r:?}");
 }
 
+/// Port 443 and the operator's ports only, checked before each request:
+/// an endpoint on another port (stored before the rule, or under a policy
+/// since narrowed) gets no connection, whatever its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_the_operator_did_not_allow_gets_no_request() {
+    let (standin, base) = receiver().await;
+    let s = settings();
+    standin.add_secret("acme", s.secret.clone());
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    let policy = |ports: Vec<PortRange>| EgressPolicy {
+        ports,
+        ..local_policy()
+    };
+    let hook = format!("{base}/hook");
+    let r = channel(policy(Vec::new())).send(&[to(&hook, 0, &s)]).await;
+    assert_eq!(
+        r[0],
+        Err(SendError::Permanent(format!(
+            "webhook: refused by the egress policy: the endpoint's port {port} is not 443 or one the operator allows"
+        )))
+    );
+    let other = format!("{}-{}", port.wrapping_add(1).max(1), u16::MAX);
+    let r = channel(policy(vec![other.parse().unwrap()]))
+        .send(&[to(&hook, 0, &s)])
+        .await;
+    assert!(matches!(&r[0], Err(SendError::Permanent(_))), "{r:?}");
+    assert_eq!(standin.receiver_stats().requests, 0, "nothing reached it");
+    let r = channel(policy(vec![port.to_string().parse().unwrap()]))
+        .send(&[to(&hook, 0, &s)])
+        .await;
+    assert!(r[0].is_ok(), "the operator's port: {r:?}");
+}
+
+/// What a tenant reads about an endpoint whose name led nowhere Toki may
+/// send (an event endpoint's `last_error`, a webhook delivery's reason)
+/// says the egress policy refused it, and not how the name resolved: the
+/// same for a name that resolves to loopback and one that does not resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_tenant_reads_does_not_tell_how_a_name_resolved() {
+    use toki_ports::events::{EventPoster, SignedPost};
+    // A label that starts with a hyphen: glibc's resolver refuses the name
+    // without asking a DNS server (over http: TLS would refuse it first).
+    let urls = ["http://localhost/hook", "http://-nowhere-.example/hook"];
+    let policy = EgressPolicy {
+        schemes: Schemes::HttpAllowed,
+        ports: vec![PortRange::ALL],
+        ..EgressPolicy::default()
+    };
+    let poster = toki_channels::HttpEventPoster::new(policy.clone()).unwrap();
+    let request = SignedPost {
+        webhook_id: "evt_1".into(),
+        timestamp_s: 0,
+        signature: "v1,AAAA".into(),
+        body: b"{}".to_vec(),
+    };
+    for url in urls {
+        let url = EndpointUrl::parse("url", url).unwrap();
+        let error = poster.post(&url, &request).await.unwrap_err();
+        assert_eq!(error.0, NO_ADDRESS, "{url}");
+    }
+    let webhook = channel(policy);
+    let s = settings();
+    let reasons: Vec<String> = webhook
+        .send(&[to(urls[0], 0, &s), to(urls[1], 1, &s)])
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Err(SendError::Permanent(why) | SendError::Transient(why)) => why,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(reasons, vec![format!("webhook: {NO_ADDRESS}"); 2]);
+    for told in ["loopback", "127.0.0.1", "::1", "lookup", "resolve to"] {
+        assert!(!reasons[0].contains(told), "{}", reasons[0]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_refuses_private_endpoints_naming_the_field() {
     let data = tempfile::tempdir().unwrap().keep();
     let key = common::process::create_tenant(&data, "acme");
     let (_server, base) = common::process::serve(&data, |cmd| {
-        cmd.env("TOKI_WEBHOOK_ALLOW_HTTP", "true");
+        cmd.env("TOKI_WEBHOOK_ALLOW_HTTP", "true")
+            .env("TOKI_WEBHOOK_ALLOW_PORTS", "1-65535");
     });
     let http = reqwest::Client::new();
     let url = |p: &str| format!("{base}/v1/tenants/acme/{p}");
@@ -306,6 +417,7 @@ async fn a_reminder_reaches_the_tenants_endpoint_and_a_users_own() {
     let h = Harness::start(|c| {
         c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
         c.webhook.allow_http = true;
+        c.webhook.allow_ports = vec![PortRange::ALL];
     })
     .await;
     let t = h.tenant("acme", true).await;

@@ -128,6 +128,7 @@ impl Sinks {
         // The receiver is on this machine: the operator's exception.
         c.webhook.allow_addresses = vec!["127.0.0.1/32".parse().unwrap()];
         c.webhook.allow_http = true;
+        c.webhook.allow_ports = vec![toki_model::egress::PortRange::ALL];
         // The stand-ins take everything at once; the faults are measured
         // without pacing (flow control is the fleet simulation's, crates/core/src/tests/sim/).
         c.flow.limits.clear();
@@ -142,6 +143,7 @@ impl Sinks {
             ("TOKI_FLOW_LIMITS", "{}".into()),
             ("TOKI_WEBHOOK_ALLOW_ADDRESSES", "127.0.0.1/32".into()),
             ("TOKI_WEBHOOK_ALLOW_HTTP", "true".into()),
+            ("TOKI_WEBHOOK_ALLOW_PORTS", "1-65535".into()),
         ]
     }
 }

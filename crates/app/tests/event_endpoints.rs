@@ -215,6 +215,13 @@ async fn private_loopback_and_metadata_endpoints_are_refused() {
         "https://[::1]/hook",
         "https://[::ffff:192.168.1.1]/hook",
         "http://hooks.example/plain-http",
+        // IPv6 forms that lead to an IPv4 host through a relay (issue 59).
+        "https://[2002:a00:1::1]/hook",
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",
+        "https://[64:ff9b:1::a00:1]/hook",
+        // A port other than 443: another service of the host.
+        "https://hooks.example.com:25/hook",
+        "https://hooks.example.com:8443/hook",
     ] {
         let (status, answer) = call(
             &kit,

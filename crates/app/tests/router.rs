@@ -153,6 +153,69 @@ async fn users_round_trip_and_a_bad_address_is_422() {
     assert_eq!(body["error"]["field"], "email");
 }
 
+/// A Slack channel's id would let a tenant post into any channel the
+/// operator's bot is in: 422 naming `slack_user_id`, the user not written.
+#[tokio::test(start_paused = true)]
+async fn a_slack_conversation_id_is_422_and_a_user_id_is_taken() {
+    let kit = kit_with_tenant().await;
+    let path = "/v1/tenants/acme/users/ana";
+    for (id, says) in [
+        ("C024BE91L", "channel id"),
+        ("G024BE91L", "group id"),
+        ("D024BE91L", "direct-message"),
+        ("#general", "channel name"),
+        ("@ana", "mention"),
+    ] {
+        let body = json!({"name": "Ana", "slack_user_id": id});
+        let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{id}: {body}");
+        assert_eq!(body["error"]["field"], "slack_user_id", "{id}: {body}");
+        let problem = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(problem.contains(says), "{id}: {body}");
+        let (status, _) = call(&kit, "GET", path, Some(KEY), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id}: nothing written");
+    }
+    let body = json!({"name": "Ana", "slack_user_id": "W012A3CDE"});
+    let (status, body) = call(&kit, "PUT", path, Some(KEY), Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["slack_user_id"], "W012A3CDE");
+}
+
+/// A tenant endpoint on a port other than 443 (the operator allows none
+/// here) is a 422 naming the field, for a user's and the tenant's.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_on_another_port_than_443_is_422_naming_the_field() {
+    let kit = kit_with_tenant().await;
+    for (path, field, body) in [
+        (
+            "/v1/tenants/acme/users/ana",
+            "webhook_url",
+            json!({"name": "Ana", "webhook_url": "https://hooks.example.com:6379/"}),
+        ),
+        (
+            "/v1/tenants/acme/webhook",
+            "default_url",
+            json!({"default_url": "https://hooks.example.com:8443/toki"}),
+        ),
+    ] {
+        let (status, answer) = call(&kit, "PUT", path, Some(KEY), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("port"), "{answer}");
+    }
+    let body = json!({"name": "Ana", "webhook_url": "https://hooks.example.com:443/"});
+    let (status, answer) = call(
+        &kit,
+        "PUT",
+        "/v1/tenants/acme/users/ana",
+        Some(KEY),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_tenant_database_outage_is_503_and_an_index_outage_still_saves() {
     let kit = kit_with_tenant().await;

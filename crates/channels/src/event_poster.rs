@@ -54,6 +54,7 @@ impl EventPoster for HttpEventPoster {
             .await
             .map_err(|e| match egress::refusal(&e) {
                 Some(refused) => PostError(refused.to_string()),
+                None if egress::unresolved(&e) => PostError(egress::NO_ADDRESS.into()),
                 None => PostError(describe(&e)),
             })?;
         let status = response.status();
@@ -107,7 +108,7 @@ mod tests {
     #[tokio::test]
     async fn a_name_resolving_to_a_refused_address_is_not_posted_to() {
         let poster = HttpEventPoster::new(EgressPolicy::default()).unwrap();
-        for url in ["https://localhost:9/hook", "https://127.0.0.1:9/hook"] {
+        for url in ["https://localhost/hook", "https://127.0.0.1/hook"] {
             let url = EndpointUrl::parse("url", url).unwrap();
             let err = poster.post(&url, &request()).await.unwrap_err();
             assert!(err.0.contains("SSRF"), "{url:?}: {err}");
@@ -129,6 +130,7 @@ mod tests {
         let policy = EgressPolicy {
             allow: vec!["127.0.0.1/32".parse().unwrap()],
             schemes: toki_model::egress::Schemes::HttpAllowed,
+            ports: vec![egress::PortRange::ALL],
         };
         let poster = HttpEventPoster::new(policy).unwrap();
         let url = EndpointUrl::parse("url", &format!("http://{addr}/hook")).unwrap();

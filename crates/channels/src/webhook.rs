@@ -127,7 +127,7 @@ impl WebhookChannel {
             .header(HEADER_ID, &id)
             .header(HEADER_TIMESTAMP, now.timestamp().to_string())
             .header(HEADER_SIGNATURE, signature)
-            .header(IDEMPOTENCY_KEY.clone(), idempotency_key(n)?)
+            .header(IDEMPOTENCY_KEY.clone(), idempotency_header(n)?)
             .body(body);
         let response = request.send().await.map_err(failed)?;
         self.answer(response).await
@@ -180,14 +180,26 @@ fn retry_after(value: Option<&HeaderValue>) -> Duration {
 fn failed(e: reqwest::Error) -> SendError {
     match egress::refusal(&e) {
         Some(refused) => SendError::Permanent(format!("webhook: {refused}")),
+        // Worded as a refusal: which names exist inside is not the tenant's to learn.
+        None if egress::unresolved(&e) => {
+            SendError::Transient(format!("webhook: {}", egress::NO_ADDRESS))
+        }
         // Without the URL: it may carry a token of the tenant's.
         None => SendError::Transient(format!("webhook: {}", e.without_url())),
     }
 }
 
-/// The delivery key, as the `Idempotency-Key` header carries it.
-fn idempotency_key(n: &Notification) -> Result<HeaderValue, SendError> {
-    HeaderValue::from_str(&n.key.to_string())
+/// `Idempotency-Key`: `<tenant>:<delivery key>`, the same for every attempt
+/// of a delivery and different across tenants (two tenants' deliveries
+/// can have the same key, and a receiver may serve both). A tenant id has
+/// no `:`, so the first one splits it off.
+pub fn idempotency_key(n: &Notification) -> String {
+    format!("{}:{}", n.tenant, n.key)
+}
+
+/// [`idempotency_key`] as a header value.
+fn idempotency_header(n: &Notification) -> Result<HeaderValue, SendError> {
+    HeaderValue::from_str(&idempotency_key(n))
         .map_err(|_| SendError::Permanent("webhook: the delivery key is not a header value".into()))
 }
 

@@ -190,6 +190,16 @@ impl WebhookStandin {
             .collect()
     }
 
+    /// The distinct `Idempotency-Key` values the copies of `delivery` of
+    /// `tenant` carried.
+    pub fn idempotency_keys(&self, tenant: &str, delivery: &str) -> Vec<String> {
+        let rec = self.recorded.lock().expect("stand-in lock");
+        rec.deliveries
+            .get(&format!("{tenant}/{delivery}"))
+            .map(|c| c.idempotency_keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The texts received for `user` of `tenant`, in order.
     pub fn texts(&self, tenant: &str, user: &str) -> Vec<String> {
         let rec = self.recorded.lock().expect("stand-in lock");

@@ -24,6 +24,11 @@ pub enum Refused {
     Documentation,
     /// Reserved ranges that are no host on the internet (0/8, 240/4, benchmarking, …).
     Reserved,
+    /// IPv6 transition addresses that lead to an IPv4 host through a relay
+    /// or translator: 6to4 (`2002::/16`), Teredo (`2001::/32`), local-use
+    /// NAT64 (`64:ff9b:1::/48`). The relay may be the operator's own, and
+    /// the IPv4 host behind it any.
+    Transition,
 }
 
 impl fmt::Display for Refused {
@@ -38,12 +43,15 @@ impl fmt::Display for Refused {
             Refused::Broadcast => "the broadcast address",
             Refused::Documentation => "a documentation address",
             Refused::Reserved => "a reserved address",
+            Refused::Transition => "an IPv6 transition address (6to4, Teredo or local-use NAT64)",
         })
     }
 }
 
-/// What kind of non-public address `ip` is, if it is one. IPv4-mapped and
-/// NAT64-free IPv4-compatible IPv6 forms are judged as the IPv4 address.
+/// What kind of non-public address `ip` is, if it is one. IPv4-mapped
+/// (`::ffff:0:0/96`), IPv4-compatible and well-known NAT64 (`64:ff9b::/96`)
+/// forms are judged as the IPv4 address they carry; an IPv6 address outside
+/// global unicast (`2000::/3`) is refused.
 pub fn classify(ip: IpAddr) -> Option<Refused> {
     match ip {
         IpAddr::V4(v4) => classify_v4(v4),
@@ -70,12 +78,15 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refused> {
         // benchmarking, 240/4 reserved.
         (0, _, _) | (192, 0, 0) | (240..=255, _, _) => Refused::Reserved,
         (198, 18 | 19, _) => Refused::Reserved,
+        // The 6to4 relays' anycast (deprecated, RFC 7526): a relay, not a host.
+        (192, 88, 99) => Refused::Reserved,
         _ => return None,
     })
 }
 
 fn classify_v6(ip: Ipv6Addr) -> Option<Refused> {
     let s = ip.segments();
+    let last_32 = || Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
     Some(match s[0] {
         _ if ip.is_unspecified() => Refused::Unspecified,
         _ if ip.is_loopback() => Refused::Loopback,
@@ -84,16 +95,24 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refused> {
         // Site-local (deprecated, fec0::/10): private in practice.
         x if x & 0xffc0 == 0xfec0 => Refused::Private,
         x if x & 0xff00 == 0xff00 => Refused::Multicast,
-        0x2001 if s[1] == 0x0db8 => Refused::Documentation,
-        0x3fff if s[1] & 0xf000 == 0 => Refused::Documentation,
         // IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96):
         // judged as the IPv4 address they carry.
-        0 if s[1..6].iter().all(|x| *x == 0) => {
-            return classify_v4(Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7])))
-        }
-        0x64 if s[1] == 0xff9b && s[2..6].iter().all(|x| *x == 0) => {
-            return classify_v4(Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7])))
-        }
+        0 if s[1..6].iter().all(|x| *x == 0) => return classify_v4(last_32()),
+        0x64 if s[1] == 0xff9b && s[2..6].iter().all(|x| *x == 0) => return classify_v4(last_32()),
+        // Local-use NAT64 (RFC 8215): a translator of the operator's network.
+        0x64 if s[1] == 0xff9b && s[2] == 1 => Refused::Transition,
+        // Outside global unicast (2000::/3): ::/8's other forms (SIIT's
+        // ::ffff:0:a.b.c.d among them), discard-only 100::/64, unassigned space.
+        x if x & 0xe000 != 0x2000 => Refused::Reserved,
+        0x2001 if s[1] == 0x0db8 => Refused::Documentation,
+        // Teredo (2001::/32): the client's IPv4 address is in it, obfuscated.
+        0x2001 if s[1] == 0 => Refused::Transition,
+        // The rest of 2001::/23: IETF protocol assignments (benchmarking,
+        // ORCHID, anycast services), no tenant's endpoint.
+        0x2001 if s[1] < 0x0200 => Refused::Reserved,
+        // 6to4 (2002::/16): a relay to the IPv4 address in bits 16–48.
+        0x2002 => Refused::Transition,
+        0x3fff if s[1] & 0xf000 == 0 => Refused::Documentation,
         _ => return None,
     })
 }
@@ -174,6 +193,83 @@ impl<'de> Deserialize<'de> for Cidr {
     }
 }
 
+/// The port every tenant endpoint may use: https's.
+pub const HTTPS_PORT: u16 = 443;
+
+/// Ports the operator allows tenants' endpoints besides 443 (`8443`,
+/// `8000-8999`): a tenant cannot aim requests at another service of a host
+/// (SMTP on 25, a database, an admin port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    first: u16,
+    last: u16,
+}
+
+impl PortRange {
+    /// Every port (tests and stand-ins, whose receivers listen on any).
+    pub const ALL: PortRange = PortRange {
+        first: 1,
+        last: u16::MAX,
+    };
+
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let port = |p: &str| {
+            p.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("{p:?} is not a port (1 to 65535)"))
+        };
+        let (first, last) = match s.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(s)?, port(s)?),
+        };
+        if first > last {
+            return Err(format!("{s:?} is not a range: {first} is above {last}"));
+        }
+        Ok(PortRange { first, last })
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.first == self.last {
+            true => write!(f, "{}", self.first),
+            false => write!(f, "{}-{}", self.first, self.last),
+        }
+    }
+}
+
+impl Serialize for PortRange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    /// A number (`8443`) or a string (`"8443"`, `"8000-8999"`).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(u16),
+            Text(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Number(p) => p.to_string().parse(),
+            Written::Text(s) => s.parse(),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Whether plain http is allowed for tenants' endpoints (tests, stand-ins): https only by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,6 +286,8 @@ pub struct EgressPolicy {
     /// Ranges allowed although not public (`TOKI_WEBHOOK_ALLOW_ADDRESSES`).
     pub allow: Vec<Cidr>,
     pub schemes: Schemes,
+    /// Ports allowed besides 443 (`TOKI_WEBHOOK_ALLOW_PORTS`).
+    pub ports: Vec<PortRange>,
 }
 
 impl EgressPolicy {
@@ -201,13 +299,36 @@ impl EgressPolicy {
         }
     }
 
-    /// The checks an endpoint can be given when it is set: its scheme, and
-    /// its address when the URL names one (a host name is checked where it
-    /// resolves, when connecting). The error names `field`.
+    /// Whether a request may go to `port` (443, or one the operator allows).
+    pub fn admits_port(&self, port: u16) -> bool {
+        port == HTTPS_PORT || self.ports.iter().any(|r| r.contains(port))
+    }
+
+    /// The port a URL's request goes to, if the policy admits it (a URL
+    /// without one goes to its scheme's: 443, or 80 for http).
+    pub fn port_of(&self, url: &url::Url) -> Result<u16, Option<u16>> {
+        match url.port_or_known_default() {
+            Some(port) if self.admits_port(port) => Ok(port),
+            other => Err(other),
+        }
+    }
+
+    /// The checks an endpoint can be given when it is set: its scheme, its
+    /// port, and its address when the URL names one (a host name is checked
+    /// where it resolves, when connecting). The error names `field`.
     pub fn check(&self, field: &str, url: &EndpointUrl) -> Result<(), ValidationError> {
         let parsed = url.parsed();
         if parsed.scheme() == "http" && self.schemes == Schemes::HttpsOnly {
             return Err(ValidationError::new(field, "must be an https URL"));
+        }
+        if let Err(port) = self.port_of(&parsed) {
+            let port = port.map_or("its port".to_owned(), |p| format!("port {p}"));
+            return Err(ValidationError::new(
+                field,
+                format!(
+                    "uses {port}; Toki sends to port 443 only, and to ports the operator allows"
+                ),
+            ));
         }
         let ip = match parsed.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),

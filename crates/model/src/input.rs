@@ -16,6 +16,7 @@ use crate::recurrence::{
     apply_policy, parse_local, resolve_local, DstPolicy, LocalTime, OccurrenceAt, RecurrenceRule,
     Series,
 };
+use crate::slack::SlackUserId;
 
 // Input limits: every one is answered with a 422 naming the field and the
 // limit (README, "Input limits"); nothing past them reaches a store.
@@ -191,15 +192,12 @@ impl UserInput {
         };
         let slack_user_id = match self.slack_user_id.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(s) if s.chars().all(|c| c.is_ascii_alphanumeric()) && s.len() <= 32 => {
-                Some(s.to_owned())
-            }
-            Some(s) => {
-                return Err(ValidationError::new(
-                    "slack_user_id",
-                    format!("{s:?} is not a Slack user id (like U024BE7LH)"),
-                ))
-            }
+            // A user id only: a channel's would post into the channel.
+            Some(s) => Some(
+                SlackUserId::parse(s)
+                    .map_err(|why| ValidationError::new("slack_user_id", why))?
+                    .into(),
+            ),
         };
         let webhook_url = EndpointUrl::parse_optional("webhook_url", self.webhook_url.as_deref())?;
         let time_zone = parse_tz("time_zone", &self.time_zone)?;
@@ -924,6 +922,38 @@ mod tests {
             "has space".parse::<ScheduleId>().unwrap_err().field,
             "schedule"
         );
+    }
+
+    /// A Slack recipient is a person: a conversation's id (which
+    /// `chat.postMessage` would post into) is refused, saying which it is.
+    #[test]
+    fn slack_user_id_takes_only_a_user_id() {
+        let with = |slack: &str| UserInput {
+            name: "Ana".into(),
+            email: None,
+            slack_user_id: Some(slack.into()),
+            webhook_url: None,
+            time_zone: "UTC".into(),
+            locale: "en".into(),
+            channels: Default::default(),
+        };
+        let ana = "ana".parse().unwrap();
+        for ok in ["U024BE7LH", "W012A3CDE", " U024BE7LH "] {
+            let user = with(ok).validate(&ana).unwrap();
+            assert_eq!(user.slack_user_id.as_deref(), Some(ok.trim()));
+        }
+        for (refused, says) in [
+            ("C024BE91L", "channel id"),
+            ("G024BE91L", "group id"),
+            ("D024BE91L", "direct-message"),
+            ("#general", "channel name"),
+            ("@ana", "mention"),
+            ("u024be7lh", "U or W"),
+        ] {
+            let err = with(refused).validate(&ana).unwrap_err();
+            assert_eq!(err.field, "slack_user_id", "{refused}");
+            assert!(err.problem.contains(says), "{refused}: {}", err.problem);
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod quota;
 pub mod recurrence;
 pub mod redact;
 pub mod retention;
+pub mod slack;
 pub mod suppression;
 pub mod template;
 pub mod tenant;

@@ -192,6 +192,19 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_WEBHOOK_ALLOW_HTTP", |c, v| {
         set(&mut c.webhook.allow_http, v.parse()?)
     }),
+    // Comma-separated ports and ranges: `8443,9000-9100`.
+    ("TOKI_WEBHOOK_ALLOW_PORTS", |c, v| {
+        let ports = v
+            .text
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                p.parse()
+                    .map_err(|e| anyhow::anyhow!("TOKI_WEBHOOK_ALLOW_PORTS: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        set(&mut c.webhook.allow_ports, ports)
+    }),
     // JSON, the whole table: {"slack:T0123": {"rate": 50, "burst": 10}};
     // `{}` turns every limit off.
     ("TOKI_FLOW_LIMITS", |c, v| {

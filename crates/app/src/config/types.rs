@@ -294,6 +294,8 @@ pub struct WebhookConfig {
     pub allow_addresses: Vec<toki_model::egress::Cidr>,
     /// Plain http endpoints allowed (tests, stand-ins); https only by default.
     pub allow_http: bool,
+    /// Ports allowed besides 443 (`8443`, `"8000-8999"`); none by default.
+    pub allow_ports: Vec<toki_model::egress::PortRange>,
 }
 
 impl WebhookConfig {
@@ -304,6 +306,7 @@ impl WebhookConfig {
                 true => toki_model::egress::Schemes::HttpAllowed,
                 false => toki_model::egress::Schemes::HttpsOnly,
             },
+            ports: self.allow_ports.clone(),
         }
     }
 }
@@ -316,6 +319,7 @@ impl Default for WebhookConfig {
             timeout_ms: 5_000,
             allow_addresses: Vec::new(),
             allow_http: false,
+            allow_ports: Vec::new(),
         }
     }
 }

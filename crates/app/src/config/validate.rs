@@ -270,4 +270,19 @@ mod tests {
         let e = repair(&config).unwrap_err().to_string();
         assert!(e.starts_with("repair.concurrency: 0"), "{e}");
     }
+
+    /// `[webhook] allow_ports`: numbers or ranges, into the egress policy;
+    /// 443 only by default.
+    #[test]
+    fn the_operator_allows_ports_besides_443() {
+        let policy = Config::default().webhook.egress_policy();
+        assert!(policy.admits_port(443) && !policy.admits_port(8443));
+        let config: Config =
+            toml::from_str("[webhook]\nallow_ports = [8443, \"9000-9100\"]\n").unwrap();
+        let policy = config.webhook.egress_policy();
+        assert!(policy.admits_port(8443) && policy.admits_port(9050));
+        assert!(!policy.admits_port(80) && !policy.admits_port(9101));
+        let bad = toml::from_str::<Config>("[webhook]\nallow_ports = [\"9100-9000\"]\n");
+        assert!(bad.unwrap_err().to_string().contains("9100"), "named");
+    }
 }

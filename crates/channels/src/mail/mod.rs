@@ -13,6 +13,7 @@ mod sessions;
 mod wire;
 
 pub use ses::error_verdict as ses_error_verdict;
+pub use wire::smtp_data;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -95,6 +95,35 @@ pub(super) enum Security {
     Implicit,
 }
 
+/// `message` as RFC 5321 DATA content: every line ending (CRLF, a bare CR,
+/// a bare LF) becomes CRLF, a line that starts with `.` gets another, and
+/// it ends with CRLF. So the content never holds CRLF `.` CRLF before its
+/// end, nor a bare CR or LF a server might read as a line ending: whatever
+/// the message, it cannot end the DATA early or carry SMTP commands past it.
+pub fn smtp_data(message: &[u8]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(message.len() + 64);
+    let mut at_line_start = true;
+    let mut bytes = message.iter().copied().peekable();
+    while let Some(b) = bytes.next() {
+        if at_line_start && b == b'.' {
+            data.push(b'.');
+        }
+        at_line_start = matches!(b, b'\r' | b'\n');
+        match b {
+            b'\r' => {
+                bytes.next_if_eq(&b'\n');
+                data.extend_from_slice(b"\r\n");
+            }
+            b'\n' => data.extend_from_slice(b"\r\n"),
+            _ => data.push(b),
+        }
+    }
+    if !data.ends_with(b"\r\n") {
+        data.extend_from_slice(b"\r\n");
+    }
+    data
+}
+
 /// A mail on the wire: envelope addresses and the message, dot-stuffed and
 /// ending in CRLF, so the session only writes it (rendered before the instant).
 pub(super) struct WireMail {
@@ -106,26 +135,9 @@ pub(super) struct WireMail {
 }
 
 impl WireMail {
-    /// `message` as RFC 5321 DATA content: lines starting with `.` get
-    /// another, bare LF becomes CRLF, and it ends with CRLF.
+    /// A mail of `message`, its DATA content made by [`smtp_data`].
     pub fn new(from: String, to: Vec<String>, message: &[u8]) -> Self {
-        let mut data = Vec::with_capacity(message.len() + 64);
-        let mut at_line_start = true;
-        let mut prev = 0u8;
-        for &b in message {
-            if at_line_start && b == b'.' {
-                data.push(b'.');
-            }
-            if b == b'\n' && prev != b'\r' {
-                data.push(b'\r');
-            }
-            data.push(b);
-            at_line_start = b == b'\n';
-            prev = b;
-        }
-        if !data.ends_with(b"\r\n") {
-            data.extend_from_slice(b"\r\n");
-        }
+        let data = smtp_data(message);
         let smtputf8 = !from.is_ascii() || to.iter().any(|t| !t.is_ascii());
         WireMail {
             eight_bit: !message.is_ascii(),

@@ -15,6 +15,7 @@ use reqwest::header::HeaderValue;
 use async_trait::async_trait;
 use serde_json::json;
 use toki_model::error::chain;
+use toki_model::slack::SlackUserId;
 use toki_model::{Channel, Instant};
 use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::Clock;
@@ -196,12 +197,9 @@ impl SlackChannel {
             delivery: String,
             due_at_ms: i64,
         }
-        let channel = n
-            .address
-            .as_deref()
-            .ok_or_else(|| SendError::Permanent("recipient has no Slack user id".into()))?;
+        let user = recipient(n)?;
         let body = Body {
-            channel,
+            channel: user.as_str(),
             text: &n.text,
             metadata: Metadata {
                 event_type: "toki_reminder",
@@ -364,6 +362,20 @@ impl WebApi {
         })
     }
 }
+
+/// The notification's recipient, a Slack user id. A conversation's id
+/// (stored before the API refused one) would post into that conversation:
+/// refused, permanently, without quoting the value.
+fn recipient(n: &Notification) -> Result<SlackUserId, SendError> {
+    let address = n
+        .address
+        .as_deref()
+        .ok_or_else(|| SendError::Permanent("recipient has no Slack user id".into()))?;
+    SlackUserId::parse(address).map_err(|_| SendError::Permanent(NOT_A_USER_ID.into()))
+}
+
+/// The reason a delivery to a stored non-user id ends with.
+pub const NOT_A_USER_ID: &str = "slack: the recipient is not a Slack user id";
 
 /// The most of a Web API answer read (a history of 200 messages with their
 /// metadata is well under it).
@@ -549,8 +561,8 @@ impl ChannelSender for SlackChannel {
             authorization,
             ..
         } = &**api;
-        let user = n.address.as_deref()?;
-        let found = lookup_sent(client, base_url, authorization, user, n).await;
+        let user = recipient(n).ok()?;
+        let found = lookup_sent(client, base_url, authorization, user.as_str(), n).await;
         match found {
             Ok(found) => found,
             Err(e) => {

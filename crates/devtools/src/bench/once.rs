@@ -146,6 +146,7 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
             config.webhook.allow_addresses =
                 vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];
             config.webhook.allow_http = true;
+            config.webhook.allow_ports = vec![toki_model::egress::PortRange::ALL];
             (Some(g), Sink::Webhook(url))
         }
         (Channel::Mail, Some(url)) => {

@@ -163,7 +163,8 @@ pub(super) fn spawn_daemons(
         if args.webhook_url.is_some() {
             // The receiver is on this machine: the operator's exception.
             cmd.env("TOKI_WEBHOOK_ALLOW_ADDRESSES", "127.0.0.1/32")
-                .env("TOKI_WEBHOOK_ALLOW_HTTP", "true");
+                .env("TOKI_WEBHOOK_ALLOW_HTTP", "true")
+                .env("TOKI_WEBHOOK_ALLOW_PORTS", "1-65535");
         }
         if let Some(s) = &config.mail.smtp_url {
             cmd.env("TOKI_SMTP_URL", s.expose());
