@@ -111,12 +111,14 @@ pub struct UserInputDoc {
     /// Mail reminders' address.
     #[serde(default)]
     email: Option<String>,
-    /// Slack reminders' member id (like `U024BE7LH`).
+    /// Slack reminders' member id: a user id (`U…` or `W…`, like
+    /// `U024BE7LH`); a channel's, group's or conversation's is refused.
     #[serde(default)]
     slack_user_id: Option<String>,
     /// The webhook channel's endpoint for this user (https, at most 2,048
-    /// characters; not an address the operator's egress policy refuses);
-    /// unset: the tenant's default endpoint.
+    /// characters, on port 443 or a port the operator allows; not an
+    /// address the operator's egress policy refuses); unset: the tenant's
+    /// default endpoint.
     #[serde(default)]
     #[schema(max_length = 2048)]
     webhook_url: Option<String>,
@@ -161,8 +163,9 @@ pub struct UserChannelsDoc {
 #[serde(deny_unknown_fields)]
 pub struct WebhookSettingsInputDoc {
     /// Where webhook reminders go for users without an endpoint of their
-    /// own (https, at most 2,048 characters, not an address the operator's
-    /// egress policy refuses); null or absent: none.
+    /// own (https, at most 2,048 characters, on port 443 or a port the
+    /// operator allows, not an address the operator's egress policy
+    /// refuses); null or absent: none.
     #[serde(default)]
     #[schema(max_length = 2048)]
     default_url: Option<String>,
