@@ -31,9 +31,15 @@ type Write = (
     oneshot::Sender<Result<(), RecordError>>,
 );
 
+/// A tenant's writer, and the store it writes to.
+struct Writer {
+    store: Arc<dyn TenantStore>,
+    tx: mpsc::UnboundedSender<Write>,
+}
+
 #[derive(Default)]
 pub struct Recorder {
-    writers: Mutex<HashMap<TenantId, mpsc::UnboundedSender<Write>>>,
+    writers: Mutex<HashMap<TenantId, Writer>>,
 }
 
 impl Recorder {
@@ -50,10 +56,24 @@ impl Recorder {
         let (done, wait) = oneshot::channel();
         let writer = {
             let mut writers = self.writers.lock().expect("writers lock");
-            writers
-                .entry(tenant.clone())
-                .or_insert_with(|| spawn_writer(store.clone()))
-                .clone()
+            // Another store than the writer's: the tenant's database was
+            // replaced (deleted and created again). A new writer for it;
+            // the old one ends with what it was given.
+            match writers.get(tenant) {
+                Some(w) if Arc::ptr_eq(&w.store, store) => w.tx.clone(),
+                _ => {
+                    let tx = spawn_writer(store.clone());
+                    let store = store.clone();
+                    writers.insert(
+                        tenant.clone(),
+                        Writer {
+                            store,
+                            tx: tx.clone(),
+                        },
+                    );
+                    tx
+                }
+            }
         };
         writer
             .send((outcomes, done))
