@@ -143,3 +143,51 @@ async fn the_connection_budget_is_shared_across_tenants() {
             .unwrap();
     }
 }
+
+/// An erasure vacuums, outside its transaction, the tables it changed: the
+/// dead tuples that held the person are reclaimed at once rather than when
+/// autovacuum comes by. (What Postgres keeps beyond that, WAL segments and
+/// backups, is docs/erasure.md's.) An erasure that changed nothing vacuums
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
+async fn an_erasure_vacuums_the_tables_it_changed() {
+    use toki_ports::Erasure;
+    let url = common::services::postgres_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let s = toki_sql::PostgresTenantStore::new(pool.clone());
+    let vacuums = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = $1",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let now = chrono::Utc::now();
+    let who = common::erasure::person();
+    s.put_user(&who, now).await.unwrap();
+    let nobody = s
+        .erase_user(
+            &"nobody".parse().unwrap(),
+            &toki_model::erasure::pseudonym(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(nobody.total(), 0);
+    assert_eq!(
+        vacuums("users").await,
+        0,
+        "nothing changed, nothing vacuumed"
+    );
+    s.erase_user(&who.id, &toki_model::erasure::pseudonym(), now)
+        .await
+        .unwrap();
+    assert_eq!(vacuums("users").await, 1, "the user row's table");
+    assert_eq!(vacuums("deliveries").await, 0, "a table it did not change");
+}

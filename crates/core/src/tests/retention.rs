@@ -93,6 +93,18 @@ async fn store(kit: &TestKit, tenant: &TenantId) -> Arc<dyn TenantStore> {
     kit.stores.get(tenant).unwrap()
 }
 
+/// Users with these ids (an outcome without a claim is written for a user
+/// who exists only).
+async fn users(kit: &TestKit, tenant: &TenantId, ids: &[&str]) {
+    let s = store(kit, tenant).await;
+    for id in ids {
+        let user = crate::testing::user(0)
+            .validate(&id.parse().unwrap())
+            .unwrap();
+        s.put_user(&user, kit.now()).await.unwrap();
+    }
+}
+
 /// Recipients of the tenant's delivery rows, sorted.
 async fn recipients(kit: &TestKit, tenant: &TenantId) -> Vec<String> {
     let mut r: Vec<String> = store(kit, tenant)
@@ -118,6 +130,7 @@ async fn the_serve_pass_purges_by_each_tenants_settings() {
     set_retention(&kit, &acme, "deliveries=1,chat=1,dead_letters=2").await;
     let t0 = kit.now();
     for t in [&acme, &beta] {
+        users(&kit, t, &["done", "failed", "waiting"]).await;
         let s = store(&kit, t).await;
         s.record_outcomes(&[
             outcome("done", DeliveryStatus::Delivered, t0),
@@ -203,6 +216,7 @@ async fn a_pass_stops_at_its_cap_and_the_next_goes_on() {
     let kit = TestKit::new();
     let acme = kit.tenant("acme").await;
     let old = kit.now() - ChronoDuration::days(100);
+    users(&kit, &acme, &["r0", "r1", "r2", "r3", "r4"]).await;
     let outcomes: Vec<_> = (0..5)
         .map(|i| outcome(&format!("r{i}"), DeliveryStatus::Delivered, old))
         .collect();
@@ -231,6 +245,7 @@ async fn a_pass_past_its_deadline_defers() {
     let kit = TestKit::new();
     let acme = kit.tenant("acme").await;
     let old = kit.now() - ChronoDuration::days(100);
+    users(&kit, &acme, &["r"]).await;
     store(&kit, &acme)
         .await
         .record_outcomes(&[outcome("r", DeliveryStatus::Delivered, old)])

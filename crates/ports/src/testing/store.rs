@@ -435,8 +435,10 @@ impl TenantStore for MemoryTenantStore {
         let mut state = self.enter().await?;
         let mut events = Vec::new();
         for o in outcomes {
+            // The claim's row, or for a delivery never claimed a user who
+            // exists: an erased recipient is written back by nothing.
             let replace = match state.deliveries.get(&o.key) {
-                None => true,
+                None => state.users.contains_key(&o.key.recipient),
                 Some(row) => replaces(row, o),
             };
             if replace {
@@ -467,7 +469,10 @@ impl TenantStore for MemoryTenantStore {
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
         let mut state = self.enter().await?;
         for m in messages {
-            state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
+            // For a user who exists only (the SQL stores' fence).
+            if state.users.contains_key(&m.user) {
+                state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
+            }
         }
         Ok(())
     }

@@ -383,6 +383,10 @@ where
         report.idempotency_keys = erase_idempotency_keys::<DB>(&mut tx, &needles).await?;
         report.audit_entries = erase_audit::<DB>(&mut tx, user, pseudonym).await?;
         tx.commit().await.map_err(db_err)?;
+        drop(_slot);
+        if report.total() > 0 {
+            self.clear_below_tables(&report).await;
+        }
         Ok(report)
     }
 }
