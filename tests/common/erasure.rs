@@ -578,6 +578,86 @@ pub async fn a_send_in_flight_writes_nothing_back(make: Erasable) {
     assert_eq!(again.total(), 0, "nothing left to erase: {again:?}");
 }
 
+/// A person who complained is erased: the list no longer holds their
+/// address (the search finds it nowhere), yet it still answers for it, and
+/// when the tenant adds someone with that address again (another id,
+/// another spelling) the entry is back on the list and in what the daemon
+/// reads, so the complainer is not mailed. An address another user shares
+/// stays listed as it is; lifting an erased entry by address works.
+pub async fn an_erased_complainer_stays_suppressed(make: Erasable) {
+    use toki_model::suppression::{ListedAddress, Suppression, SuppressionReason};
+    let (s, holdings) = make;
+    let who = person();
+    let now = from_millis("now", Utc::now().timestamp_millis()).unwrap();
+    s.put_user(&who, now).await.unwrap();
+    let email = who.email.clone().unwrap();
+    let address = ListedAddress::parse("email", &email).unwrap();
+    let complaint = Suppression {
+        address: address.clone(),
+        reason: SuppressionReason::Complaint,
+        detail: Some(format!("complaint from <{email}>")),
+        at: now,
+    };
+    assert_eq!(s.suppress(&[complaint]).await.unwrap(), 1);
+
+    let report = s
+        .erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(report.suppressions, 1);
+    let left = found(holdings.as_ref(), &needles(&who)).await;
+    assert!(left.is_empty(), "found after the erasure: {left:?}");
+    assert!(s.suppressions(None, 100).await.unwrap().is_empty());
+    let kept = s
+        .suppression(&address)
+        .await
+        .unwrap()
+        .expect("still suppressed");
+    assert_eq!(
+        (kept.reason, kept.detail, kept.at),
+        (SuppressionReason::Complaint, None, now)
+    );
+
+    let back = User {
+        id: "zelda-again".parse().unwrap(),
+        email: Some(email.to_uppercase()),
+        ..who.clone()
+    };
+    s.put_user(&back, now).await.unwrap();
+    let listed = s.suppressions(None, 100).await.unwrap();
+    assert_eq!(listed.len(), 1, "listed again by address: {listed:?}");
+    assert_eq!(listed[0].reason, SuppressionReason::Complaint);
+    s.put_schedule(&schedule("again", &["zelda-again"]), now)
+        .await
+        .unwrap();
+    let ctx = s
+        .delivery_context(&["again".parse().unwrap()])
+        .await
+        .unwrap();
+    assert!(ctx.suppressed.contains_key(&address), "the daemon sees it");
+
+    // Shared with another user: the entry is not the erased person's alone.
+    let twin = User {
+        id: "zelda-twin".parse().unwrap(),
+        ..back.clone()
+    };
+    s.put_user(&twin, now).await.unwrap();
+    let shared = s
+        .erase_user(&back.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(shared.suppressions, 0);
+    assert_eq!(s.suppressions(None, 100).await.unwrap().len(), 1);
+
+    // Lifted by hand after the twin is erased too: mailed again.
+    s.erase_user(&twin.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert!(s.suppression(&address).await.unwrap().is_some());
+    assert!(s.unsuppress(&address).await.unwrap());
+    assert!(s.suppression(&address).await.unwrap().is_none());
+}
+
 #[macro_export]
 macro_rules! erasure_conformance {
     ($(#[$meta:meta])* $factory:path) => {
@@ -597,6 +677,11 @@ macro_rules! erasure_conformance {
             $(#[$meta])*
             async fn a_send_in_flight_writes_nothing_back() {
                 common::erasure::a_send_in_flight_writes_nothing_back($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn an_erased_complainer_stays_suppressed() {
+                common::erasure::an_erased_complainer_stays_suppressed($factory().await).await
             }
         }
     };

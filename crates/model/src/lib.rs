@@ -25,6 +25,7 @@ pub mod recurrence;
 pub mod redact;
 pub mod retention;
 pub mod suppression;
+pub mod suppression_hash;
 pub mod template;
 pub mod tenant;
 pub mod time;

@@ -76,7 +76,9 @@ pub(crate) struct ErasureReportDoc {
     change_notices: u64,
     /// Kept answers of idempotent requests that quoted them, removed.
     idempotency_keys: u64,
-    /// Their mail address on the tenant's suppression list, removed: 0 or 1.
+    /// Their mail address on the tenant's suppression list, replaced by a
+    /// keyed hash (it stays suppressed, and is listed again if the address
+    /// is given back): 0 or 1.
     suppressions: u64,
     /// Audit-log entries about their user row, kept under the pseudonym.
     audit_entries: u64,

@@ -30,7 +30,7 @@ impl Erasure for MemoryTenantStore {
                     .as_deref()
                     .and_then(|e| toki_model::suppression::ListedAddress::parse("email", e).ok());
                 if let Some(address) = listed {
-                    report.suppressions = u64::from(state.suppressed.remove(&address).is_some());
+                    report.suppressions = super::suppression::erase_entry(&mut state, &address);
                 }
                 json_needles(&u)
             }

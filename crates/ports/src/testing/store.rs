@@ -86,6 +86,11 @@ pub(super) struct State {
     /// The suppression list and `List-Unsubscribe` (testing/suppression.rs).
     pub(super) suppressed: BTreeMap<ListedAddress, Suppression>,
     pub(super) list_unsubscribe: Option<Arc<ListUnsubscribe>>,
+    /// Erased people's entries by the keyed hash of their address, and the
+    /// key (made at first use), as the SQL stores keep them.
+    pub(super) erased_suppressed:
+        BTreeMap<toki_model::suppression_hash::AddressDigest, super::suppression::ErasedEntry>,
+    pub(super) suppression_hash_key: Option<toki_model::suppression_hash::SuppressionHashKey>,
 }
 
 /// A request under its idempotency key.
@@ -211,10 +216,10 @@ pub(super) fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, no
 #[async_trait]
 impl TenantStore for MemoryTenantStore {
     async fn put_user(&self, user: &User, _now: Instant) -> StoreResult<()> {
-        self.enter()
-            .await?
-            .users
-            .insert(user.id.clone(), user.clone());
+        let mut state = self.enter().await?;
+        // An erased person's address given again: suppressed again.
+        super::suppression::restore_erased(&mut state, user);
+        state.users.insert(user.id.clone(), user.clone());
         Ok(())
     }
 

@@ -181,6 +181,9 @@ where
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        // An erased person's address given again: suppressed again.
+        suppression::restore_erased::<DB>(&mut conn, u).await?;
         let mut s = Statement::new(
             "INSERT INTO users (id, name, email, slack_user_id, webhook_url, time_zone, locale, channels_off, updated_at)",
         );
@@ -202,7 +205,7 @@ where
                locale = excluded.locale, channels_off = excluded.channels_off,
                updated_at = excluded.updated_at",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
         Ok(())
     }
 
