@@ -271,11 +271,66 @@ pub async fn the_purge_log_keeps_the_last_pass_and_a_total(s: Arc<dyn TenantStor
     );
 }
 
+/// The caps on events and audit entries (issue 59): the oldest beyond the
+/// newest `keep` go, a bounded batch per call, whatever their age.
+pub async fn trimming_keeps_the_newest_rows(s: Arc<dyn TenantStore>) {
+    use toki_ports::retention::Trimmed;
+    subscribe(s.as_ref()).await;
+    users(s.as_ref(), &["e0", "e1", "e2", "e3", "e4"]).await;
+    for i in 0..5 {
+        let o = outcome(&format!("e{i}"), DeliveryStatus::Delivered, young());
+        s.record_outcomes(&[o]).await.unwrap();
+    }
+    assert_eq!(s.trim_rows(Trimmed::Events, 10, 500).await.unwrap(), 0);
+    assert_eq!(
+        s.trim_rows(Trimmed::Events, 3, 1).await.unwrap(),
+        1,
+        "a batch"
+    );
+    assert_eq!(s.trim_rows(Trimmed::Events, 3, 500).await.unwrap(), 1);
+    let seqs: Vec<u64> = s
+        .events_after(0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [3, 4, 5], "the newest three stay");
+
+    use toki_model::audit::{Actor, AuditAction, AuditEntry};
+    let actor = Actor::Key("default".parse().unwrap());
+    let entries: Vec<_> = (0..4)
+        .map(|i| {
+            AuditEntry::new(
+                young(),
+                actor.clone(),
+                AuditAction::SchedulePut,
+                Some(&format!("s{i}")),
+            )
+        })
+        .collect();
+    s.append_audit(&entries).await.unwrap();
+    assert_eq!(s.trim_rows(Trimmed::Audit, 1, 500).await.unwrap(), 3);
+    let kept = s.audit_after(0, 100).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        kept[0].entry.resource.as_deref(),
+        Some("s3"),
+        "the newest stays"
+    );
+}
+
 #[macro_export]
 macro_rules! retention_conformance {
     ($(#[$meta:meta])* $factory:path) => {
         mod retention {
             use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn trimming_keeps_the_newest_rows() {
+                common::retention::trimming_keeps_the_newest_rows($factory().await).await
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*

@@ -583,6 +583,12 @@ impl TenantStore for MemoryTenantStore {
             Counted::Schedules => state.schedules.len(),
             Counted::Users => state.users.len(),
             Counted::Templates => state.templates.len(),
+            Counted::Suppressions => state.suppressed.len() + state.erased_suppressed.len(),
+            Counted::IdempotencyKeys => state.idempotency.len(),
+            // Taken after `state`, as recording outcomes does.
+            Counted::EventEndpoints => self.events().endpoints.len(),
+            Counted::Events => self.events().log.len(),
+            Counted::AuditEntries => self.audit_now().log.len(),
         };
         Ok(n as u64)
     }

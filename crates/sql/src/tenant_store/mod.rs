@@ -6,6 +6,7 @@
 mod audit;
 mod below;
 mod claim;
+mod counted;
 mod erasure;
 mod events;
 mod idempotency;
@@ -739,13 +740,7 @@ where
 
     async fn count(&self, what: Counted) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
-        // Fixed names, never input: a table per kind.
-        let table = match what {
-            Counted::Schedules => "schedules",
-            Counted::Users => "users",
-            Counted::Templates => "reminder_templates",
-        };
-        let (n,): (i64,) = Statement::new(&format!("SELECT COUNT(*) FROM {table}"))
+        let (n,): (i64,) = Statement::new(counted::count_of(what))
             .query_as::<DB, (i64,)>()
             .fetch_one(&self.pool)
             .await
