@@ -86,11 +86,8 @@ pub(super) struct State {
     /// The suppression list and `List-Unsubscribe` (testing/suppression.rs).
     pub(super) suppressed: BTreeMap<ListedAddress, Suppression>,
     pub(super) list_unsubscribe: Option<Arc<ListUnsubscribe>>,
-    /// Erased people's entries by the keyed hash of their address, and the
-    /// key (made at first use), as the SQL stores keep them.
-    pub(super) erased_suppressed:
-        BTreeMap<toki_model::suppression_hash::AddressDigest, super::suppression::ErasedEntry>,
-    pub(super) suppression_hash_key: Option<toki_model::suppression_hash::SuppressionHashKey>,
+    /// Erased people's entries by the keyed hash of their address.
+    pub(super) erased_suppressed: super::erased_list::ErasedSuppressions,
 }
 
 /// A request under its idempotency key.
@@ -218,7 +215,8 @@ impl TenantStore for MemoryTenantStore {
     async fn put_user(&self, user: &User, _now: Instant) -> StoreResult<()> {
         let mut state = self.enter().await?;
         // An erased person's address given again: suppressed again.
-        super::suppression::restore_erased(&mut state, user);
+        let state = &mut *state;
+        state.erased_suppressed.restore(&mut state.suppressed, user);
         state.users.insert(user.id.clone(), user.clone());
         Ok(())
     }

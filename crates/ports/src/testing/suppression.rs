@@ -5,74 +5,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::store::{MemoryTenantStore, State};
+use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
 use crate::suppression::{RefusedRecipient, SuppressionList};
-use toki_model::domain::{Instant, User};
+use toki_model::domain::Instant;
 use toki_model::suppression::{bounded_detail, ListUnsubscribe, ListedAddress, Suppression};
-use toki_model::suppression_hash::SuppressionHashKey;
-
-/// An erased person's entry: its reason and since when, under the keyed
-/// hash of the address (the SQL stores' `erased_suppressions`).
-#[derive(Debug, Clone)]
-pub(super) struct ErasedEntry {
-    reason: toki_model::suppression::SuppressionReason,
-    at: Instant,
-}
-
-/// Replaces the entry of an erased person's `address` by its keyed hash,
-/// unless another user has the address; 1 if it was replaced.
-pub(super) fn erase_entry(state: &mut State, address: &ListedAddress) -> u64 {
-    let shared = state.users.values().any(|u| {
-        u.email
-            .as_deref()
-            .and_then(|e| ListedAddress::parse("email", e).ok())
-            .is_some_and(|a| &a == address)
-    });
-    if shared {
-        return 0;
-    }
-    let Some(entry) = state.suppressed.remove(address) else {
-        return 0;
-    };
-    let key = state
-        .suppression_hash_key
-        .get_or_insert_with(SuppressionHashKey::generate);
-    let digest = key.digest(address);
-    let erased = ErasedEntry {
-        reason: entry.reason,
-        at: entry.at,
-    };
-    state.erased_suppressed.entry(digest).or_insert(erased);
-    1
-}
-
-/// The erased entry of `address`, if any; `take` removes it.
-fn erased_entry(state: &mut State, address: &ListedAddress, take: bool) -> Option<Suppression> {
-    let digest = state.suppression_hash_key.as_ref()?.digest(address);
-    let entry = if take {
-        state.erased_suppressed.remove(&digest)?
-    } else {
-        state.erased_suppressed.get(&digest)?.clone()
-    };
-    Some(Suppression {
-        address: address.clone(),
-        reason: entry.reason,
-        detail: None,
-        at: entry.at,
-    })
-}
-
-/// A user written with an address an erased entry hashes: listed again.
-pub(super) fn restore_erased(state: &mut State, user: &User) {
-    let listed = user
-        .email
-        .as_deref()
-        .and_then(|e| ListedAddress::parse("email", e).ok());
-    if let Some(entry) = listed.and_then(|a| erased_entry(state, &a, true)) {
-        add(&mut state.suppressed, entry);
-    }
-}
 
 fn add(list: &mut BTreeMap<ListedAddress, Suppression>, entry: Suppression) -> u64 {
     if list.contains_key(&entry.address) {
@@ -121,7 +58,7 @@ impl SuppressionList for MemoryTenantStore {
     async fn unsuppress(&self, address: &ListedAddress) -> StoreResult<bool> {
         let mut state = self.enter().await?;
         let listed = state.suppressed.remove(address).is_some();
-        let erased = erased_entry(&mut state, address, true).is_some();
+        let erased = state.erased_suppressed.entry(address, true).is_some();
         Ok(listed || erased)
     }
 
@@ -129,7 +66,7 @@ impl SuppressionList for MemoryTenantStore {
         let mut state = self.enter().await?;
         match state.suppressed.get(address).cloned() {
             Some(entry) => Ok(Some(entry)),
-            None => Ok(erased_entry(&mut state, address, false)),
+            None => Ok(state.erased_suppressed.entry(address, false)),
         }
     }
 
