@@ -52,8 +52,9 @@ KEY="$("$TOKI" tenant create "$TENANT" --data-dir "$DATA" 2>"$WORK/tenant.log")"
   cat "$WORK/tenant.log" >&2
   exit 1
 }
-TENANT_DB="$DATA/tenants/$TENANT.sqlite"
-[ -f "$TENANT_DB" ] || fail "toki tenant create left no database at $TENANT_DB"
+# One file per creation: tenants/<tenant>.<incarnation>.sqlite.
+TENANT_DB="$(ls "$DATA/tenants/$TENANT".*.sqlite 2>/dev/null | head -n 1)"
+[ -f "$TENANT_DB" ] || fail "toki tenant create left no database at $DATA/tenants/$TENANT.*.sqlite"
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 BASE="http://127.0.0.1:$PORT"

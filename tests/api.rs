@@ -951,3 +951,61 @@ fn unquote(mail: &str) -> String {
     }
     out
 }
+
+/// The caps of issue 59 are set per tenant with `toki tenant set`, shown
+/// by `toki tenant list`, and a running server refuses beyond them (422
+/// naming the cap); `none` drops an override.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_set_caps_the_rows_a_tenant_creates() {
+    let data = tempfile::tempdir().unwrap().keep();
+    let key = common::process::create_tenant(&data, "acme");
+    let caps = [
+        "--max-suppressions",
+        "1",
+        "--max-event-endpoints",
+        "3",
+        "--max-idempotency-keys",
+        "500",
+        "--max-audit-entries",
+        "1000",
+        "--max-events",
+        "2000",
+    ];
+    let set = toki(&data, &[&["tenant", "set", "acme"][..], &caps].concat());
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let listed = String::from_utf8(toki(&data, &["tenant", "list"]).stdout).unwrap();
+    for part in [
+        "max_suppressions=1",
+        "max_event_endpoints=3",
+        "max_idempotency_keys=500",
+        "max_audit_entries=1000",
+        "max_events=2000",
+    ] {
+        assert!(listed.contains(part), "{part}: {listed}");
+    }
+    let (_server, base) = common::process::serve(&data, |_| {});
+    let http = reqwest::Client::new();
+    let put = |address: &str| {
+        http.put(format!("{base}/v1/tenants/acme/suppressions/{address}"))
+            .bearer_auth(&key)
+            .json(&json!({}))
+            .send()
+    };
+    assert_eq!(put("a@example.com").await.unwrap().status(), 200);
+    let over = put("b@example.com").await.unwrap();
+    assert_eq!(over.status(), 422);
+    let body: Value = over.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "max_suppressions", "{body}");
+
+    let unset = toki(
+        &data,
+        &["tenant", "set", "acme", "--max-suppressions", "none"],
+    );
+    assert!(unset.status.success());
+    let listed = String::from_utf8(toki(&data, &["tenant", "list"]).stdout).unwrap();
+    assert!(!listed.contains("max_suppressions"), "{listed}");
+}

@@ -143,3 +143,98 @@ async fn the_connection_budget_is_shared_across_tenants() {
             .unwrap();
     }
 }
+
+/// An erasure vacuums, outside its transaction, the tables it changed: the
+/// dead tuples that held the person are reclaimed at once rather than when
+/// autovacuum comes by. (What Postgres keeps beyond that, WAL segments and
+/// backups, is docs/erasure.md's.) An erasure that changed nothing vacuums
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
+async fn an_erasure_vacuums_the_tables_it_changed() {
+    use toki_ports::Erasure;
+    let url = common::services::postgres_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let s = toki_sql::PostgresTenantStore::new(pool.clone());
+    let vacuums = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = $1",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let now = chrono::Utc::now();
+    let who = common::erasure::person();
+    s.put_user(&who, now).await.unwrap();
+    let nobody = s
+        .erase_user(
+            &"nobody".parse().unwrap(),
+            &toki_model::erasure::pseudonym(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(nobody.total(), 0);
+    assert_eq!(
+        vacuums("users").await,
+        0,
+        "nothing changed, nothing vacuumed"
+    );
+    s.erase_user(&who.id, &toki_model::erasure::pseudonym(), now)
+        .await
+        .unwrap();
+    assert_eq!(vacuums("users").await, 1, "the user row's table");
+    assert_eq!(vacuums("deliveries").await, 0, "a table it did not change");
+}
+
+/// Delete-and-recreate on Postgres (the AWS backend), with a process that
+/// keeps its pool throughout: `DROP DATABASE … WITH (FORCE)` ends its
+/// connections, so a write through the old pool cannot reach the dropped
+/// database (it fails while none exists); once the database is created
+/// again, the same process's next write lands in it, fresh: nothing of the
+/// old tenant is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Postgres: scripts/test.sh runs it"]
+async fn a_dropped_database_takes_no_write_and_its_successor_starts_empty() {
+    use toki_ports::TenantStores;
+    use toki_sql::{Locator, SqlTenantStores};
+
+    let name = common::conformance::unique("toki_test_recreate_");
+    let template = common::services::postgres_url_for(&format!("{name}_{{tenant}}"));
+    let tenant: toki_model::TenantId = "gone".parse().unwrap();
+    let url = toki_sql::database_for(&template, &tenant);
+    toki_sql::create_tenant_database(&url).await.unwrap();
+    let serving = SqlTenantStores::with_locator(Locator::Template(template));
+    let store = serving.open(&tenant).await.unwrap();
+    let now = chrono::Utc::now();
+    let user = |id: &str| common::conformance::store::user(id);
+    store.put_user(&user("before"), now).await.unwrap();
+
+    toki_sql::drop_tenant_database(&url).await.unwrap();
+    assert!(
+        store.put_user(&user("between"), now).await.is_err(),
+        "no database: the write fails"
+    );
+    toki_sql::create_tenant_database(&url).await.unwrap();
+    store.put_user(&user("after"), now).await.unwrap();
+
+    let fresh = SqlTenantStores::with_locator(Locator::Template(
+        common::services::postgres_url_for(&format!("{name}_{{tenant}}")),
+    ))
+    .open(&tenant)
+    .await
+    .unwrap();
+    let got = |id: &str| {
+        let (s, id) = (fresh.clone(), id.parse::<toki_model::UserId>().unwrap());
+        async move { s.get_user(&id).await.unwrap().is_some() }
+    };
+    assert!(got("after").await, "the new database has the new write");
+    assert!(!got("before").await, "and nothing of the old one");
+    assert!(!got("between").await);
+    toki_sql::drop_tenant_database(&url).await.unwrap();
+}

@@ -176,3 +176,95 @@ async fn the_cli_erases_and_then_finds_nothing() {
         String::from_utf8_lossy(&again.stdout)
     );
 }
+
+/// Issue 59's fourth finding, read back from the raw files: after an
+/// erasure through the API of a running `toki serve`, neither the tenant's
+/// SQLite file nor its WAL holds the person's name, address or Slack id in
+/// any byte, in no table and in no old page (before: deleted cells stayed
+/// in pages, and the WAL kept every earlier version of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_person_is_in_no_byte_of_the_tenant_files() {
+    let data = tempfile::tempdir().unwrap().keep();
+    let key = common::process::create_tenant(&data, "acme");
+    let (server, base) = common::process::serve(&data, |_| {});
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{base}/v1/tenants/acme/{p}");
+    let name = "Wilhelmina Quuxbridge";
+    let email = "wilhelmina.quuxbridge@example.com";
+    let slack = "U0WQUUX1234";
+    let ok = |r: reqwest::Response| {
+        assert!(r.status().is_success(), "{}", r.status());
+    };
+    // Written twice (an edit leaves an old version of the row behind), with
+    // a colleague, a schedule they share and the address suppressed.
+    for n in [format!("{name} (old)"), name.to_owned()] {
+        let body = serde_json::json!({"name": n, "email": email, "slack_user_id": slack});
+        ok(http
+            .put(url("users/w1"))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap());
+    }
+    let colleague = serde_json::json!({"name": "Bo", "email": "bo@example.com"});
+    ok(http
+        .put(url("users/bo"))
+        .bearer_auth(&key)
+        .json(&colleague)
+        .send()
+        .await
+        .unwrap());
+    let starts = (chrono::Utc::now() + chrono::Duration::days(2)).to_rfc3339();
+    let schedule = serde_json::json!({
+        "title": "Sync", "starts_at": starts, "time_zone": "UTC", "participants": ["w1", "bo"],
+        "reminders": [{"minutes_before": 10, "channels": ["mail", "slack"]}]
+    });
+    ok(http
+        .put(url("schedules/sync"))
+        .bearer_auth(&key)
+        .json(&schedule)
+        .send()
+        .await
+        .unwrap());
+    let note = serde_json::json!({"note": "asked by phone"});
+    ok(http
+        .put(url(&format!("suppressions/{email}")))
+        .bearer_auth(&key)
+        .json(&note)
+        .send()
+        .await
+        .unwrap());
+
+    let erased = http
+        .delete(url("users/w1?erase=true"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erased.status(), 200);
+
+    let file = common::process::tenant_file(&data, "acme");
+    let mut read = Vec::new();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", file.display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for needle in [name, email, slack, "Wilhelmina", "quuxbridge"] {
+            let at = bytes
+                .windows(needle.len())
+                .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()));
+            assert!(at.is_none(), "{needle:?} in {path} at byte {at:?}");
+        }
+        read.push((path, bytes.len()));
+    }
+    assert!(read[0].1 > 0, "the file was read: {read:?}");
+    // The colleague is still there, in the same file.
+    let bo = http
+        .get(url("users/bo"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bo.status(), 200);
+    drop(server);
+}

@@ -97,8 +97,9 @@ async fn tenant_delete_lists_then_leaves_nothing_and_the_other_tenant_is_served(
                 .unwrap();
         }
     }
-    let file = h.dir.join("tenants").join("acme.sqlite");
-    assert!(file.exists());
+    let record = h.toki.directory.get(&acme).await.unwrap().unwrap();
+    let file = std::path::PathBuf::from(&record.database);
+    assert!(file.starts_with(h.dir.join("tenants")) && file.exists());
 
     let (code, listed) = toki(&["tenant", "delete", "acme", "--dry-run"], &h.dir);
     assert_eq!(code, 0);
@@ -126,7 +127,7 @@ async fn tenant_delete_lists_then_leaves_nothing_and_the_other_tenant_is_served(
     let (code, out) = toki(&["tenant", "delete", "acme", "--yes"], &h.dir);
     assert_eq!(code, 0, "{out}");
     assert!(!file.exists(), "its database file is gone");
-    assert!(!h.dir.join("tenants").join("acme.sqlite-wal").exists());
+    assert!(!Path::new(&format!("{}-wal", record.database)).exists());
     let left = rows_mentioning(&h.dir.join("control.sqlite"), "acme").await;
     assert!(left.is_empty(), "control rows mentioning acme: {left:?}");
 
@@ -143,4 +144,64 @@ async fn tenant_delete_lists_then_leaves_nothing_and_the_other_tenant_is_served(
     let (code, _) = toki(&["tenant", "delete", "acme", "--yes"], &h.dir);
     assert_ne!(code, 0, "a deleted tenant is no tenant");
     h.stop().await;
+}
+
+/// The reproduction of issue 59's third finding, as processes: `toki serve`
+/// runs; `toki tenant delete gone --yes` and `toki tenant create gone` run
+/// beside it. The new key's user is written where a fresh server finds it
+/// (before the fix it went to the old, unlinked file: 200, then 404 after a
+/// restart), and the old key opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_deleted_and_created_again_under_a_running_server_gets_a_fresh_store() {
+    let data = tempfile::tempdir().unwrap().keep();
+    let lease = |cmd: &mut Command| {
+        cmd.env("TOKI_VISIBILITY_TIMEOUT_S", LEASE_S.to_string())
+            .env("TOKI_LEAD_MS", "1000");
+    };
+    let old_key = common::process::create_tenant(&data, "gone");
+    let (server, base) = common::process::serve(&data, lease);
+    let http = reqwest::Client::new();
+    let user = |key: &str, id: &str| {
+        http.put(format!("{base}/v1/tenants/gone/users/{id}"))
+            .bearer_auth(key)
+            .json(&serde_json::json!({"name": "W", "email": format!("{id}@example.com")}))
+    };
+    assert_eq!(user(&old_key, "w0").send().await.unwrap().status(), 200);
+
+    let (code, out) = toki(&["tenant", "delete", "gone", "--yes"], &data);
+    assert_eq!(code, 0, "{out}");
+    let new_key = common::process::create_tenant(&data, "gone");
+    assert_eq!(
+        user(&old_key, "w1").send().await.unwrap().status(),
+        401,
+        "the deleted tenant's key opens nothing"
+    );
+    assert_eq!(user(&new_key, "w1").send().await.unwrap().status(), 200);
+    let get = |base: &str, id: &str| {
+        http.get(format!("{base}/v1/tenants/gone/users/{id}"))
+            .bearer_auth(&new_key)
+            .send()
+    };
+    assert_eq!(get(&base, "w1").await.unwrap().status(), 200);
+    assert_eq!(
+        get(&base, "w0").await.unwrap().status(),
+        404,
+        "the new tenant starts empty"
+    );
+
+    drop(server);
+    let (_again, base) = common::process::serve(&data, lease);
+    assert_eq!(
+        get(&base, "w1").await.unwrap().status(),
+        200,
+        "after a restart the new key's user is there: it was written to the new database"
+    );
+    assert_eq!(get(&base, "w0").await.unwrap().status(), 404);
+    let files: Vec<String> = std::fs::read_dir(data.join("tenants"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sqlite"))
+        .collect();
+    assert_eq!(files.len(), 1, "one database, the new one: {files:?}");
 }

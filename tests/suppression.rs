@@ -124,7 +124,7 @@ async fn a_refused_mailbox_is_listed_and_not_mailed_again() {
         "the listed address was not mailed again"
     );
 
-    let db = data.path().join("tenants/acme.sqlite");
+    let db = common::process::tenant_file(data.path(), "acme");
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
         .await
         .unwrap();

@@ -299,6 +299,21 @@ pub struct QuotaArgs {
     /// Templates the tenant may store (N or none).
     #[arg(long, value_name = "N")]
     max_templates: Option<Override<u64>>,
+    /// Suppression-list entries the tenant may store (N or none).
+    #[arg(long, value_name = "N")]
+    max_suppressions: Option<Override<u64>>,
+    /// Event endpoints the tenant may register (N or none).
+    #[arg(long, value_name = "N")]
+    max_event_endpoints: Option<Override<u64>>,
+    /// Idempotency keys the tenant may have kept at once (N or none).
+    #[arg(long, value_name = "N")]
+    max_idempotency_keys: Option<Override<u64>>,
+    /// Audit entries kept: the oldest beyond are trimmed (N or none).
+    #[arg(long, value_name = "N")]
+    max_audit_entries: Option<Override<u64>>,
+    /// Delivery events kept: the oldest beyond are trimmed (N or none).
+    #[arg(long, value_name = "N")]
+    max_events: Option<Override<u64>>,
     /// API requests a second, per process (R or none).
     #[arg(long, value_name = "R")]
     api_rate: Option<Override<f64>>,
@@ -344,6 +359,11 @@ impl QuotaArgs {
         apply(self.max_schedules, &mut q.max_schedules, Cap);
         apply(self.max_users, &mut q.max_users, Cap);
         apply(self.max_templates, &mut q.max_templates, Cap);
+        apply(self.max_suppressions, &mut q.max_suppressions, Cap);
+        apply(self.max_event_endpoints, &mut q.max_event_endpoints, Cap);
+        apply(self.max_idempotency_keys, &mut q.max_idempotency_keys, Cap);
+        apply(self.max_audit_entries, &mut q.max_audit_entries, Cap);
+        apply(self.max_events, &mut q.max_events, Cap);
         apply(self.api_rate, &mut q.api_rate, PerSecond);
         apply(self.api_burst, &mut q.api_burst, |b| b);
         apply(self.api_concurrency, &mut q.api_concurrency, |c| c);

@@ -1714,6 +1714,7 @@ pub mod store {
 
     pub async fn one_reminders_deliveries(s: Arc<dyn TenantStore>) {
         let now = Utc::now();
+        s.put_user(&user("a"), now).await.unwrap();
         let k = key("a", Channel::Mail);
         let elsewhere = DeliveryKey {
             purpose: DeliveryPurpose::Reminder { minutes_before: 15 },
@@ -2089,6 +2090,8 @@ pub mod store {
     }
 
     pub async fn chat_messages_are_idempotent(s: Arc<dyn TenantStore>) {
+        // Outcomes without a claim, and chat rows, are for users who exist.
+        s.put_user(&user("a"), Utc::now()).await.unwrap();
         let k = key("a", Channel::Chat);
         let m = toki_ports::ChatMessage {
             key: k.clone(),
@@ -2352,6 +2355,8 @@ pub mod events {
     /// when the outcome changed the row, numbered in order; a failure's
     /// event carries its attempt.
     pub async fn outcomes_make_the_events_endpoints_want(s: Arc<dyn TenantStore>) {
+        // Outcomes without a claim, and chat rows, are for users who exist.
+        s.put_user(&store::user("a"), Utc::now()).await.unwrap();
         let now = at(1_800_000_000_000);
         s.record_outcomes(&[outcome("before", DeliveryStatus::Delivered, now)])
             .await
@@ -2487,6 +2492,8 @@ pub mod events {
     /// A replay finds where to rewind by instant; the purge deletes only
     /// what is older than its bound.
     pub async fn replay_point_and_purge_respect_instants(s: Arc<dyn TenantStore>) {
+        // Outcomes without a claim, and chat rows, are for users who exist.
+        s.put_user(&store::user("a"), Utc::now()).await.unwrap();
         let t0 = 1_800_000_000_000;
         s.put_event_endpoint(&endpoint("hook", EventKinds::all(), at(t0)))
             .await

@@ -501,39 +501,161 @@ pub async fn an_erased_id_starts_afresh(make: Erasable) {
     );
 }
 
-/// A daemon holding a claim when the erasure commits records its (stale)
-/// outcome after it, naming the person again; a second erasure finds it.
-pub async fn a_late_outcome_is_erased_by_a_second_call(make: Erasable) {
+/// A send in flight while the person is erased (claimed before, finished
+/// after): its outcome, its chat row and its delivery event would name them
+/// again. They are fenced on the claim's row and the user's row, which the
+/// erasure removed: nothing is written of them, bob's outcome is, and a
+/// second erasure finds nothing left.
+pub async fn a_send_in_flight_writes_nothing_back(make: Erasable) {
     let (s, holdings) = make;
     let who = person();
     hold_everywhere(s.as_ref(), &who).await;
+    let now = from_millis("now", Utc::now().timestamp_millis()).unwrap();
+    // Claimed before the erasure: their Slack reminder and bob's.
+    let theirs = delivery("shared", 1_800_003_000_000, &who.id, Channel::Slack);
+    let bobs = delivery(
+        "shared",
+        1_800_003_000_000,
+        &"bob".parse().unwrap(),
+        Channel::Slack,
+    );
+    let claims: Vec<DeliveryClaim> = [&theirs, &bobs]
+        .into_iter()
+        .map(|k| DeliveryClaim {
+            key: k.clone(),
+            version: 2,
+            due_at: DueAt(now),
+        })
+        .collect();
+    let claimed = s
+        .claim_deliveries(&claims, now, now - ChronoDuration::seconds(10))
+        .await
+        .unwrap();
+    assert_eq!(claimed.owned.len(), 2);
     s.erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
         .await
         .unwrap();
-    let late = delivery("shared", 1_800_001_200_000, &who.id, Channel::Slack);
-    s.record_outcomes(&[outcome(
-        &late,
-        DeliveryStatus::Stale,
-        Some("schedule is at version 3"),
-    )])
+    let events_before = s.events_after(0, 1000).await.unwrap().len();
+
+    // The sends finish: delivered (with a chat row), and a stale verdict on
+    // a delivery of theirs never claimed (a late look at an old version).
+    let unclaimed = delivery("shared", 1_800_004_000_000, &who.id, Channel::Mail);
+    s.record_outcomes(&[
+        outcome(&theirs, DeliveryStatus::Delivered, None),
+        outcome(&bobs, DeliveryStatus::Delivered, None),
+        outcome(
+            &unclaimed,
+            DeliveryStatus::Stale,
+            Some("schedule is at version 3"),
+        ),
+    ])
     .await
     .unwrap();
-    let needles = needles(&who);
+    s.insert_chat_messages(&[toki_ports::ChatMessage {
+        key: delivery("shared", 1_800_003_000_000, &who.id, Channel::Chat),
+        version: 2,
+        user: who.id.clone(),
+        text: format!("Hi {}, the sync starts in 5 minutes", who.name),
+        created_at: now,
+    }])
+    .await
+    .unwrap();
+
+    let after = found(holdings.as_ref(), &needles(&who)).await;
     assert!(
-        !found(holdings.as_ref(), &needles).await.is_empty(),
-        "the late row names them"
+        after.is_empty(),
+        "written back after the erasure: {after:?}"
     );
+    let rows = s.deliveries().await.unwrap();
+    let bob_row = rows.iter().find(|r| r.key == bobs).expect("bob's outcome");
+    assert_eq!(bob_row.status, DeliveryStatus::Delivered);
+    let events = s.events_after(0, 1000).await.unwrap();
+    assert_eq!(events.len(), events_before + 1, "bob's event only");
     let again = s
         .erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
         .await
         .unwrap();
-    assert_eq!((again.users, again.deliveries_pseudonymised), (0, 1));
-    assert_eq!(again.delivery_events, 1, "its event too");
-    let after = found(holdings.as_ref(), &needles).await;
-    assert!(
-        after.is_empty(),
-        "found after the second erasure: {after:?}"
+    assert_eq!(again.total(), 0, "nothing left to erase: {again:?}");
+}
+
+/// A person who complained is erased: the list no longer holds their
+/// address (the search finds it nowhere), yet it still answers for it, and
+/// when the tenant adds someone with that address again (another id,
+/// another spelling) the entry is back on the list and in what the daemon
+/// reads, so the complainer is not mailed. An address another user shares
+/// stays listed as it is; lifting an erased entry by address works.
+pub async fn an_erased_complainer_stays_suppressed(make: Erasable) {
+    use toki_model::suppression::{ListedAddress, Suppression, SuppressionReason};
+    let (s, holdings) = make;
+    let who = person();
+    let now = from_millis("now", Utc::now().timestamp_millis()).unwrap();
+    s.put_user(&who, now).await.unwrap();
+    let email = who.email.clone().unwrap();
+    let address = ListedAddress::parse("email", &email).unwrap();
+    let complaint = Suppression {
+        address: address.clone(),
+        reason: SuppressionReason::Complaint,
+        detail: Some(format!("complaint from <{email}>")),
+        at: now,
+    };
+    assert_eq!(s.suppress(&[complaint]).await.unwrap(), 1);
+
+    let report = s
+        .erase_user(&who.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(report.suppressions, 1);
+    let left = found(holdings.as_ref(), &needles(&who)).await;
+    assert!(left.is_empty(), "found after the erasure: {left:?}");
+    assert!(s.suppressions(None, 100).await.unwrap().is_empty());
+    let kept = s
+        .suppression(&address)
+        .await
+        .unwrap()
+        .expect("still suppressed");
+    assert_eq!(
+        (kept.reason, kept.detail, kept.at),
+        (SuppressionReason::Complaint, None, now)
     );
+
+    let back = User {
+        id: "zelda-again".parse().unwrap(),
+        email: Some(email.to_uppercase()),
+        ..who.clone()
+    };
+    s.put_user(&back, now).await.unwrap();
+    let listed = s.suppressions(None, 100).await.unwrap();
+    assert_eq!(listed.len(), 1, "listed again by address: {listed:?}");
+    assert_eq!(listed[0].reason, SuppressionReason::Complaint);
+    s.put_schedule(&schedule("again", &["zelda-again"]), now)
+        .await
+        .unwrap();
+    let ctx = s
+        .delivery_context(&["again".parse().unwrap()])
+        .await
+        .unwrap();
+    assert!(ctx.suppressed.contains_key(&address), "the daemon sees it");
+
+    // Shared with another user: the entry is not the erased person's alone.
+    let twin = User {
+        id: "zelda-twin".parse().unwrap(),
+        ..back.clone()
+    };
+    s.put_user(&twin, now).await.unwrap();
+    let shared = s
+        .erase_user(&back.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(shared.suppressions, 0);
+    assert_eq!(s.suppressions(None, 100).await.unwrap().len(), 1);
+
+    // Lifted by hand after the twin is erased too: mailed again.
+    s.erase_user(&twin.id, &toki_model::erasure::pseudonym(), Utc::now())
+        .await
+        .unwrap();
+    assert!(s.suppression(&address).await.unwrap().is_some());
+    assert!(s.unsuppress(&address).await.unwrap());
+    assert!(s.suppression(&address).await.unwrap().is_none());
 }
 
 #[macro_export]
@@ -553,8 +675,13 @@ macro_rules! erasure_conformance {
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*
-            async fn a_late_outcome_is_erased_by_a_second_call() {
-                common::erasure::a_late_outcome_is_erased_by_a_second_call($factory().await).await
+            async fn a_send_in_flight_writes_nothing_back() {
+                common::erasure::a_send_in_flight_writes_nothing_back($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn an_erased_complainer_stays_suppressed() {
+                common::erasure::an_erased_complainer_stays_suppressed($factory().await).await
             }
         }
     };

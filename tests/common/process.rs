@@ -144,3 +144,20 @@ pub fn serve(data: &std::path::Path, configure: impl FnOnce(&mut Command)) -> (P
         .to_owned();
     (process, base)
 }
+
+/// The database file of `tenant` in `data` (`tenants/<tenant>.<incarnation>.sqlite`,
+/// a name that differs at each creation); there must be exactly one.
+pub fn tenant_file(data: &std::path::Path, tenant: &str) -> std::path::PathBuf {
+    let prefix = format!("{tenant}.");
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(data.join("tenants"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".sqlite")
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "one database of {tenant}: {files:?}");
+    files.into_iter().next().unwrap()
+}

@@ -62,6 +62,17 @@ fn chat(recipient: &str, at: Instant) -> ChatMessage {
     }
 }
 
+/// Users with these ids: an outcome without a claim, and a chat row, are
+/// written for a user who exists only (an erased one is not written back).
+async fn users(s: &dyn TenantStore, ids: &[&str]) {
+    let now = old(0);
+    for id in ids {
+        s.put_user(&super::conformance::store::user(id), now)
+            .await
+            .unwrap();
+    }
+}
+
 /// An endpoint for every kind of event, so that outcomes leave events.
 async fn subscribe(s: &dyn TenantStore) {
     s.put_event_endpoint(&EventEndpoint {
@@ -113,6 +124,11 @@ async fn drain(s: &dyn TenantStore, kind: TenantRows, limit: u32) -> Vec<u64> {
 /// sent, and every young row stay.
 pub async fn purge_deletes_only_old_finished_deliveries(s: Arc<dyn TenantStore>) {
     use DeliveryStatus::*;
+    users(
+        s.as_ref(),
+        &["d1", "d2", "f1", "x1", "u1", "p1", "p2", "y1", "y2"],
+    )
+    .await;
     let old_outcomes = [
         outcome("d1", Delivered, old(1)),
         outcome("d2", Delivered, old(2)),
@@ -161,6 +177,7 @@ pub async fn purge_deletes_only_old_finished_deliveries(s: Arc<dyn TenantStore>)
 
 /// The oldest go first: a bounded batch never skips an older row for a younger.
 pub async fn purge_takes_the_oldest_first(s: Arc<dyn TenantStore>) {
+    users(s.as_ref(), &["r0", "r1", "r2", "r3"]).await;
     let outcomes: Vec<_> = (0..4)
         .rev()
         .map(|i| outcome(&format!("r{i}"), DeliveryStatus::Delivered, old(i)))
@@ -181,6 +198,13 @@ pub async fn purge_takes_the_oldest_first(s: Arc<dyn TenantStore>) {
 /// Chat rows and events older than the cutoff go in batches; younger stay.
 pub async fn purge_deletes_old_chat_rows_and_events(s: Arc<dyn TenantStore>) {
     subscribe(s.as_ref()).await;
+    users(
+        s.as_ref(),
+        &[
+            "u0", "u1", "u2", "u3", "u4", "young", "e0", "e1", "e2", "ey",
+        ],
+    )
+    .await;
     let messages: Vec<_> = (0..5)
         .map(|i| chat(&format!("u{i}"), old(i)))
         .chain([chat("young", young())])
@@ -247,11 +271,66 @@ pub async fn the_purge_log_keeps_the_last_pass_and_a_total(s: Arc<dyn TenantStor
     );
 }
 
+/// The caps on events and audit entries (issue 59): the oldest beyond the
+/// newest `keep` go, a bounded batch per call, whatever their age.
+pub async fn trimming_keeps_the_newest_rows(s: Arc<dyn TenantStore>) {
+    use toki_ports::retention::Trimmed;
+    subscribe(s.as_ref()).await;
+    users(s.as_ref(), &["e0", "e1", "e2", "e3", "e4"]).await;
+    for i in 0..5 {
+        let o = outcome(&format!("e{i}"), DeliveryStatus::Delivered, young());
+        s.record_outcomes(&[o]).await.unwrap();
+    }
+    assert_eq!(s.trim_rows(Trimmed::Events, 10, 500).await.unwrap(), 0);
+    assert_eq!(
+        s.trim_rows(Trimmed::Events, 3, 1).await.unwrap(),
+        1,
+        "a batch"
+    );
+    assert_eq!(s.trim_rows(Trimmed::Events, 3, 500).await.unwrap(), 1);
+    let seqs: Vec<u64> = s
+        .events_after(0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [3, 4, 5], "the newest three stay");
+
+    use toki_model::audit::{Actor, AuditAction, AuditEntry};
+    let actor = Actor::Key("default".parse().unwrap());
+    let entries: Vec<_> = (0..4)
+        .map(|i| {
+            AuditEntry::new(
+                young(),
+                actor.clone(),
+                AuditAction::SchedulePut,
+                Some(&format!("s{i}")),
+            )
+        })
+        .collect();
+    s.append_audit(&entries).await.unwrap();
+    assert_eq!(s.trim_rows(Trimmed::Audit, 1, 500).await.unwrap(), 3);
+    let kept = s.audit_after(0, 100).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        kept[0].entry.resource.as_deref(),
+        Some("s3"),
+        "the newest stays"
+    );
+}
+
 #[macro_export]
 macro_rules! retention_conformance {
     ($(#[$meta:meta])* $factory:path) => {
         mod retention {
             use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn trimming_keeps_the_newest_rows() {
+                common::retention::trimming_keeps_the_newest_rows($factory().await).await
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*

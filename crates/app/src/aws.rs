@@ -59,7 +59,7 @@ pub(crate) async fn open(
     };
     let dynamo = toki_aws::aws_sdk_dynamodb::Client::new(&sdk);
     let settings = config.pipeline_settings();
-    let directory: Arc<dyn TenantDirectory> = Arc::new(DynamoTenantDirectory::new(
+    let raw: Arc<dyn TenantDirectory> = Arc::new(DynamoTenantDirectory::new(
         dynamo.clone(),
         names.directory_table.clone(),
     ));
@@ -71,6 +71,9 @@ pub(crate) async fn open(
             "TOKI_DATABASE_HOST + TOKI_DATABASE_SECRET_ARN (or TOKI_DATABASE_URL_TEMPLATE)",
         ),
     };
+    let stores = SqlTenantStores::with_locator(locator)
+        .with_statement_cache(config.database.statement_cache)
+        .with_connection_budget(config.database.max_connections);
     Ok(Ports {
         // SQS's retention bounds the dead letters, DynamoDB's TTL the index.
         control_purge: None,
@@ -89,12 +92,9 @@ pub(crate) async fn open(
             dynamo.clone(),
             names.index_table.clone(),
         )),
-        stores: Arc::new(
-            SqlTenantStores::with_locator(locator)
-                .with_statement_cache(config.database.statement_cache)
-                .with_connection_budget(config.database.max_connections),
-        ),
-        directory,
+        // Every read of the directory drops the pool of a tenant it no longer lists.
+        directory: Arc::new(stores.checked(raw)),
+        stores: Arc::new(stores),
         index: Arc::new(DynamoReminderIndex::new(
             dynamo,
             names.index_table.clone(),

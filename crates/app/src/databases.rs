@@ -41,37 +41,48 @@ impl std::fmt::Debug for TenantDatabases {
 }
 
 impl TenantDatabases {
-    /// What the tenant directory records: the file, or the database name;
-    /// never a URL with credentials.
-    pub fn name(&self, tenant: &TenantId) -> String {
+    /// Where a new database of `tenant` goes, as the directory records it:
+    /// a file whose name differs at each creation (`<tenant>.<incarnation>.sqlite`,
+    /// so a tenant deleted and created again never shares a path with its
+    /// old database, nor with a process that still holds it), or the
+    /// database name; never a URL with credentials.
+    pub fn new_location(&self, tenant: &TenantId) -> String {
         match self {
-            TenantDatabases::Files { dir } => file(dir, tenant),
+            TenantDatabases::Files { dir } => {
+                let incarnation = format!("{:016x}", rand::random::<u64>());
+                dir.join(format!("{tenant}.{incarnation}.sqlite"))
+                    .display()
+                    .to_string()
+            }
             TenantDatabases::Postgres { name, .. } => database_for(name, tenant),
             TenantDatabases::Unconfigured => database_for("toki_{tenant}", tenant),
         }
     }
 
-    /// Where the processes that read and write rows open it.
-    pub fn runtime_url(&self, tenant: &TenantId) -> anyhow::Result<String> {
+    /// Where provisioning (creating, migrating, dropping) opens the
+    /// database the directory records at `recorded`: that file (an entry
+    /// from before incarnations names `<tenant>.sqlite`, and keeps it), or
+    /// the tenant's database with the provisioning credentials.
+    pub fn admin_url_at(&self, tenant: &TenantId, recorded: &str) -> anyhow::Result<String> {
         match self {
-            TenantDatabases::Files { dir } => Ok(file(dir, tenant)),
-            TenantDatabases::Postgres { runtime, .. } => Ok(database_for(runtime, tenant)),
-            TenantDatabases::Unconfigured => Err(unconfigured()),
-        }
-    }
-
-    /// Where provisioning (creating, migrating) opens it.
-    pub fn admin_url(&self, tenant: &TenantId) -> anyhow::Result<String> {
-        match self {
-            TenantDatabases::Files { dir } => Ok(file(dir, tenant)),
+            TenantDatabases::Files { .. } => Ok(recorded.to_owned()),
             TenantDatabases::Postgres { admin, .. } => Ok(database_for(admin, tenant)),
             TenantDatabases::Unconfigured => Err(unconfigured()),
         }
     }
-}
 
-fn file(dir: &std::path::Path, tenant: &TenantId) -> String {
-    dir.join(format!("{tenant}.sqlite")).display().to_string()
+    /// Where provisioning opens a Postgres tenant database (found by name
+    /// alone). A tenant's file is found through its directory entry
+    /// ([`Self::admin_url_at`]).
+    pub fn admin_url(&self, tenant: &TenantId) -> anyhow::Result<String> {
+        match self {
+            TenantDatabases::Files { .. } => Err(anyhow::anyhow!(
+                "tenant {tenant}'s file is found through its directory entry, not by name"
+            )),
+            TenantDatabases::Postgres { admin, .. } => Ok(database_for(admin, tenant)),
+            TenantDatabases::Unconfigured => Err(unconfigured()),
+        }
+    }
 }
 
 fn unconfigured() -> anyhow::Error {

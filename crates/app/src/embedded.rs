@@ -25,17 +25,18 @@ pub(crate) async fn open(
         .await
         .context("opening the control database")?;
     let settings = config.pipeline_settings();
-    let directory: Arc<dyn TenantDirectory> =
-        Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
+    let raw: Arc<dyn TenantDirectory> = Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
     // SQLite files are found through the directory; Postgres databases by name.
     let stores = match databases {
         TenantDatabases::Postgres { runtime, .. } => {
             SqlTenantStores::with_locator(Locator::Template(runtime.clone()))
         }
-        _ => SqlTenantStores::new(directory.clone()),
+        _ => SqlTenantStores::new(raw.clone()),
     }
     .with_statement_cache(config.database.statement_cache)
     .with_connection_budget(config.database.max_connections);
+    // Every read of the directory keeps the open stores true to it.
+    let directory: Arc<dyn TenantDirectory> = Arc::new(stores.checked(raw));
     Ok(Ports {
         control_purge: Some(Arc::new(toki_sql::SqliteControlPurge::new(
             control.pool.clone(),

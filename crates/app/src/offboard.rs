@@ -69,7 +69,7 @@ impl Toki {
         let quiesced = offboarding.quiesce(tenant).await?;
         let database_name = before.record.database.clone();
         self.stores.forget(tenant).await;
-        let admin = self.databases.admin_url(tenant)?;
+        let admin = self.databases.admin_url_at(tenant, &database_name)?;
         toki_sql::drop_tenant_database(&admin)
             .await
             .with_context(|| format!("dropping the database of tenant {tenant}"))?;

@@ -89,10 +89,11 @@ impl Toki {
         })
     }
 
-    /// Creates (if needed) and migrates a tenant's database with the
-    /// provisioning credentials, and lets the runtime role use it.
-    pub async fn provision(&self, id: &TenantId) -> anyhow::Result<()> {
-        let admin = self.databases.admin_url(id)?;
+    /// Creates (if needed) and migrates a tenant's database, at `location`
+    /// (as the directory records it), with the provisioning credentials,
+    /// and lets the runtime role use it.
+    pub async fn provision(&self, id: &TenantId, location: &str) -> anyhow::Result<()> {
+        let admin = self.databases.admin_url_at(id, location)?;
         create_tenant_database(&admin).await?;
         if let TenantDatabases::Postgres {
             runtime_role: Some((role, password)),
@@ -114,7 +115,7 @@ impl Toki {
         let mut done = Vec::with_capacity(tenants.len());
         for (i, t) in tenants.iter().enumerate() {
             progress(i, tenants.len(), &t.id);
-            self.provision(&t.id)
+            self.provision(&t.id, &t.database)
                 .await
                 .with_context(|| format!("migrating the database of {}", t.id))?;
             done.push(t.id.clone());
@@ -204,7 +205,8 @@ impl Toki {
     ) -> anyhow::Result<(TenantRecord, String)> {
         id.check_new()?;
         self.check_id_free(id).await?;
-        self.provision(id)
+        let location = self.databases.new_location(id);
+        self.provision(id, &location)
             .await
             .with_context(|| format!("creating the database of tenant {id}"))?;
         let key = new_api_key();
@@ -213,13 +215,19 @@ impl Toki {
             id: id.clone(),
             reminders_enabled,
             active: true,
-            database: self.databases.name(id),
+            database: location.clone(),
             api_keys: vec![ApiKey::new(default, &key, self.clock.now(), None)],
             change_notices: Default::default(),
             limits: Default::default(),
             retention: Default::default(),
         };
-        self.directory.put(&record).await?;
+        if let Err(e) = self.directory.put(&record).await {
+            // No entry names it: a file would be left for nobody.
+            if matches!(self.databases, TenantDatabases::Files { .. }) {
+                let _ = toki_sql::drop_tenant_database(&location).await;
+            }
+            return Err(e.into());
+        }
         Ok((record, key))
     }
 

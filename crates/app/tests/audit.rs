@@ -306,3 +306,41 @@ async fn an_idempotent_replay_is_not_recorded_again() {
     let actions: Vec<String> = listed(&kit).await.into_iter().map(|e| e.1).collect();
     assert_eq!(actions, ["user.put", "schedule.put"]);
 }
+
+/// An erasure's entry names nobody however the query spells `erase=true`:
+/// the audit log decodes it as the handler does (before, `erase=%74rue`
+/// erased and the entry recorded the person's id as a `user.delete`).
+#[tokio::test(start_paused = true)]
+async fn an_erasure_entry_names_nobody_in_every_spelling() {
+    let kit = kit_with_tenant().await;
+    for (i, query) in [
+        "erase=true",
+        "erase=%74rue",
+        "%65rase=true",
+        "erase=%74%72%75%65",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let who = format!("erased-person-{i}");
+        let (s, b) = call(
+            &kit,
+            "PUT",
+            &format!("users/{who}"),
+            Some(json!({"name": "P"})),
+        )
+        .await;
+        assert!(s.is_success(), "{s} {b}");
+        let (s, b) = call(&kit, "DELETE", &format!("users/{who}?{query}"), None).await;
+        assert_eq!(s, StatusCode::OK, "{query}: {b}");
+        let log = listed(&kit).await;
+        let (_, action, resource, _, _) = log.last().unwrap();
+        assert_eq!(action, "user.erase", "{query}");
+        assert_eq!(resource, &Value::Null, "{query}: the entry names nobody");
+        let named: Vec<_> = log
+            .iter()
+            .filter(|(_, a, r, _, _)| a != "user.put" && r.as_str() == Some(who.as_str()))
+            .collect();
+        assert!(named.is_empty(), "{query}: {named:?}");
+    }
+}

@@ -243,3 +243,147 @@ async fn every_tenant_route_documents_429_with_retry_after() {
     }
     assert!(checked >= 10, "{checked}");
 }
+
+/// `req` with an `Idempotency-Key`.
+fn keyed(method: &str, path: &str, key: &str, body: Value) -> Request<Body> {
+    let mut req = crate::common::request(method, path, Some(KEY), Some(body));
+    req.headers_mut()
+        .insert("idempotency-key", key.parse().unwrap());
+    req
+}
+
+async fn send(router: &Router, req: Request<Body>) -> (StatusCode, Value) {
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn cap_reached(status: StatusCode, body: &Value, cap: &str) {
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["code"], "cap_reached", "{body}");
+    assert_eq!(body["error"]["field"], cap, "{body}");
+}
+
+/// The rows a tenant creates itself beyond the caps of issue 59's sixth
+/// finding: a suppression entry, an event endpoint, an idempotency key, each
+/// refused with 422 naming its cap (nothing written); what exists is
+/// updated or replayed at the cap; another tenant's caps are its own.
+#[tokio::test(start_paused = true)]
+async fn suppressions_endpoints_and_keys_stop_at_their_caps() {
+    let kit = two_tenants(QuotaOverrides {
+        max_suppressions: Some(Cap(2)),
+        max_event_endpoints: Some(Cap(1)),
+        max_idempotency_keys: Some(Cap(2)),
+        ..Default::default()
+    })
+    .await;
+    let quotas = Arc::new(api::ApiQuotas::default());
+    let router = router(&kit, &quotas);
+    let t = "/v1/tenants/acme";
+    let note = || Some(json!({"note": "by hand"}));
+
+    for a in ["a@example.com", "b@example.com"] {
+        let r = call(
+            &router,
+            "PUT",
+            &format!("{t}/suppressions/{a}"),
+            KEY,
+            note(),
+        )
+        .await;
+        assert!(r.status.is_success(), "{}", r.body);
+    }
+    let r = call(
+        &router,
+        "PUT",
+        &format!("{t}/suppressions/c@example.com"),
+        KEY,
+        note(),
+    )
+    .await;
+    cap_reached(r.status, &r.body, "max_suppressions");
+    let r = call(&router, "GET", &format!("{t}/suppressions"), KEY, None).await;
+    let listed = r.body["suppressions"].as_array().unwrap().len();
+    assert_eq!(listed, 2, "nothing written: {}", r.body);
+    let r = call(
+        &router,
+        "PUT",
+        &format!("{t}/suppressions/a@example.com"),
+        KEY,
+        note(),
+    )
+    .await;
+    assert!(
+        r.status.is_success(),
+        "one listed already, at the cap: {}",
+        r.body
+    );
+
+    let hook = || Some(json!({"url": "https://h.example/"}));
+    let r = call(
+        &router,
+        "PUT",
+        &format!("{t}/event-endpoints/e1"),
+        KEY,
+        hook(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = call(
+        &router,
+        "PUT",
+        &format!("{t}/event-endpoints/e2"),
+        KEY,
+        hook(),
+    )
+    .await;
+    cap_reached(r.status, &r.body, "max_event_endpoints");
+    let r = call(
+        &router,
+        "PUT",
+        &format!("{t}/event-endpoints/e1"),
+        KEY,
+        hook(),
+    )
+    .await;
+    assert!(r.status.is_success(), "an update at the cap: {}", r.body);
+
+    let batch = |id: &str| {
+        let mut item = schedule(&kit);
+        item["id"] = json!(id);
+        json!({ "schedules": [item] })
+    };
+    let post = |key: &str, id: &str| keyed("POST", &format!("{t}/schedules:batch"), key, batch(id));
+    for (k, id) in [("k1", "s1"), ("k2", "s2")] {
+        let (s, b) = send(&router, post(k, id)).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let (s, b) = send(&router, post("k3", "s3")).await;
+    cap_reached(s, &b, "max_idempotency_keys");
+    let r = call(&router, "GET", &format!("{t}/schedules/s3"), KEY, None).await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "the refused request did nothing"
+    );
+    let (s, b) = send(&router, post("k1", "s1")).await;
+    assert_eq!(s, StatusCode::OK, "a kept key replays at the cap: {b}");
+    // A day later the keys have expired: purged to make room, k3 runs.
+    tokio::time::advance(Duration::from_secs(25 * 3600)).await;
+    let (s, b) = send(&router, post("k3", "s3")).await;
+    assert_eq!(s, StatusCode::OK, "room once expired keys are purged: {b}");
+
+    let r = call(
+        &router,
+        "PUT",
+        "/v1/tenants/beta/suppressions/c@example.com",
+        BETA_KEY,
+        note(),
+    )
+    .await;
+    assert!(r.status.is_success(), "beta's caps are its own: {}", r.body);
+}

@@ -15,9 +15,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use toki_model::error::chain;
+use toki_model::quota::TenantCaps;
 use toki_model::retention::{RetentionKind, RetentionSettings};
 use toki_model::{Instant, TenantRecord};
-use toki_ports::retention::{ControlPurge, PurgeRecord, TenantRows, MAX_PURGE_BATCH};
+use toki_ports::retention::{ControlPurge, PurgeRecord, TenantRows, Trimmed, MAX_PURGE_BATCH};
 use toki_ports::{Clock, StoreResult, TenantDirectory, TenantStore, TenantStores};
 
 #[derive(Debug, Clone)]
@@ -34,6 +35,9 @@ pub struct PurgeSettings {
     /// A deployment-wide cap on how long events are kept, whatever a
     /// tenant's setting (`daemon.events_window_h`).
     pub events_cap: Option<Duration>,
+    /// The configured caps (a tenant's contract overrides them): audit
+    /// entries and events beyond theirs are trimmed, oldest first.
+    pub caps: TenantCaps,
 }
 
 impl Default for PurgeSettings {
@@ -47,6 +51,7 @@ impl Default for PurgeSettings {
             pause: Duration::from_millis(100),
             per_pass: 20_000,
             events_cap: None,
+            caps: TenantCaps::default(),
         }
     }
 }
@@ -247,9 +252,10 @@ impl Purger {
         for rows in TenantRows::ALL {
             let kind = rows.kind();
             let cutoff = self.cutoff(&tenant.retention, kind, now);
-            let n = self
+            let mut n = self
                 .drain(budget, |limit| store.purge_rows(rows, cutoff, limit))
                 .await?;
+            n += self.trim(tenant, store.as_ref(), rows, budget).await?;
             record(store.as_ref(), kind, now, cutoff, n).await?;
             summary.add(kind, n);
         }
@@ -265,6 +271,30 @@ impl Purger {
             summary.add(kind, n);
         }
         Ok(())
+    }
+
+    /// The oldest of `rows` beyond the tenant's cap on them (audit entries,
+    /// events: kept because of what it does, so trimmed rather than any
+    /// write refused); how many went.
+    async fn trim(
+        &self,
+        tenant: &TenantRecord,
+        store: &dyn TenantStore,
+        rows: TenantRows,
+        budget: &mut Budget,
+    ) -> StoreResult<u64> {
+        let Some(trimmed) = Trimmed::ALL.into_iter().find(|t| t.rows() == rows) else {
+            return Ok(0);
+        };
+        let what = trimmed.counted();
+        let cap = self.settings.caps.with(&tenant.limits.quota).get(what);
+        let n = self
+            .drain(budget, |limit| store.trim_rows(trimmed, cap.0, limit))
+            .await?;
+        if n > 0 {
+            info!(tenant = %tenant.id, rows = n, cap = cap.0, "retention: {} beyond the cap ({}) trimmed, oldest first", what.plural(), what.cap_name());
+        }
+        Ok(n)
     }
 
     /// Dead letters naming no tenant (by the default retention) and index

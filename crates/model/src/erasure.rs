@@ -61,7 +61,8 @@ pub struct ErasureReport {
     pub change_notices: u64,
     /// Kept answers of idempotent requests that quoted them, removed.
     pub idempotency_keys: u64,
-    /// Their mail address on the tenant's suppression list, removed: 0 or 1.
+    /// Their mail address on the tenant's suppression list, replaced by a
+    /// keyed hash ([`crate::suppression_hash`]): 0 or 1.
     pub suppressions: u64,
     /// Audit-log entries about their user row, kept under the pseudonym.
     pub audit_entries: u64,

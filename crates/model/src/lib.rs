@@ -26,6 +26,7 @@ pub mod redact;
 pub mod retention;
 pub mod slack;
 pub mod suppression;
+pub mod suppression_hash;
 pub mod template;
 pub mod tenant;
 pub mod time;

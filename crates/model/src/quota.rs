@@ -1,8 +1,11 @@
 //! What one tenant may use of the API and of its database: a request rate
-//! (with a burst) and requests at once, and caps on how many schedules,
-//! users and templates it stores. Configured defaults, which a tenant's
+//! (with a burst) and requests at once, and caps on every table of its
+//! database that grows with what it does: schedules, users, templates,
+//! suppressions, event endpoints and idempotency keys (refused beyond the
+//! cap), audit entries and delivery events (the oldest beyond the cap
+//! trimmed by the retention pass). Configured defaults, which a tenant's
 //! contract ([`QuotaOverrides`], in [`crate::limits::ContractLimits`])
-//! overrides; so one tenant's registration storm cannot crowd out the others.
+//! overrides; so one tenant cannot crowd out the others nor fill the disk.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,15 +17,42 @@ pub enum Counted {
     Schedules,
     Users,
     Templates,
+    /// Entries of its suppression list (those kept as a hash after an
+    /// erasure included).
+    Suppressions,
+    EventEndpoints,
+    /// Idempotency keys kept (a day each).
+    IdempotencyKeys,
+    /// Audit-log entries (trimmed, not refused: see [`Counted::is_trimmed`]).
+    AuditEntries,
+    /// Delivery events (trimmed, not refused).
+    Events,
 }
 
 impl Counted {
+    /// Every kind, in the order `toki tenant list` shows their caps.
+    pub const ALL: [Counted; 8] = [
+        Counted::Schedules,
+        Counted::Users,
+        Counted::Templates,
+        Counted::Suppressions,
+        Counted::EventEndpoints,
+        Counted::IdempotencyKeys,
+        Counted::AuditEntries,
+        Counted::Events,
+    ];
+
     /// The cap's name, as the configuration and the contract spell it.
     pub fn cap_name(self) -> &'static str {
         match self {
             Counted::Schedules => "max_schedules",
             Counted::Users => "max_users",
             Counted::Templates => "max_templates",
+            Counted::Suppressions => "max_suppressions",
+            Counted::EventEndpoints => "max_event_endpoints",
+            Counted::IdempotencyKeys => "max_idempotency_keys",
+            Counted::AuditEntries => "max_audit_entries",
+            Counted::Events => "max_events",
         }
     }
 
@@ -31,7 +61,19 @@ impl Counted {
             Counted::Schedules => "schedules",
             Counted::Users => "users",
             Counted::Templates => "templates",
+            Counted::Suppressions => "suppression-list entries",
+            Counted::EventEndpoints => "event endpoints",
+            Counted::IdempotencyKeys => "idempotency keys",
+            Counted::AuditEntries => "audit entries",
+            Counted::Events => "delivery events",
         }
+    }
+
+    /// Rows Toki keeps because of what the tenant does, not because it
+    /// asked: never refused (a write the tenant made is recorded), the
+    /// oldest beyond the cap deleted by the retention pass instead.
+    pub fn is_trimmed(self) -> bool {
+        matches!(self, Counted::AuditEntries | Counted::Events)
     }
 }
 
@@ -47,17 +89,30 @@ pub struct TenantCaps {
     pub max_schedules: Cap,
     pub max_users: Cap,
     pub max_templates: Cap,
+    pub max_suppressions: Cap,
+    pub max_event_endpoints: Cap,
+    pub max_idempotency_keys: Cap,
+    pub max_audit_entries: Cap,
+    pub max_events: Cap,
 }
 
 impl Default for TenantCaps {
     /// Far above what a tenant of today stores (so nobody is refused on
     /// upgrade), low enough that one tenant cannot fill a shared server.
     /// Templates are one per channel and locale: a few dozen at most.
+    /// Event endpoints: ten, as before they were a cap. Idempotency keys
+    /// live a day, and a kept answer can weigh up to twice a batch's body:
+    /// 100,000 a day is more than one keyed write a second, all day.
     fn default() -> Self {
         TenantCaps {
             max_schedules: Cap(1_000_000),
             max_users: Cap(1_000_000),
             max_templates: Cap(200),
+            max_suppressions: Cap(1_000_000),
+            max_event_endpoints: Cap(10),
+            max_idempotency_keys: Cap(100_000),
+            max_audit_entries: Cap(1_000_000),
+            max_events: Cap(1_000_000),
         }
     }
 }
@@ -68,15 +123,26 @@ impl TenantCaps {
             Counted::Schedules => self.max_schedules,
             Counted::Users => self.max_users,
             Counted::Templates => self.max_templates,
+            Counted::Suppressions => self.max_suppressions,
+            Counted::EventEndpoints => self.max_event_endpoints,
+            Counted::IdempotencyKeys => self.max_idempotency_keys,
+            Counted::AuditEntries => self.max_audit_entries,
+            Counted::Events => self.max_events,
         }
     }
 
     /// These caps with the contract's overrides.
     pub fn with(&self, contract: &QuotaOverrides) -> TenantCaps {
+        let pick = |set: Option<Cap>, default: Cap| set.unwrap_or(default);
         TenantCaps {
-            max_schedules: contract.max_schedules.unwrap_or(self.max_schedules),
-            max_users: contract.max_users.unwrap_or(self.max_users),
-            max_templates: contract.max_templates.unwrap_or(self.max_templates),
+            max_schedules: pick(contract.max_schedules, self.max_schedules),
+            max_users: pick(contract.max_users, self.max_users),
+            max_templates: pick(contract.max_templates, self.max_templates),
+            max_suppressions: pick(contract.max_suppressions, self.max_suppressions),
+            max_event_endpoints: pick(contract.max_event_endpoints, self.max_event_endpoints),
+            max_idempotency_keys: pick(contract.max_idempotency_keys, self.max_idempotency_keys),
+            max_audit_entries: pick(contract.max_audit_entries, self.max_audit_entries),
+            max_events: pick(contract.max_events, self.max_events),
         }
     }
 }
@@ -167,6 +233,16 @@ pub struct QuotaOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_templates: Option<Cap>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_suppressions: Option<Cap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_event_endpoints: Option<Cap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_idempotency_keys: Option<Cap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_audit_entries: Option<Cap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<Cap>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub api_rate: Option<PerSecond>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_burst: Option<u32>,
@@ -200,6 +276,11 @@ impl QuotaOverrides {
             ("max_schedules", self.max_schedules),
             ("max_users", self.max_users),
             ("max_templates", self.max_templates),
+            ("max_suppressions", self.max_suppressions),
+            ("max_event_endpoints", self.max_event_endpoints),
+            ("max_idempotency_keys", self.max_idempotency_keys),
+            ("max_audit_entries", self.max_audit_entries),
+            ("max_events", self.max_events),
         ];
         for (name, cap) in caps {
             if let Some(Cap(n)) = cap {

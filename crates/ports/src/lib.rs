@@ -364,12 +364,15 @@ fn with_reason(
 }
 
 /// A dead letter's attributes: the message's own, and why it was dead-lettered
-/// if there is room for one more attribute. The reason is cut to 1 KiB.
+/// if there is room for one more attribute. The reason is cut to 1 KiB, and
+/// any mail address or Slack id in it is kept as a pseudonym only
+/// ([`toki_model::redact::scrub`]): a dead letter outlives an erasure.
 pub fn with_dead_letter_reason(
     attributes: &crate::message::Attributes,
     reason: &str,
 ) -> crate::message::Attributes {
-    with_reason(attributes, DEAD_LETTER_REASON, reason, 1024)
+    let reason = toki_model::redact::scrub(reason);
+    with_reason(attributes, DEAD_LETTER_REASON, &reason, 1024)
 }
 
 /// A message received from the delay queue.

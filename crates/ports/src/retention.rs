@@ -50,6 +50,38 @@ impl TenantRows {
     }
 }
 
+/// The kinds of row Toki keeps because of what a tenant does (not because
+/// it asked) that have a cap on their number: the oldest beyond it are
+/// trimmed by the retention pass rather than any write refused
+/// ([`toki_model::quota::Counted::is_trimmed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Trimmed {
+    /// Delivery events, by sequence number.
+    Events,
+    /// Audit-log entries, by sequence number.
+    Audit,
+}
+
+impl Trimmed {
+    pub const ALL: [Trimmed; 2] = [Trimmed::Events, Trimmed::Audit];
+
+    /// The cap that bounds this kind.
+    pub fn counted(self) -> toki_model::quota::Counted {
+        match self {
+            Trimmed::Events => toki_model::quota::Counted::Events,
+            Trimmed::Audit => toki_model::quota::Counted::AuditEntries,
+        }
+    }
+
+    /// The same rows as the age purge names them.
+    pub fn rows(self) -> TenantRows {
+        match self {
+            Trimmed::Events => TenantRows::Events,
+            Trimmed::Audit => TenantRows::Audit,
+        }
+    }
+}
+
 /// A delivery that will not be tried again: its row may be purged once
 /// old. `sending` (claimed), `throttled` and `deferred` (waiting for their
 /// retry) never are. `failed` counts as finished: its message comes back
@@ -80,6 +112,11 @@ pub trait RetentionStore: Send + Sync {
     /// Deletes up to `limit` (at most [`MAX_PURGE_BATCH`]) rows of `rows`
     /// older than `before`, oldest first; how many.
     async fn purge_rows(&self, rows: TenantRows, before: Instant, limit: u32) -> StoreResult<u64>;
+
+    /// Deletes up to `limit` (at most [`MAX_PURGE_BATCH`]) of the oldest
+    /// rows of `rows` beyond the newest `keep`; how many (the tenant's cap
+    /// on them, whatever their age).
+    async fn trim_rows(&self, rows: Trimmed, keep: u64, limit: u32) -> StoreResult<u64>;
 
     /// Records what a pass did to `record.kind` (its total is added to the
     /// stored one).

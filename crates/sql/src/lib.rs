@@ -23,6 +23,8 @@ pub mod offboard;
 #[cfg(feature = "sqlite")]
 pub mod queue;
 pub mod stores;
+#[cfg(feature = "sqlite")]
+pub mod tenant_file;
 pub mod tenant_store;
 
 use toki_ports::StoreError;
@@ -49,7 +51,12 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 /// A database error as a store error: transient (worth retrying) or not, with
 /// the driver's error as its source.
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {
-    if is_transient(&e) {
+    if is_removed(&e) {
+        // Its tenant was deleted while this process held it: the caller
+        // asks again (the directory now says the tenant is gone, or where
+        // its new database is).
+        StoreError::unavailable("the tenant's database was removed", e)
+    } else if is_transient(&e) {
         StoreError::unavailable("database call", e)
     } else {
         StoreError::backend("database call", e)
@@ -79,6 +86,16 @@ pub(crate) async fn begin_write<DB: sqlx::Database>(
         Ok(begun) => begun.map_err(db_err),
         Err(e) => Err(StoreError::unavailable("database call", e)),
     }
+}
+
+/// A write refused by a removed tenant file's fence ([`tenant_file`]).
+fn is_removed(e: &sqlx::Error) -> bool {
+    #[cfg(feature = "sqlite")]
+    if let sqlx::Error::Database(d) = e {
+        return d.message().contains(tenant_file::REMOVED);
+    }
+    let _ = e;
+    false
 }
 
 fn is_transient(e: &sqlx::Error) -> bool {
@@ -128,8 +145,8 @@ pub use offboard::SqliteControlFootprint;
 #[cfg(feature = "sqlite")]
 pub use queue::SqliteDelayQueue;
 pub use stores::{
-    create_tenant_database, database_for, drop_tenant_database, grant_runtime_role, Locator,
-    SqlTenantStores, StatementCache, DEFAULT_CONNECTION_BUDGET,
+    create_tenant_database, database_for, drop_tenant_database, grant_runtime_role,
+    CheckedDirectory, Locator, SqlTenantStores, StatementCache, DEFAULT_CONNECTION_BUDGET,
 };
 #[cfg(feature = "sqlite")]
 pub use tenant_store::SqliteTenantStore;

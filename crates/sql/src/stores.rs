@@ -10,15 +10,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::ConnectOptions;
-use toki_model::TenantId;
+use toki_model::{TenantId, TenantRecord};
 use toki_ports::{StoreError, StoreResult};
 use toki_ports::{TenantDirectory, TenantStore, TenantStores};
 use tokio::sync::Mutex;
 use tracing::info;
 
-#[cfg(feature = "sqlite")]
-use crate::control::open_sqlite;
 use crate::db_err;
+#[cfg(feature = "sqlite")]
+use crate::tenant_file::{create_tenant_file, open_tenant_file, remove_tenant_file};
 #[cfg(feature = "sqlite")]
 use crate::tenant_store::SqliteTenantStore;
 use crate::tenant_store::{ConnectionBudget, PostgresTenantStore};
@@ -85,10 +85,44 @@ pub enum Locator {
     Unconfigured(&'static str),
 }
 
-/// Tenant stores opened on demand and kept per tenant.
+/// A store this process opened, and where: the directory's `database` when
+/// it was found through the directory (None: by a template, whose name for a
+/// tenant never changes).
+struct Opened {
+    location: Option<String>,
+    store: Arc<dyn TenantStore>,
+}
+
+/// The stores a process keeps open, per tenant: shared with the
+/// [`CheckedDirectory`] that drops the stale ones.
+#[derive(Clone, Default)]
+struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
+
+impl Handles {
+    /// Drops `tenant`'s store if `record` (what the directory says now)
+    /// contradicts it: the tenant is gone, or its database is elsewhere (it
+    /// was deleted and created again, a new file).
+    async fn observe(&self, tenant: &TenantId, record: Option<&TenantRecord>) {
+        let mut open = self.0.lock().await;
+        let stale = open.get(tenant).is_some_and(|o| match record {
+            None => true,
+            Some(r) => o.location.as_ref().is_some_and(|at| at != &r.database),
+        });
+        if stale {
+            open.remove(tenant);
+            info!(%tenant, "tenant store dropped: its directory entry changed");
+        }
+    }
+}
+
+/// Tenant stores opened on demand and kept per tenant. A kept store is
+/// checked against the directory whenever this process reads the tenant's
+/// entry through the [`CheckedDirectory`] (every API request does, to
+/// authenticate): a deleted tenant's store is dropped, and a re-created
+/// one's is opened afresh at its new location.
 pub struct SqlTenantStores {
     locator: Locator,
-    open: Mutex<HashMap<TenantId, Arc<dyn TenantStore>>>,
+    open: Handles,
     /// Connections per tenant pool (Postgres).
     pub max_connections: u32,
     /// Idle Postgres connections are closed after this long.
@@ -110,7 +144,7 @@ impl SqlTenantStores {
     pub fn with_locator(locator: Locator) -> Self {
         Self {
             locator,
-            open: Mutex::new(HashMap::new()),
+            open: Handles::default(),
             max_connections: 4,
             idle_timeout: Duration::from_secs(60),
             statement_cache: StatementCache::Auto,
@@ -134,12 +168,21 @@ impl SqlTenantStores {
 
     /// Forgets a tenant's open store (its database is being dropped).
     pub async fn forget(&self, tenant: &TenantId) {
-        self.open.lock().await.remove(tenant);
+        self.open.0.lock().await.remove(tenant);
+    }
+
+    /// `directory`, reading through which keeps these stores true to it:
+    /// what the process uses as its directory.
+    pub fn checked(&self, directory: Arc<dyn TenantDirectory>) -> CheckedDirectory {
+        CheckedDirectory {
+            inner: directory,
+            handles: self.open.clone(),
+        }
     }
 
     /// Tenants whose databases this process has opened (for tests of isolation).
     pub async fn opened(&self) -> Vec<TenantId> {
-        let mut v: Vec<_> = self.open.lock().await.keys().cloned().collect();
+        let mut v: Vec<_> = self.open.0.lock().await.keys().cloned().collect();
         v.sort();
         v
     }
@@ -168,14 +211,8 @@ impl SqlTenantStores {
 
 #[cfg(feature = "sqlite")]
 async fn open_sqlite_store(database: &str) -> StoreResult<Arc<dyn TenantStore>> {
-    let path = std::path::Path::new(database);
-    if !path.exists() {
-        return Err(StoreError::NotFound(format!(
-            "tenant database {} does not exist",
-            path.display()
-        )));
-    }
-    Ok(Arc::new(SqliteTenantStore::new(open_sqlite(path).await?)))
+    let pool = open_tenant_file(std::path::Path::new(database)).await?;
+    Ok(Arc::new(SqliteTenantStore::new(pool)))
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -193,18 +230,19 @@ fn without_sqlite(database: &str) -> StoreError {
 #[async_trait]
 impl TenantStores for SqlTenantStores {
     async fn open(&self, tenant: &TenantId) -> StoreResult<Arc<dyn TenantStore>> {
-        if let Some(s) = self.open.lock().await.get(tenant) {
-            return Ok(s.clone());
+        if let Some(o) = self.open.0.lock().await.get(tenant) {
+            return Ok(o.store.clone());
         }
-        let database = match &self.locator {
+        let (database, location) = match &self.locator {
             Locator::Directory(directory) => {
-                directory
+                let at = directory
                     .get(tenant)
                     .await?
                     .ok_or_else(|| StoreError::NotFound(format!("tenant {tenant}")))?
-                    .database
+                    .database;
+                (at.clone(), Some(at))
             }
-            Locator::Template(t) => database_for(t, tenant),
+            Locator::Template(t) => (database_for(t, tenant), None),
             Locator::Unconfigured(setting) => {
                 return Err(StoreError::Unconfigured(format!(
                     "{setting} is not set: cannot open the database of tenant {tenant}"
@@ -212,8 +250,51 @@ impl TenantStores for SqlTenantStores {
             }
         };
         let store = self.connect(&database).await?;
-        let mut open = self.open.lock().await;
-        Ok(open.entry(tenant.clone()).or_insert(store).clone())
+        let mut open = self.open.0.lock().await;
+        let kept = open
+            .entry(tenant.clone())
+            .or_insert(Opened { location, store });
+        Ok(kept.store.clone())
+    }
+}
+
+/// A tenant directory read through which keeps a process's open tenant
+/// stores ([`SqlTenantStores`]) true to it: each entry read drops a store
+/// of a tenant that is gone or whose database is now elsewhere. No read
+/// of its own: it looks at what the process reads anyway.
+pub struct CheckedDirectory {
+    inner: Arc<dyn TenantDirectory>,
+    handles: Handles,
+}
+
+#[async_trait]
+impl TenantDirectory for CheckedDirectory {
+    async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>> {
+        let record = self.inner.get(tenant).await?;
+        self.handles.observe(tenant, record.as_ref()).await;
+        Ok(record)
+    }
+
+    async fn put(&self, record: &TenantRecord) -> StoreResult<()> {
+        self.inner.put(record).await?;
+        self.handles.observe(&record.id, Some(record)).await;
+        Ok(())
+    }
+
+    async fn list(&self) -> StoreResult<Vec<TenantRecord>> {
+        let records = self.inner.list().await?;
+        let open: Vec<TenantId> = self.handles.0.lock().await.keys().cloned().collect();
+        for tenant in open {
+            let record = records.iter().find(|r| r.id == tenant);
+            self.handles.observe(&tenant, record).await;
+        }
+        Ok(records)
+    }
+
+    async fn delete(&self, tenant: &TenantId) -> StoreResult<bool> {
+        let deleted = self.inner.delete(tenant).await?;
+        self.handles.observe(tenant, None).await;
+        Ok(deleted)
     }
 }
 
@@ -245,12 +326,20 @@ pub async fn drop_tenant_database(database: &str) -> StoreResult<()> {
             .await
             .map_err(db_err)?;
     } else {
-        // A SQLite file (embedded backend).
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{database}{suffix}"));
-        }
+        drop_sqlite_database(database).await?;
     }
     Ok(())
+}
+
+/// A SQLite file (embedded backend): fenced, then removed.
+#[cfg(feature = "sqlite")]
+async fn drop_sqlite_database(database: &str) -> StoreResult<()> {
+    remove_tenant_file(std::path::Path::new(database)).await
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn drop_sqlite_database(database: &str) -> StoreResult<()> {
+    Err(without_sqlite(database))
 }
 
 /// Creates (if needed) and migrates a tenant database.
@@ -314,7 +403,7 @@ async fn create_sqlite_database(database: &str) -> StoreResult<()> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::backend(format!("creating {}", dir.display()), e))?;
     }
-    let pool = open_sqlite(path).await?;
+    let pool = create_tenant_file(path).await?;
     SqliteTenantStore::new(pool.clone()).migrate().await?;
     pool.close().await;
     Ok(())
@@ -407,5 +496,133 @@ mod statement_cache_tests {
         assert_eq!(StatementCache::Off.capacity_for("127.0.0.1"), 0);
         assert_eq!("off".parse::<StatementCache>(), Ok(StatementCache::Off));
         assert!("maybe".parse::<StatementCache>().is_err());
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod incarnation_tests {
+    use std::sync::Arc;
+
+    use toki_model::input::UserInput;
+    use toki_model::{TenantRecord, User};
+    use toki_ports::{StoreError, TenantDirectory, TenantStores};
+
+    use super::{create_tenant_database, drop_tenant_database, SqlTenantStores};
+    use crate::control::ControlDb;
+    use crate::SqliteTenantDirectory;
+
+    fn user(id: &str) -> User {
+        UserInput {
+            name: format!("User {id}"),
+            email: Some(format!("{id}@example.com")),
+            slack_user_id: None,
+            webhook_url: None,
+            time_zone: "Europe/Paris".into(),
+            locale: "en".into(),
+            channels: Default::default(),
+        }
+        .validate(&id.parse().unwrap())
+        .unwrap()
+    }
+
+    fn record(database: &std::path::Path) -> TenantRecord {
+        TenantRecord {
+            id: "gone".parse().unwrap(),
+            reminders_enabled: true,
+            active: true,
+            database: database.display().to_string(),
+            api_keys: Vec::new(),
+            change_notices: Default::default(),
+            limits: Default::default(),
+            retention: Default::default(),
+        }
+    }
+
+    /// One process (a serving one) keeps its stores while another deletes
+    /// the tenant and creates it again at a new file: the serving one's
+    /// next read of the directory drops the old store, its writes land in
+    /// the new file (a fresh process reads them), and a write through the
+    /// handle it held fails rather than landing in the removed file.
+    #[tokio::test]
+    async fn a_recreated_tenant_is_written_in_its_new_file_by_a_process_that_kept_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = ControlDb::open(&dir.path().join("control.sqlite"))
+            .await
+            .unwrap();
+        let raw: Arc<dyn TenantDirectory> =
+            Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
+        let serving = SqlTenantStores::new(raw.clone());
+        let directory = serving.checked(raw.clone());
+        let tenant = "gone".parse().unwrap();
+        let first = dir.path().join("gone.0001.sqlite");
+        create_tenant_database(first.to_str().unwrap())
+            .await
+            .unwrap();
+        raw.put(&record(&first)).await.unwrap();
+        let now: toki_model::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
+
+        directory.get(&tenant).await.unwrap();
+        let held = serving.open(&tenant).await.unwrap();
+        held.put_user(&user("before"), now).await.unwrap();
+
+        // Another process: `toki tenant delete`, then `toki tenant create`.
+        drop_tenant_database(first.to_str().unwrap()).await.unwrap();
+        raw.delete(&tenant).await.unwrap();
+        let second = dir.path().join("gone.0002.sqlite");
+        create_tenant_database(second.to_str().unwrap())
+            .await
+            .unwrap();
+        raw.put(&record(&second)).await.unwrap();
+
+        let racing = held.put_user(&user("late"), now).await.unwrap_err();
+        assert!(
+            matches!(racing, StoreError::Unavailable { .. }),
+            "a write through the old handle fails: {racing}"
+        );
+        // An API request: the key checked against the entry, then the write.
+        directory.get(&tenant).await.unwrap();
+        let store = serving.open(&tenant).await.unwrap();
+        store.put_user(&user("w1"), now).await.unwrap();
+
+        let fresh = SqlTenantStores::new(raw.clone());
+        let reread = fresh.open(&tenant).await.unwrap();
+        assert!(reread
+            .get_user(&"w1".parse().unwrap())
+            .await
+            .unwrap()
+            .is_some());
+        for absent in ["before", "late"] {
+            let id = absent.parse().unwrap();
+            assert!(reread.get_user(&id).await.unwrap().is_none(), "{absent}");
+        }
+        assert!(!first.exists(), "the old file stays removed");
+    }
+
+    /// A tenant the directory no longer lists loses its open store at the
+    /// next read, and opening it again fails.
+    #[tokio::test]
+    async fn a_deleted_tenant_store_is_dropped_at_the_next_directory_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = ControlDb::open(&dir.path().join("control.sqlite"))
+            .await
+            .unwrap();
+        let raw: Arc<dyn TenantDirectory> =
+            Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
+        let serving = SqlTenantStores::new(raw.clone());
+        let directory = serving.checked(raw.clone());
+        let tenant = "gone".parse().unwrap();
+        let file = dir.path().join("gone.0001.sqlite");
+        create_tenant_database(file.to_str().unwrap())
+            .await
+            .unwrap();
+        raw.put(&record(&file)).await.unwrap();
+        serving.open(&tenant).await.unwrap();
+        assert_eq!(serving.opened().await, vec![tenant.clone()]);
+        drop_tenant_database(file.to_str().unwrap()).await.unwrap();
+        raw.delete(&tenant).await.unwrap();
+        assert!(directory.get(&tenant).await.unwrap().is_none());
+        assert!(serving.opened().await.is_empty());
+        assert!(serving.open(&tenant).await.is_err());
+        assert!(!file.exists(), "not created again by the open");
     }
 }

@@ -23,6 +23,21 @@ pub(crate) struct EraseQuery {
     erase: Option<String>,
 }
 
+impl EraseQuery {
+    /// Whether the request asks for an erasure: `erase=true` as the query
+    /// decodes it (`erase=%74rue` too).
+    fn erases(&self) -> bool {
+        self.erase.as_deref() == Some("true")
+    }
+}
+
+/// Whether a request's query asks for an erasure, decoded as the handler
+/// decodes it: the audit log takes its decision from here, so that an
+/// erasure's entry never names the person whatever the spelling.
+pub(crate) fn erase_requested(uri: &axum::http::Uri) -> bool {
+    Query::<EraseQuery>::try_from_uri(uri).is_ok_and(|Query(q)| q.erases())
+}
+
 /// What an erasure removed or rewrote. Nothing in it names the person: the
 /// answer may be kept (logs, proxies) where they must not reappear.
 #[derive(Serialize, ToSchema)]
@@ -61,7 +76,9 @@ pub(crate) struct ErasureReportDoc {
     change_notices: u64,
     /// Kept answers of idempotent requests that quoted them, removed.
     idempotency_keys: u64,
-    /// Their mail address on the tenant's suppression list, removed: 0 or 1.
+    /// Their mail address on the tenant's suppression list, replaced by a
+    /// keyed hash (it stays suppressed, and is listed again if the address
+    /// is given back): 0 or 1.
     suppressions: u64,
     /// Audit-log entries about their user row, kept under the pseudonym.
     audit_entries: u64,
@@ -92,7 +109,7 @@ pub(crate) async fn erase_user(
     query: Result<Query<EraseQuery>, QueryRejection>,
 ) -> Result<Json<ErasedView>, ApiError> {
     let Query(q) = query.map_err(bad_query)?;
-    if q.erase.as_deref() != Some("true") {
+    if !q.erases() {
         return Err(ValidationError::new(
             "erase",
             "must be `true`: erasing a user cannot be undone",

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use toki_core::events::{EventEndpoints, EventsError, Put, MAX_ENDPOINTS, MAX_LISTED};
+use toki_core::events::{EventEndpoints, EventsError, Put, MAX_LISTED};
 use toki_model::domain::{EndpointId, Instant};
 use toki_model::event::{
     EndpointSpec, EndpointStatus, EndpointUrl, EventEndpoint, EventKind, EventKinds, EventOrdering,
@@ -26,6 +26,10 @@ fn service(state: &ApiState) -> EventEndpoints {
         state.registrar.stores.clone(),
         state.registrar.clock.clone(),
     )
+    .with_caps(toki_core::events::EndpointCaps {
+        directory: state.registrar.directory.clone(),
+        caps: state.registrar.settings.caps,
+    })
 }
 
 impl From<EventsError> for ApiError {
@@ -35,11 +39,15 @@ impl From<EventsError> for ApiError {
                 toki_core::registrar::RegistrarError::NotFound(format!("event endpoint {id}"))
                     .into()
             }
-            EventsError::TooMany => ValidationError::new(
-                "id",
-                format!("a tenant has at most {MAX_ENDPOINTS} event endpoints"),
-            )
-            .into(),
+            EventsError::CapReached { cap, have } => {
+                toki_core::registrar::RegistrarError::CapReached {
+                    what: toki_model::quota::Counted::EventEndpoints,
+                    cap,
+                    have,
+                    adding: 1,
+                }
+                .into()
+            }
             EventsError::Store(e) => toki_core::registrar::RegistrarError::Store(e).into(),
         }
     }
@@ -175,7 +183,7 @@ pub(crate) struct EndpointPath {
     responses(
         (status = 201, description = "Registered: it gets the events that occur from now on; `secret` is shown this once", body = EndpointView),
         (status = 200, description = "Changed (secret and progress kept)", body = EndpointView),
-        (status = 422, description = "A value is not valid (`field`: `url`, `types[i]`, `id`), or the tenant has 10 endpoints already", body = ErrorBody),
+        (status = 422, description = "A value is not valid (`field`: `url`, `types[i]`, `id`), or (`code: cap_reached`, `field: max_event_endpoints`) the tenant has as many endpoints as its cap allows (10 by default)", body = ErrorBody),
         BodyErrors,
         TenantErrors,
     ),

@@ -161,7 +161,7 @@ pub(crate) async fn list_suppressions(
     request_body = SuppressionInputDoc,
     responses(
         (status = 200, description = "Listed (the entry, the first one if it was listed already)", body = SuppressionDoc),
-        (status = 422, description = "`address` is not a mail address, or `note` is longer than 1,000 bytes; nothing written", body = ErrorBody),
+        (status = 422, description = "`address` is not a mail address, or `note` is longer than 1,000 bytes, or (`code: cap_reached`, `field: max_suppressions`) a new address would take the list past the tenant's cap; nothing written", body = ErrorBody),
         BodyErrors,
         TenantErrors,
     ),

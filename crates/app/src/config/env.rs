@@ -239,6 +239,21 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_MAX_TEMPLATES", |c, v| {
         set(&mut c.caps.max_templates, Cap(v.parse()?))
     }),
+    ("TOKI_MAX_SUPPRESSIONS", |c, v| {
+        set(&mut c.caps.max_suppressions, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_EVENT_ENDPOINTS", |c, v| {
+        set(&mut c.caps.max_event_endpoints, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_IDEMPOTENCY_KEYS", |c, v| {
+        set(&mut c.caps.max_idempotency_keys, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_AUDIT_ENTRIES", |c, v| {
+        set(&mut c.caps.max_audit_entries, Cap(v.parse()?))
+    }),
+    ("TOKI_MAX_EVENTS", |c, v| {
+        set(&mut c.caps.max_events, Cap(v.parse()?))
+    }),
     ("TOKI_SLACK_API_URL", |c, v| {
         set(&mut c.slack.api_url, v.text)
     }),

@@ -488,6 +488,7 @@ impl Config {
             events_cap: Some(Duration::from_secs(
                 self.daemon.events_window_h.max(1) * 3600,
             )),
+            caps: self.caps,
             ..PurgeSettings::default()
         }
     }

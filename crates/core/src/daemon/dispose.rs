@@ -252,6 +252,9 @@ impl Daemon {
 
     /// Moves a message to the dead-letter queue; how long to hide it if that failed.
     async fn dead_letter_message(&self, msg: &ReceivedMessage, reason: &str) -> Option<Duration> {
+        // A provider's answer can quote the recipient: the reason is kept
+        // (queue, event) and logged with addresses and Slack ids as pseudonyms.
+        let reason = &*toki_model::redact::scrub(reason);
         let tenant = attr(msg, ATTR_TENANT);
         let schedule = attr(msg, ATTR_SCHEDULE);
         error!(tenant, schedule, %reason, receive = msg.receive_count, "message dead-lettered; `toki redrive` sends it again");

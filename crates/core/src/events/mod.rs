@@ -11,10 +11,12 @@ use toki_model::domain::{EndpointId, Instant, TenantId};
 use toki_model::event::{
     EndpointProgress, EndpointSecrets, EndpointSpec, EndpointStatus, EventEndpoint, StoredEvent,
 };
+use toki_model::quota::{Cap, Counted, TenantCaps};
 use toki_model::webhook_signature::WebhookSecret;
-use toki_ports::{Clock, StoreError, TenantStore, TenantStores};
+use toki_ports::{Clock, StoreError, TenantDirectory, TenantStore, TenantStores};
 
-/// Endpoints one tenant may register: each is a sender's work every pass.
+/// Endpoints one tenant may register unless its cap says otherwise
+/// (`max_event_endpoints`): each is a sender's work every pass.
 pub const MAX_ENDPOINTS: usize = 10;
 /// Events one listing returns at most.
 pub const MAX_LISTED: usize = 1000;
@@ -23,10 +25,19 @@ pub const MAX_LISTED: usize = 1000;
 pub enum EventsError {
     #[error("no event endpoint {0}")]
     NotFound(EndpointId),
-    #[error("a tenant has at most {MAX_ENDPOINTS} event endpoints")]
-    TooMany,
+    /// A new endpoint would take the tenant past its cap; nothing was written.
+    #[error("the tenant has {have} event endpoints and may have {} (max_event_endpoints)", .cap.0)]
+    CapReached { cap: Cap, have: u64 },
     #[error("the tenant's database")]
     Store(#[from] StoreError),
+}
+
+/// Where a tenant's cap on endpoints is read: its contract over the
+/// configured caps.
+#[derive(Clone)]
+pub struct EndpointCaps {
+    pub directory: Arc<dyn TenantDirectory>,
+    pub caps: TenantCaps,
 }
 
 /// What a `put` did: a new endpoint comes with its secret, shown this once.
@@ -42,11 +53,33 @@ pub enum Put {
 pub struct EventEndpoints {
     stores: Arc<dyn TenantStores>,
     clock: Arc<dyn Clock>,
+    /// None: the default cap ([`MAX_ENDPOINTS`]) for every tenant.
+    caps: Option<EndpointCaps>,
 }
 
 impl EventEndpoints {
     pub fn new(stores: Arc<dyn TenantStores>, clock: Arc<dyn Clock>) -> Self {
-        Self { stores, clock }
+        Self {
+            stores,
+            clock,
+            caps: None,
+        }
+    }
+
+    /// Each tenant capped as its contract and the configuration say.
+    pub fn with_caps(mut self, caps: EndpointCaps) -> Self {
+        self.caps = Some(caps);
+        self
+    }
+
+    /// `tenant`'s cap on endpoints.
+    async fn cap(&self, tenant: &TenantId) -> Result<Cap, EventsError> {
+        let Some(c) = &self.caps else {
+            return Ok(Cap(MAX_ENDPOINTS as u64));
+        };
+        let contract = c.directory.get(tenant).await?;
+        let quota = contract.map(|r| r.limits.quota).unwrap_or_default();
+        Ok(c.caps.with(&quota).get(Counted::EventEndpoints))
     }
 
     async fn store(&self, tenant: &TenantId) -> Result<Arc<dyn TenantStore>, EventsError> {
@@ -79,8 +112,12 @@ impl EventEndpoints {
             store.put_event_endpoint(&endpoint).await?;
             return Ok(Put::Updated(endpoint));
         }
-        if store.event_endpoints().await?.len() >= MAX_ENDPOINTS {
-            return Err(EventsError::TooMany);
+        let (cap, have) = (
+            self.cap(tenant).await?,
+            store.count(Counted::EventEndpoints).await?,
+        );
+        if have >= cap.0 {
+            return Err(EventsError::CapReached { cap, have });
         }
         let secret = WebhookSecret::generate(&mut rand::thread_rng());
         let endpoint = EventEndpoint {

@@ -1,5 +1,6 @@
 //! The tenant's suppression list and mail settings through the registrar.
 
+use toki_model::quota::Counted;
 use toki_model::suppression::{
     bounded_detail, ListUnsubscribe, ListedAddress, MailSettings, Suppression, SuppressionInput,
     SuppressionReason,
@@ -30,8 +31,16 @@ impl Registrar {
         input: &SuppressionInput,
     ) -> Result<Suppression, RegistrarError> {
         input.validate()?;
-        self.tenant(tenant).await?;
+        let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        self.check_cap(
+            &record,
+            store.as_ref(),
+            Counted::Suppressions,
+            1,
+            || async { Ok(u64::from(store.suppression(address).await?.is_none())) },
+        )
+        .await?;
         let entry = Suppression {
             address: address.clone(),
             reason: SuppressionReason::Manual,

@@ -718,3 +718,39 @@ async fn an_idle_daemon_polls_with_one_worker_and_a_burst_with_all() {
     assert!(sent.iter().all(|s| s.at == due), "all at their instant");
     run.stop().await;
 }
+
+/// A delivery that fails until its budget is spent, with a provider's
+/// answer quoting the recipient: the dead letter's reason (kept with the
+/// message, past any erasure) and its event carry a pseudonym, not the
+/// address nor the Slack id.
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_reason_names_no_address() {
+    let mut kit = TestKit::new();
+    // Failures spend the budget (no circuit opens to park the message).
+    kit.daemon_settings.breaker.threshold = u32::MAX;
+    kit.daemon_settings.retry.max_failures = 3;
+    let t = kit.tenant("acme").await;
+    let run = kit.run();
+    let due = kit.now() + mins(2);
+    kit.mail.set_down(Some(SendError::transient(
+        "smtp: 451 <u0@example.com> (slack U012AB3CDE) mailbox busy",
+    )));
+    register(
+        &kit,
+        &t,
+        "review",
+        &meeting(due + mins(5), 5, &["u0"], &[Channel::Mail]),
+    )
+    .await;
+    run.daemon
+        .stats
+        .wait_for(WAIT, |s| s.dead_lettered >= 1)
+        .await;
+    let letters = kit.queue.dead_lettered();
+    let why = &letters[0].attributes[toki_ports::DEAD_LETTER_REASON];
+    assert!(why.contains("mailbox busy"), "{why}");
+    for personal in ["u0@example.com", "U012AB3CDE"] {
+        assert!(!why.contains(personal), "{personal} in {why}");
+    }
+    run.stop().await;
+}

@@ -30,7 +30,10 @@ impl Erasure for MemoryTenantStore {
                     .as_deref()
                     .and_then(|e| toki_model::suppression::ListedAddress::parse("email", e).ok());
                 if let Some(address) = listed {
-                    report.suppressions = u64::from(state.suppressed.remove(&address).is_some());
+                    let s = &mut *state;
+                    report.suppressions =
+                        s.erased_suppressed
+                            .erase(&mut s.suppressed, &s.users, &address);
                 }
                 json_needles(&u)
             }

@@ -7,6 +7,7 @@ mod audit_log;
 mod channel;
 mod clock;
 mod debounce;
+mod erased_list;
 mod erasure;
 mod event_log;
 mod events;

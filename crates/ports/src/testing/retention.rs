@@ -5,7 +5,9 @@ use async_trait::async_trait;
 
 use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
-use crate::retention::{batch_limit, is_finished, PurgeRecord, RetentionStore, TenantRows};
+use crate::retention::{
+    batch_limit, is_finished, PurgeRecord, RetentionStore, TenantRows, Trimmed,
+};
 use toki_model::domain::Instant;
 
 /// The `limit` oldest of `aged` (key, instant) older than `before`.
@@ -23,6 +25,16 @@ fn oldest<K: Clone + Ord>(
         .take(limit as usize)
         .map(|(_, k)| k)
         .collect()
+}
+
+/// Deletes up to `limit` of the first (oldest: keyed by sequence number)
+/// entries of `log` beyond the last `keep`; how many.
+fn trim_log<V>(log: &mut std::collections::BTreeMap<u64, V>, keep: u64, limit: u64) -> u64 {
+    let n = (log.len() as u64).saturating_sub(keep).min(limit);
+    for _ in 0..n {
+        log.pop_first();
+    }
+    n
 }
 
 #[async_trait]
@@ -68,6 +80,14 @@ impl RetentionStore for MemoryTenantStore {
             }
         };
         Ok(n as u64)
+    }
+
+    async fn trim_rows(&self, rows: Trimmed, keep: u64, limit: u32) -> StoreResult<u64> {
+        let limit = u64::from(batch_limit(limit));
+        Ok(match rows {
+            Trimmed::Events => trim_log(&mut self.enter_events().await?.log, keep, limit),
+            Trimmed::Audit => trim_log(&mut self.enter_audit().await?.log, keep, limit),
+        })
     }
 
     async fn record_purge(&self, record: &PurgeRecord) -> StoreResult<()> {

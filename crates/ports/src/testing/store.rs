@@ -86,6 +86,8 @@ pub(super) struct State {
     /// The suppression list and `List-Unsubscribe` (testing/suppression.rs).
     pub(super) suppressed: BTreeMap<ListedAddress, Suppression>,
     pub(super) list_unsubscribe: Option<Arc<ListUnsubscribe>>,
+    /// Erased people's entries by the keyed hash of their address.
+    pub(super) erased_suppressed: super::erased_list::ErasedSuppressions,
 }
 
 /// A request under its idempotency key.
@@ -211,10 +213,11 @@ pub(super) fn next_version(state: &mut State, id: &ScheduleId, deleted: bool, no
 #[async_trait]
 impl TenantStore for MemoryTenantStore {
     async fn put_user(&self, user: &User, _now: Instant) -> StoreResult<()> {
-        self.enter()
-            .await?
-            .users
-            .insert(user.id.clone(), user.clone());
+        let mut state = self.enter().await?;
+        // An erased person's address given again: suppressed again.
+        let state = &mut *state;
+        state.erased_suppressed.restore(&mut state.suppressed, user);
+        state.users.insert(user.id.clone(), user.clone());
         Ok(())
     }
 
@@ -435,8 +438,10 @@ impl TenantStore for MemoryTenantStore {
         let mut state = self.enter().await?;
         let mut events = Vec::new();
         for o in outcomes {
+            // The claim's row, or for a delivery never claimed a user who
+            // exists: an erased recipient is written back by nothing.
             let replace = match state.deliveries.get(&o.key) {
-                None => true,
+                None => state.users.contains_key(&o.key.recipient),
                 Some(row) => replaces(row, o),
             };
             if replace {
@@ -467,7 +472,10 @@ impl TenantStore for MemoryTenantStore {
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
         let mut state = self.enter().await?;
         for m in messages {
-            state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
+            // For a user who exists only (the SQL stores' fence).
+            if state.users.contains_key(&m.user) {
+                state.chat.entry(m.key.clone()).or_insert_with(|| m.clone());
+            }
         }
         Ok(())
     }
@@ -573,6 +581,12 @@ impl TenantStore for MemoryTenantStore {
             Counted::Schedules => state.schedules.len(),
             Counted::Users => state.users.len(),
             Counted::Templates => state.templates.len(),
+            Counted::Suppressions => state.suppressed.len() + state.erased_suppressed.len(),
+            Counted::IdempotencyKeys => state.idempotency.len(),
+            // Taken after `state`, as recording outcomes does.
+            Counted::EventEndpoints => self.events().endpoints.len(),
+            Counted::Events => self.events().log.len(),
+            Counted::AuditEntries => self.audit_now().log.len(),
         };
         Ok(n as u64)
     }

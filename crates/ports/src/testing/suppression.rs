@@ -56,11 +56,18 @@ impl SuppressionList for MemoryTenantStore {
     }
 
     async fn unsuppress(&self, address: &ListedAddress) -> StoreResult<bool> {
-        Ok(self.enter().await?.suppressed.remove(address).is_some())
+        let mut state = self.enter().await?;
+        let listed = state.suppressed.remove(address).is_some();
+        let erased = state.erased_suppressed.entry(address, true).is_some();
+        Ok(listed || erased)
     }
 
     async fn suppression(&self, address: &ListedAddress) -> StoreResult<Option<Suppression>> {
-        Ok(self.enter().await?.suppressed.get(address).cloned())
+        let mut state = self.enter().await?;
+        match state.suppressed.get(address).cloned() {
+            Some(entry) => Ok(Some(entry)),
+            None => Ok(state.erased_suppressed.entry(address, false)),
+        }
     }
 
     async fn suppressions(

@@ -324,8 +324,9 @@ step! {
 }
 
 step! {
-    /// Takes their mail address off the suppression list.
-    async fn erase_suppression(conn, user: &User) -> u64 {
+    /// Takes their mail address off the suppression list, kept as a keyed
+    /// hash so that it stays suppressed (suppression::erase_entry).
+    async fn erase_suppression(conn, user: &User, now: Instant) -> u64 {
         let Some(address) = user
             .email
             .as_deref()
@@ -333,9 +334,7 @@ step! {
         else {
             return Ok(0);
         };
-        let mut s = Statement::new("DELETE FROM suppressed_addresses WHERE address = ");
-        s.bind(address.as_str()).push(" RETURNING address");
-        changed::<DB>(conn, s).await
+        super::suppression::erase_entry::<DB>(conn, &address, now).await
     }
 }
 
@@ -371,7 +370,7 @@ where
         let needles = match delete_user::<DB>(&mut tx, user).await? {
             Some(u) => {
                 report.users = 1;
-                report.suppressions = erase_suppression::<DB>(&mut tx, &u).await?;
+                report.suppressions = erase_suppression::<DB>(&mut tx, &u, now).await?;
                 json_needles(&u)
             }
             None => id_needles(user),
@@ -383,6 +382,10 @@ where
         report.idempotency_keys = erase_idempotency_keys::<DB>(&mut tx, &needles).await?;
         report.audit_entries = erase_audit::<DB>(&mut tx, user, pseudonym).await?;
         tx.commit().await.map_err(db_err)?;
+        drop(_slot);
+        if report.total() > 0 {
+            self.clear_below_tables(&report).await;
+        }
         Ok(report)
     }
 }

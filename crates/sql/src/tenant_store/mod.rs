@@ -4,11 +4,14 @@
 //! ([`statement`]) and bound in one step, which works alike on both engines.
 
 mod audit;
+mod below;
 mod claim;
+mod counted;
 mod erasure;
 mod events;
 mod idempotency;
 mod offboard;
+mod outcomes;
 mod retention;
 mod rows;
 mod schedule_write;
@@ -25,8 +28,8 @@ use toki_model::idempotency::{IdempotencyKey, KeptAnswer};
 use toki_model::quota::Counted;
 use toki_model::template::ReminderTemplate;
 use toki_model::{
-    encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, DeliveryStatus,
-    Instant, ReminderKey, ReminderRule, Schedule, ScheduleId, User, UserId, ValidationError,
+    encode_channels_off, Channel, DeliveryClaim, DeliveryCount, DeliveryOutcome, Instant,
+    ReminderKey, ReminderRule, Schedule, ScheduleId, User, UserId, ValidationError,
 };
 use toki_ports::{
     writable_schedules, ChatMessage, Claims, DeliveryContext, IdempotentStart, KeyedRequest,
@@ -37,8 +40,8 @@ use toki_ports::{StoreError, StoreResult};
 use crate::{begin_write, db_err};
 use rows::{
     participant, recurrence, snapshot, snapshot_json, BaselineRow, ChangedDelivery, ChatRow,
-    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, KeyColumns, MirrorRow,
-    NoticeRow, OwnedRow, RuleRow, ScheduleRow, TemplateRow, UserRow, WebhookRow,
+    ContextItem, ContextRow, CountRow, DeliveryKeyRow, DeliveryRow, MirrorRow, NoticeRow, OwnedRow,
+    RuleRow, ScheduleRow, TemplateRow, UserRow, WebhookRow,
 };
 use statement::Statement;
 use toki_model::webhook::WebhookSettings;
@@ -59,6 +62,8 @@ pub struct SqlTenantStore<DB: Database> {
     /// The process's connection budget, shared with every other tenant's
     /// store (none: only the pool's own limit).
     budget: Option<ConnectionBudget>,
+    /// Erasures' vacuums (Postgres), one at a time.
+    vacuums: Arc<below::Vacuums>,
 }
 
 /// Connections a process may use at once across all tenant databases: each
@@ -80,7 +85,11 @@ pub type PostgresTenantStore = SqlTenantStore<sqlx::Postgres>;
 
 impl<DB: Database> SqlTenantStore<DB> {
     pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool, budget: None }
+        Self {
+            pool,
+            budget: None,
+            vacuums: Default::default(),
+        }
     }
 
     /// Sharing `budget` with the other tenants' stores.
@@ -132,40 +141,6 @@ fn claim_token(now: Instant) -> String {
     format!("{}-{}-{n}", std::process::id(), now.timestamp_millis())
 }
 
-/// The upsert of outcomes' delivery rows. A finished delivery is final,
-/// except that a send that happened is always recorded; a stale verdict
-/// never overwrites another version's send in progress (its own claim's,
-/// yes: a late change).
-fn upsert_outcomes(chunk: &[DeliveryOutcome]) -> Statement {
-    let mut s = Statement::new(
-        "INSERT INTO deliveries (schedule_id, occurrence, minutes_before, recipient, channel,
-           version, status, due_at, finished_at, detail, attempts, failures)",
-    );
-    s.values(chunk, |r, o| {
-        KeyColumns::from(&o.key)
-            .bind(r)
-            .bind(o.version)
-            .bind(o.status.as_str())
-            .bind(o.due_at.millis())
-            .bind(o.at.timestamp_millis())
-            .bind(o.detail.clone())
-            .bind(1_i64)
-            .bind(i64::from(o.status == DeliveryStatus::Failed));
-    });
-    s.push(
-        " ON CONFLICT (schedule_id, occurrence, minutes_before, recipient, channel)
-          DO UPDATE SET status = excluded.status, finished_at = excluded.finished_at,
-            detail = excluded.detail, version = excluded.version,
-            failures = deliveries.failures
-              + CASE WHEN excluded.status = 'failed' THEN 1 ELSE 0 END
-          WHERE deliveries.status IN ('failed', 'throttled', 'deferred')
-             OR (deliveries.status = 'sending'
-                 AND (excluded.status <> 'stale' OR deliveries.version = excluded.version))
-             OR (excluded.status = 'delivered' AND deliveries.status <> 'delivered')",
-    );
-    s
-}
-
 #[async_trait]
 impl<DB> TenantStore for SqlTenantStore<DB>
 where
@@ -207,6 +182,9 @@ where
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        // An erased person's address given again: suppressed again.
+        suppression::restore_erased::<DB>(&mut conn, u).await?;
         let mut s = Statement::new(
             "INSERT INTO users (id, name, email, slack_user_id, webhook_url, time_zone, locale, channels_off, updated_at)",
         );
@@ -228,7 +206,7 @@ where
                locale = excluded.locale, channels_off = excluded.channels_off,
                updated_at = excluded.updated_at",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
         Ok(())
     }
 
@@ -556,8 +534,7 @@ where
         let kinds = events::subscribed::<DB>(&mut conn).await?;
         if kinds.is_empty() {
             for chunk in outcomes.chunks(CHUNK) {
-                let mut s = upsert_outcomes(chunk);
-                s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
+                outcomes::record_chunk::<DB>(&mut conn, chunk).await?;
             }
             return Ok(());
         }
@@ -566,15 +543,7 @@ where
         let mut tx = begin_write(&self.pool).await?;
         let mut made = Vec::new();
         for chunk in outcomes.chunks(CHUNK) {
-            let mut s = upsert_outcomes(chunk);
-            s.push(
-                " RETURNING schedule_id, occurrence, minutes_before, recipient, channel, failures",
-            );
-            let changed: Vec<ChangedDelivery> = s
-                .query_as::<DB, ChangedDelivery>()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_err)?;
+            let changed = outcomes::record_chunk::<DB>(&mut tx, chunk).await?;
             made.extend(ChangedDelivery::events(chunk, changed));
         }
         events::append::<DB>(&mut tx, kinds, &made).await?;
@@ -632,21 +601,7 @@ where
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
         for chunk in messages.chunks(CHUNK) {
-            let mut s = Statement::new(
-                "INSERT INTO chat_messages (schedule_id, occurrence, minutes_before, user_id, version,
-                   body, created_at)",
-            );
-            s.values(chunk, |r, m| {
-                let k = KeyColumns::from(&m.key);
-                r.bind(k.schedule_id)
-                    .bind(k.occurrence)
-                    .bind(k.minutes_before)
-                    .bind(m.user.as_str())
-                    .bind(m.version)
-                    .bind(m.text.clone())
-                    .bind(m.created_at.timestamp_millis());
-            });
-            s.push(" ON CONFLICT DO NOTHING");
+            let mut s = outcomes::insert_chat::<DB>(chunk);
             s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
         }
         Ok(())
@@ -785,13 +740,7 @@ where
 
     async fn count(&self, what: Counted) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
-        // Fixed names, never input: a table per kind.
-        let table = match what {
-            Counted::Schedules => "schedules",
-            Counted::Users => "users",
-            Counted::Templates => "reminder_templates",
-        };
-        let (n,): (i64,) = Statement::new(&format!("SELECT COUNT(*) FROM {table}"))
+        let (n,): (i64,) = Statement::new(counted::count_of(what))
             .query_as::<DB, (i64,)>()
             .fetch_one(&self.pool)
             .await

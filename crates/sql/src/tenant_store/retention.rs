@@ -6,7 +6,9 @@ use sqlx::{Database, Decode, Encode, Executor, FromRow, IntoArguments, Type};
 
 use toki_model::domain::{from_millis, DeliveryStatus, Instant};
 use toki_model::retention::RetentionKind;
-use toki_ports::retention::{batch_limit, is_finished, PurgeRecord, RetentionStore, TenantRows};
+use toki_ports::retention::{
+    batch_limit, is_finished, PurgeRecord, RetentionStore, TenantRows, Trimmed,
+};
 use toki_ports::{StoreError, StoreResult};
 
 use super::statement::Statement;
@@ -92,6 +94,25 @@ fn purge(rows: TenantRows, before: Instant, limit: u32) -> Statement {
     s
 }
 
+/// How many rows of `rows` there are: one COUNT.
+fn count_rows(rows: Trimmed) -> Statement {
+    Statement::new(&format!(
+        "SELECT COUNT(*) FROM {}",
+        purged(rows.rows()).table
+    ))
+}
+
+/// Deletes the `n` oldest rows of `rows` (by their sequence number).
+fn trim(rows: Trimmed, n: u32) -> Statement {
+    let p = purged(rows.rows());
+    let mut s = Statement::new(&format!(
+        "DELETE FROM {} WHERE {} IN (SELECT {} FROM {} ORDER BY {} LIMIT ",
+        p.table, p.key, p.key, p.table, p.key
+    ));
+    s.bind(i64::from(n)).push(") RETURNING 'gone'");
+    s
+}
+
 row! {
     #[derive(Debug)]
     pub(crate) struct PurgeRow {
@@ -132,11 +153,32 @@ where
     for<'q> Option<String>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> PurgeRow: FromRow<'r, DB::Row>,
 {
     async fn purge_rows(&self, rows: TenantRows, before: Instant, limit: u32) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
         let gone: Vec<(String,)> = purge(rows, before, limit)
+            .query_as::<DB, (String,)>()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        Ok(gone.len() as u64)
+    }
+
+    async fn trim_rows(&self, rows: Trimmed, keep: u64, limit: u32) -> StoreResult<u64> {
+        let _slot = self.connection_slot().await;
+        let (have,): (i64,) = count_rows(rows)
+            .query_as::<DB, (i64,)>()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_err)?;
+        let beyond = (have.max(0) as u64).saturating_sub(keep);
+        if beyond == 0 {
+            return Ok(0);
+        }
+        let n = batch_limit(limit).min(u32::try_from(beyond).unwrap_or(u32::MAX));
+        let gone: Vec<(String,)> = trim(rows, n)
             .query_as::<DB, (String,)>()
             .fetch_all(&self.pool)
             .await

@@ -78,10 +78,7 @@ impl WriteRequest {
                     .collect()
             })
             .unwrap_or_default();
-        let erase = parts
-            .uri
-            .query()
-            .is_some_and(|q| q.split('&').any(|kv| kv == "erase=true"));
+        let erase = crate::api::erase::erase_requested(&parts.uri);
         Some(Self {
             method: parts.method.clone(),
             route: parts

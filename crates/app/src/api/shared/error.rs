@@ -65,7 +65,8 @@ pub(crate) enum ErrorCode {
     /// (another method, path or body); use a new key for a new request.
     IdempotencyKeyReused,
     /// 422: the write would add beyond one of the tenant's caps; `field`
-    /// names it (`max_schedules`, `max_users`, `max_templates`).
+    /// names it (`max_schedules`, `max_users`, `max_templates`,
+    /// `max_suppressions`, `max_event_endpoints`, `max_idempotency_keys`).
     CapReached,
     /// 429: over the tenant's API rate or requests at once; `field` names
     /// the limit (`api_rate`, `api_concurrency`); retry after `Retry-After`.

@@ -39,6 +39,7 @@ use toki_model::idempotency::{
     abandoned_after, key_lifetime, IdempotencyKey, KeptAnswer, RequestDigest,
     IDEMPOTENCY_KEY_HEADER,
 };
+use toki_model::quota::Counted;
 use toki_model::{Instant, TenantId};
 use toki_ports::{IdempotentStart, KeyedRequest, TenantStore};
 
@@ -168,11 +169,15 @@ async fn begin(
         .await
         .map_err(RegistrarError::from)?
     {
-        KeyedRequest::Started => Ok(Begun::Run(KeyedRun {
-            store,
-            key,
-            started: now,
-        })),
+        KeyedRequest::Started => {
+            let run = KeyedRun {
+                store,
+                key,
+                started: now,
+            };
+            run.within_cap(state, tenant).await?;
+            Ok(Begun::Run(run))
+        }
         KeyedRequest::Existing { digest: first, .. } if &first != digest => Err(reused()),
         KeyedRequest::Existing { answer: None, .. } => Err(in_progress()),
         KeyedRequest::Existing {
@@ -268,6 +273,40 @@ impl KeyedRun {
         if let Err(e) = self.store.purge_idempotency_keys(before, PURGE_BATCH).await {
             tracing::warn!(error = %toki_model::error::chain(&e), "expired idempotency keys were not purged");
         }
+    }
+}
+
+impl KeyedRun {
+    /// The tenant's cap on keys kept (`max_idempotency_keys`): a new key
+    /// that takes it past the cap is given back and the request refused
+    /// (422 naming the cap, nothing done), once expired keys have been
+    /// purged to make room. One COUNT per new key.
+    async fn within_cap(&self, state: &ApiState, tenant: &TenantId) -> Result<(), ApiError> {
+        let what = Counted::IdempotencyKeys;
+        let record = state.registrar.tenant(tenant).await?;
+        let cap = state
+            .registrar
+            .settings
+            .caps
+            .with(&record.limits.quota)
+            .get(what);
+        let count = || async { self.store.count(what).await.map_err(RegistrarError::from) };
+        let mut have = count().await?;
+        if have > cap.0 {
+            self.purge().await;
+            have = count().await?;
+        }
+        if have <= cap.0 {
+            return Ok(());
+        }
+        self.release().await;
+        Err(RegistrarError::CapReached {
+            what,
+            cap,
+            have: have - 1,
+            adding: 1,
+        }
+        .into())
     }
 }
 

@@ -465,7 +465,8 @@ pub struct IdempotencyKeyHeader {
 }
 
 /// [`BodyErrors`] for a route that takes an `Idempotency-Key`, and its 409.
-/// (Its 422 for a key reused on another request is in the route's own 422.)
+/// (Its 422s, a key reused on another request and a new key beyond the
+/// tenant's `max_idempotency_keys` (`cap_reached`), are in the route's own 422.)
 #[derive(IntoResponses)]
 pub enum IdempotentBodyErrors {
     /// The body is not JSON, or not the route's shape (`bad_json`, `field`

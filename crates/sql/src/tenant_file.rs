@@ -1,0 +1,177 @@
+//! A tenant's SQLite file (embedded backend): opened only if it exists, with
+//! `secure_delete` on, and fenced before it is removed, so that no process
+//! still holding it open can write to it afterwards (docs/offboarding.md).
+//!
+//! The fence is a trigger on every table that aborts any insert, update or
+//! delete. It is written in one write transaction before the file is
+//! unlinked: SQLite serialises writers and checks the schema at the start of
+//! every statement, so a write that begins after the fence committed fails,
+//! and one that committed before it is in the file that is then removed.
+//! It costs nothing until then (no check on the path of a write).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use toki_ports::{StoreError, StoreResult};
+
+use crate::{begin_write, db_err};
+
+/// The message of the fence's abort: [`crate::db_err`] knows a write to a
+/// removed database by it.
+pub(crate) const REMOVED: &str = "toki: this tenant database was removed";
+
+/// The connection settings of a tenant file: those of the control database
+/// (WAL, one connection), and `secure_delete`: deleted content is
+/// overwritten with zeros, so an erased person is not left in free pages.
+fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
+    Ok(
+        SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+            .map_err(db_err)?
+            .create_if_missing(create)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            .pragma("secure_delete", "ON"),
+    )
+}
+
+async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options)
+        .await
+        .map_err(db_err)
+}
+
+/// Opens an existing tenant file; never creates one (a removed tenant's
+/// path opened by a late reader must not come back as an empty file).
+pub async fn open_tenant_file(path: &Path) -> StoreResult<SqlitePool> {
+    if !path.exists() {
+        return Err(StoreError::NotFound(format!(
+            "tenant database {} does not exist",
+            path.display()
+        )));
+    }
+    pool(options(path, false)?).await
+}
+
+/// Creates (if missing) and opens a tenant file.
+pub async fn create_tenant_file(path: &Path) -> StoreResult<SqlitePool> {
+    pool(options(path, true)?).await
+}
+
+/// Fences a tenant file (see the module's comment): from when this returns,
+/// every write to it fails, in every process. Nothing if there is no file.
+pub async fn fence_tenant_file(path: &Path) -> StoreResult<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let pool = pool(options(path, false)?).await?;
+    let fenced = fence(&pool).await;
+    pool.close().await;
+    fenced
+}
+
+async fn fence(pool: &SqlitePool) -> StoreResult<()> {
+    let mut tx = begin_write(pool).await?;
+    let tables: Vec<(String,)> = sqlx::query_as(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db_err)?;
+    for (table,) in tables {
+        // The names are the schema's own (letters, digits, '_'): quoted all the same.
+        let quoted = table.replace('"', "\"\"");
+        for op in ["INSERT", "UPDATE", "DELETE"] {
+            let trigger = format!("toki_removed_{}_{}", quoted, op.to_lowercase());
+            sqlx::query(&format!(
+                "CREATE TRIGGER IF NOT EXISTS \"{trigger}\" BEFORE {op} ON \"{quoted}\"
+                 BEGIN SELECT RAISE(ABORT, '{REMOVED}'); END"
+            ))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        }
+    }
+    tx.commit().await.map_err(db_err)
+}
+
+/// Fences, then deletes a tenant file with its WAL and shared-memory files.
+pub async fn remove_tenant_file(path: &Path) -> StoreResult<()> {
+    fence_tenant_file(path).await?;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = format!("{}{suffix}", path.display());
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::backend(format!("removing {file}"), e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle opened before the fence cannot write after it (a process
+    /// that kept its handle while another deleted the tenant), and the
+    /// error says the database was removed; reads still work until the
+    /// file is gone.
+    #[tokio::test]
+    async fn a_fenced_file_refuses_every_write_through_an_old_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.abc.sqlite");
+        let held = create_tenant_file(&path).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&held)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&held)
+            .await
+            .unwrap();
+        fence_tenant_file(&path).await.unwrap();
+        for write in [
+            "INSERT INTO t VALUES (2)",
+            "UPDATE t SET v = 3",
+            "DELETE FROM t",
+        ] {
+            let e = sqlx::query(write).execute(&held).await.unwrap_err();
+            let e = db_err(e);
+            assert!(e.is_transient(), "{write}: {e}");
+            assert!(
+                toki_model::error::chain(&e).contains("removed"),
+                "{write}: {e}"
+            );
+        }
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(&held)
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "the write before the fence is there, none after it");
+        remove_tenant_file(&path).await.unwrap();
+        assert!(!path.exists());
+        assert!(
+            sqlx::query("INSERT INTO t VALUES (4)")
+                .execute(&held)
+                .await
+                .is_err(),
+            "nor after the file is gone"
+        );
+        assert!(matches!(
+            open_tenant_file(&path).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert!(!path.exists(), "opening a removed file does not create it");
+    }
+}
