@@ -12,3 +12,4 @@ mod idempotency;
 mod openapi;
 mod quota;
 mod router;
+mod throttle;
