@@ -12,4 +12,5 @@ mod idempotency;
 mod openapi;
 mod quota;
 mod router;
+mod server;
 mod throttle;

@@ -142,6 +142,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_LATE_CHANGE_CUTOFF_MS", |c, v| {
         set(&mut c.daemon.late_change_cutoff_ms, v.parse()?)
     }),
+    ("TOKI_HTTP_HEADER_READ_TIMEOUT_MS", |c, v| {
+        set(&mut c.http.header_read_timeout_ms, v.parse()?)
+    }),
+    ("TOKI_HTTP_MAX_CONNECTIONS", |c, v| {
+        set(&mut c.http.max_connections, v.parse()?)
+    }),
     ("TOKI_SMTP_URL", |c, v| {
         set(&mut c.mail.smtp_url, Some(v.text.into()))
     }),

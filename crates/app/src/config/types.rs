@@ -110,6 +110,30 @@ pub struct Config {
     /// How many schedules, users and templates a tenant may store, unless
     /// its contract says otherwise.
     pub caps: TenantCaps,
+    /// How `toki serve`'s listeners (and a daemon's `--metrics-listen`)
+    /// take connections.
+    pub http: HttpConfig,
+}
+
+/// The connections an HTTP listener of Toki's takes (`crate::http`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// A request head must be whole this long after the connection opened
+    /// or its previous answer went out; else the connection is closed (a
+    /// half-sent request, and an idle keep-alive connection).
+    pub header_read_timeout_ms: u64,
+    /// Connections open at once per listener; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_read_timeout_ms: 10_000,
+            max_connections: 1024,
+        }
+    }
 }
 
 /// Tenant databases on a Postgres server: each tenant's database is named by
@@ -352,6 +376,7 @@ impl Default for Config {
             flow: FlowSettings::default(),
             api_quota: ApiQuota::default(),
             caps: TenantCaps::default(),
+            http: HttpConfig::default(),
         }
     }
 }

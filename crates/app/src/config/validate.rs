@@ -23,7 +23,26 @@ pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
     webhook(config)?;
     daemon_failures(config)?;
     databases(config)?;
+    http(config)?;
     default_tenant_database_template(config);
+    Ok(())
+}
+
+/// The listeners' header-read timeout and connections.
+fn http(config: &Config) -> anyhow::Result<()> {
+    let h = &config.http;
+    if !(100..=600_000).contains(&h.header_read_timeout_ms) {
+        bail!(
+            "http.header_read_timeout_ms: {} is out of range 100..=600000",
+            h.header_read_timeout_ms
+        );
+    }
+    if !(1..=65_536).contains(&h.max_connections) {
+        bail!(
+            "http.max_connections: {} is out of range 1..=65536",
+            h.max_connections
+        );
+    }
     Ok(())
 }
 
