@@ -13,6 +13,7 @@ mod events;
 mod index;
 mod lease;
 mod queue;
+mod report;
 mod retention;
 mod store;
 mod suppression;
