@@ -6,6 +6,7 @@
 mod common;
 
 mod audit;
+mod batch;
 mod erasure;
 mod event_endpoints;
 mod idempotency;
