@@ -2462,6 +2462,30 @@ pub mod events {
         };
         assert!(s.set_endpoint_progress(write).await.unwrap());
         assert_eq!(s.event_endpoints().await.unwrap()[0].0.progress, disabled);
+        // A replay's end round-trips, through a progress write and a whole put.
+        let replaying = disabled.replaying(1, 42, now);
+        let (_, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &replaying,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
+        let (mut whole, _) = s.event_endpoint(&id).await.unwrap().unwrap();
+        assert_eq!(whole.progress.replay_through, 42);
+        whole.progress = whole.progress.resumed(now);
+        s.put_event_endpoint(&whole).await.unwrap();
+        assert_eq!(
+            s.event_endpoint(&id).await.unwrap().unwrap().0.progress,
+            replaying.resumed(now)
+        );
+        let (_, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &disabled,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
 
         let later = now + ChronoDuration::seconds(30);
         let until = now + ChronoDuration::seconds(60);

@@ -124,6 +124,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_EVENTS_WINDOW_H", |c, v| {
         set(&mut c.daemon.events_window_h, v.parse()?)
     }),
+    ("TOKI_EVENTS_REPLAY_RATE", |c, v| {
+        set(&mut c.daemon.events_replay_rate, v.parse()?)
+    }),
+    ("TOKI_EVENTS_REPLAY_BURST", |c, v| {
+        set(&mut c.daemon.events_replay_burst, v.parse()?)
+    }),
     ("TOKI_RETRY_BASE_MS", |c, v| {
         set(&mut c.daemon.retry_base_ms, v.parse()?)
     }),

@@ -247,6 +247,11 @@ pub struct DaemonConfig {
     /// The longest delivery events are kept (listed and replayable), over
     /// every tenant's own `retention.events`: a deployment-wide cap.
     pub events_window_h: u64,
+    /// Replayed delivery events a second per tenant, per process
+    /// (docs/events.md: a replay is paced).
+    pub events_replay_rate: f64,
+    /// Replayed events at once after a quiet spell, per tenant.
+    pub events_replay_burst: u32,
 }
 
 /// How mail leaves Toki.
@@ -424,6 +429,8 @@ impl Default for DaemonConfig {
             reconcile_takeovers: d.reconcile_takeovers,
             events_poll_ms: DispatchSettings::default().poll.as_millis() as u64,
             events_window_h: 7 * 24,
+            events_replay_rate: DispatchSettings::default().replay_rate,
+            events_replay_burst: DispatchSettings::default().replay_burst,
         }
     }
 }
@@ -499,6 +506,8 @@ impl Config {
     pub fn events_settings(&self) -> DispatchSettings {
         DispatchSettings {
             poll: Duration::from_millis(self.daemon.events_poll_ms.max(10)),
+            replay_rate: self.daemon.events_replay_rate,
+            replay_burst: self.daemon.events_replay_burst,
             ..DispatchSettings::default()
         }
     }
