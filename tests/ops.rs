@@ -1,6 +1,7 @@
 //! What an operator looks at, as they would: `/metrics` scraped from
-//! `toki serve` after a demo-sized run through the API, `/healthz` and
-//! `/readyz`, and `/readyz` of a daemon on the AWS backend going unready
+//! `toki serve`'s operator listener after a demo-sized run through the API,
+//! `/healthz` and `/readyz`, none of the operator's surfaces on the tenant
+//! API's port, and `/readyz` of a daemon on the AWS backend going unready
 //! when its control store (the emulator, behind a proxy that can be cut)
 //! stops answering, and ready again when it is back.
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use chrono::{Duration as ChronoDuration, Utc};
 use serde_json::{json, Value};
 
-use common::process::{create_tenant, serve, Process, TOKI};
+use common::process::{create_tenant, serve_operated, Process, TOKI};
 use common::proxy::Proxy;
 
 /// The value of the first sample line of `text` that starts with `series`.
@@ -54,12 +55,14 @@ const DELIVERIES: usize = 3_000;
 async fn metrics_after_a_demo_sized_run_count_every_delivery() {
     let data = tempfile::tempdir().unwrap();
     let key = create_tenant(data.path(), "ops-acme");
-    let (_serve, base) = serve(data.path(), |_| {});
+    let (_serve, base, operator) = serve_operated(data.path(), |_| {});
     let http = reqwest::Client::new();
 
-    let (status, body) = get(&http, &format!("{base}/healthz")).await;
-    assert_eq!((status, body.trim()), (200, "ok"));
-    let (status, body) = get(&http, &format!("{base}/readyz")).await;
+    for at in [&base, &operator] {
+        let (status, body) = get(&http, &format!("{at}/healthz")).await;
+        assert_eq!((status, body.trim()), (200, "ok"), "{at}");
+    }
+    let (status, body) = get(&http, &format!("{operator}/readyz")).await;
     assert_eq!(status, 200, "{body}");
     let ready: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(ready["ready"], true);
@@ -106,7 +109,7 @@ async fn metrics_after_a_demo_sized_run_count_every_delivery() {
     let delivered = "toki_deliveries_total{channel=\"chat\",status=\"delivered\"}";
     let text = scrape_until(
         &http,
-        &format!("{base}/metrics"),
+        &format!("{operator}/metrics"),
         Duration::from_secs(120),
         |t| sample(t, delivered) == Some(DELIVERIES as f64),
     )
@@ -177,14 +180,35 @@ async fn metrics_after_a_demo_sized_run_count_every_delivery() {
     }
     assert_eq!(sample(&text, "toki_dead_letter_messages"), Some(0.0));
 
-    // The picture of the same run, at /report on the API's port.
-    let (status, page) = get(&http, &format!("{base}/report")).await;
+    // The picture of the same run, at /report on the operator's listener.
+    let (status, page) = get(&http, &format!("{operator}/report")).await;
     assert_eq!(status, 200);
     assert!(
         page.contains("<svg") && page.contains("data-figure="),
         "{}",
         &page[..page.len().min(500)]
     );
+}
+
+/// The tenant API's port serves the API and nothing of the operator's: a
+/// stranger without a key reads no tenant's names, counts or due instants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_port_serves_no_operator_surface() {
+    let data = tempfile::tempdir().unwrap();
+    create_tenant(data.path(), "ops-acme");
+    let (_serve, base, operator) = serve_operated(data.path(), |_| {});
+    let http = reqwest::Client::new();
+    for path in ["/report", "/metrics", "/readyz"] {
+        let (status, body) = get(&http, &format!("{base}{path}")).await;
+        assert_eq!(status, 404, "{path} on the API's port: {body}");
+        assert!(!body.contains("ops-acme"), "{path}: {body}");
+        let (status, _) = get(&http, &format!("{operator}{path}")).await;
+        assert_eq!(status, 200, "{path} on the operator's listener");
+    }
+    for path in ["/healthz", "/openapi.json"] {
+        let (status, _) = get(&http, &format!("{base}{path}")).await;
+        assert_eq!(status, 200, "{path} on the API's port");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

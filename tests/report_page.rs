@@ -1,7 +1,8 @@
 //! `toki report --html` after a demo, as a browser shows it: headless
 //! Chromium takes a screenshot and dumps the DOM, and every figure marked on
 //! the page (`data-figure`) equals the same figure in `toki report --json`.
-//! Also `GET /report` (`toki_app::report_page::routes`) serves that page.
+//! Also `GET /report` (`toki_app::report_page::routes`, on `toki serve`'s
+//! operator listener) serves that page.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -133,13 +133,13 @@ async fn serve_purges_what_is_past_the_retention_and_says_so() {
     let data = tempfile::tempdir().unwrap();
     common::process::create_tenant(data.path(), "acme");
     age_rows(data.path()).await;
-    let (server, base) = common::process::serve(data.path(), |_| {});
+    let (server, _, operator) = common::process::serve_operated(data.path(), |_| {});
     // The first pass runs as serve starts; its figures are on /metrics.
     let http = reqwest::Client::new();
     let mut metrics = String::new();
     for _ in 0..300 {
         metrics = http
-            .get(format!("{base}/metrics"))
+            .get(format!("{operator}/metrics"))
             .send()
             .await
             .unwrap()

@@ -20,8 +20,9 @@ struct Args {
     /// Configuration file (TOML).
     #[arg(long)]
     config: Option<std::path::PathBuf>,
-    /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
-    #[arg(long, env = "TOKI_METRICS_LISTEN")]
+    /// Serve /metrics, /healthz and /readyz on this address (e.g.
+    /// 127.0.0.1:9464): the operator's. Unset: not served.
+    #[arg(long, visible_alias = "operator-listen", env = "TOKI_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// Print lateness as CloudWatch EMF lines on stdout every N seconds (on ECS: 60).
     #[arg(long, env = "TOKI_EMF_EVERY_S")]

@@ -14,9 +14,13 @@ use super::common::{config_with, Common};
 pub struct ServeArgs {
     #[command(flatten)]
     common: Common,
-    /// Address of the registrar API.
+    /// Address of the registrar API (the tenant API, /healthz and /openapi.json only).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve /metrics, /readyz, /report and /healthz on this address (e.g.
+    /// 127.0.0.1:9464): the operator's, never the API's. Unset: not served.
+    #[arg(long, env = "TOKI_OPERATOR_LISTEN")]
+    operator_listen: Option<SocketAddr>,
     /// Daemon workers (default: daemon.workers / TOKI_WORKERS).
     #[arg(long)]
     workers: Option<usize>,
@@ -25,7 +29,11 @@ pub struct ServeArgs {
 impl ServeArgs {
     pub async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let config = config_with_workers(file, &self.common, self.workers)?;
-        toki_app::serve::run(Toki::open(config).await?, self.listen).await?;
+        let listen = toki_app::serve::Listeners {
+            api: self.listen,
+            operator: self.operator_listen,
+        };
+        toki_app::serve::run(Toki::open(config).await?, listen).await?;
         Ok(0)
     }
 }
@@ -38,8 +46,9 @@ pub struct DaemonArgs {
     /// Concurrent workers (default: daemon.workers / TOKI_WORKERS).
     #[arg(long)]
     workers: Option<usize>,
-    /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9464).
-    #[arg(long, env = "TOKI_METRICS_LISTEN")]
+    /// Serve /metrics, /healthz and /readyz on this address (e.g.
+    /// 127.0.0.1:9464): the operator's. Unset: not served.
+    #[arg(long, visible_alias = "operator-listen", env = "TOKI_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// Print lateness as CloudWatch EMF lines on stdout every N seconds (on ECS: 60).
     #[arg(long, env = "TOKI_EMF_EVERY_S")]

@@ -2467,6 +2467,30 @@ pub mod events {
         };
         assert!(s.set_endpoint_progress(write).await.unwrap());
         assert_eq!(s.event_endpoints().await.unwrap()[0].0.progress, disabled);
+        // A replay's end round-trips, through a progress write and a whole put.
+        let replaying = disabled.replaying(1, 42, now);
+        let (_, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &replaying,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
+        let (mut whole, _) = s.event_endpoint(&id).await.unwrap().unwrap();
+        assert_eq!(whole.progress.replay_through, 42);
+        whole.progress = whole.progress.resumed(now);
+        s.put_event_endpoint(&whole).await.unwrap();
+        assert_eq!(
+            s.event_endpoint(&id).await.unwrap().unwrap().0.progress,
+            replaying.resumed(now)
+        );
+        let (_, revision) = s.event_endpoint(&id).await.unwrap().unwrap();
+        let write = ProgressWrite {
+            id: &id,
+            read_revision: revision,
+            progress: &disabled,
+        };
+        assert!(s.set_endpoint_progress(write).await.unwrap());
 
         let later = now + ChronoDuration::seconds(30);
         let until = now + ChronoDuration::seconds(60);
@@ -2634,6 +2658,128 @@ pub mod suppression {
     }
 }
 
+// ---------------------------------------------------------------- report
+
+/// The report's aggregate reads (`toki_ports::report`) against the rows.
+pub mod report {
+    use super::*;
+    use toki_ports::report::{
+        lateness_bucket, ChannelDelivered, DueCount, LatenessCount, ReportWindow, SecondCount,
+    };
+
+    /// Delivered rows due at `due`, `late` ms late each, on `channel`
+    /// (a recipient each); `tag` keeps the recipients apart.
+    async fn delivered(
+        s: &Arc<dyn TenantStore>,
+        tag: &str,
+        channel: Channel,
+        due: DueAt,
+        late: &[i64],
+    ) {
+        let rows: Vec<DeliveryOutcome> = late
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| DeliveryOutcome {
+                key: super::store::key(&format!("{tag}{i}"), channel),
+                version: 1,
+                due_at: due,
+                status: DeliveryStatus::Delivered,
+                at: due.0 + ChronoDuration::milliseconds(*ms),
+                detail: None,
+            })
+            .collect();
+        s.record_outcomes(&rows).await.unwrap();
+    }
+
+    pub async fn aggregates_are_computed_from_the_delivered_rows(s: Arc<dyn TenantStore>) {
+        let base = from_millis("base", 1_800_000_000_000).unwrap();
+        let at = |minutes: i64| DueAt(base + ChronoDuration::minutes(minutes));
+        let mail = [0, 37, 99, 100, 150, 999, 1_500, 12_345, 2_000_000];
+        let slack = [-1, -1_200, -400_000, 250_000];
+        delivered(&s, "m", Channel::Mail, at(10), &mail).await;
+        delivered(&s, "s", Channel::Slack, at(20), &slack).await;
+        delivered(&s, "c", Channel::Chat, at(20), &[5, 5]).await;
+        // Before the window, and not delivered: neither counts.
+        delivered(&s, "old", Channel::Mail, at(-120), &[1, 2, 3]).await;
+        s.record_outcomes(&[DeliveryOutcome {
+            key: super::store::key("failed", Channel::Mail),
+            version: 1,
+            due_at: at(10),
+            status: DeliveryStatus::Failed,
+            at: base,
+            detail: Some("smtp: 451".into()),
+        }])
+        .await
+        .unwrap();
+
+        let window = ReportWindow {
+            since: base - ChronoDuration::minutes(60),
+            busiest: 1,
+        };
+        let summary = s.delivery_summary(&window).await.unwrap();
+        let extremes = |channel, late: &[i64]| ChannelDelivered {
+            channel,
+            count: late.len() as u64,
+            min_ms: *late.iter().min().unwrap(),
+            max_ms: *late.iter().max().unwrap(),
+        };
+        let mut channels = vec![
+            extremes(Channel::Mail, &mail),
+            extremes(Channel::Slack, &slack),
+            extremes(Channel::Chat, &[5, 5]),
+        ];
+        channels.sort_by_key(|c| c.channel);
+        assert_eq!(summary.channels, channels);
+        let mut buckets: BTreeMap<(Channel, i64), u64> = BTreeMap::new();
+        for (channel, late) in [
+            (Channel::Mail, &mail[..]),
+            (Channel::Slack, &slack[..]),
+            (Channel::Chat, &[5, 5][..]),
+        ] {
+            for ms in late {
+                *buckets.entry((channel, lateness_bucket(*ms))).or_default() += 1;
+            }
+        }
+        let lateness: Vec<LatenessCount> = buckets
+            .into_iter()
+            .map(|((channel, bucket_ms), count)| LatenessCount {
+                channel,
+                bucket_ms,
+                count,
+            })
+            .collect();
+        assert_eq!(summary.lateness, lateness);
+        assert_eq!(
+            summary.busiest,
+            [DueCount {
+                due_at: at(10),
+                count: mail.len() as u64
+            }],
+            "the busiest instant only"
+        );
+        assert_eq!(summary.due_instants, 2);
+
+        let seconds = s.delivered_per_second(&[at(20)], 5).await.unwrap();
+        let second = |second, count| SecondCount {
+            due_at: at(20),
+            second,
+            count,
+        };
+        assert_eq!(
+            seconds,
+            [
+                second(-6, 1),
+                second(-2, 1),
+                second(-1, 1),
+                second(0, 2),
+                second(5, 1)
+            ],
+            "floored to the second, clamped to -6..=5"
+        );
+        assert!(s.delivered_per_second(&[], 5).await.unwrap().is_empty());
+    }
+}
+
 #[macro_export]
 macro_rules! store_conformance {
     ($(#[$meta:meta])* $factory:path) => {
@@ -2643,6 +2789,14 @@ macro_rules! store_conformance {
             $(#[$meta])*
             async fn suppression_listed_recipients_are_found_with_the_context() {
                 common::conformance::suppression::listed_recipients_are_found_with_the_context(
+                    $factory().await,
+                )
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn report_aggregates_are_computed_from_the_delivered_rows() {
+                common::conformance::report::aggregates_are_computed_from_the_delivered_rows(
                     $factory().await,
                 )
                 .await

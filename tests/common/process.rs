@@ -161,3 +161,25 @@ pub fn tenant_file(data: &std::path::Path, tenant: &str) -> std::path::PathBuf {
     assert_eq!(files.len(), 1, "one database of {tenant}: {files:?}");
     files.into_iter().next().unwrap()
 }
+
+/// [`serve`] with its operator listener on a free 127.0.0.1 port too
+/// (`--operator-listen`): the process, the API's base URL and the
+/// operator's (`/metrics`, `/readyz`, `/report`).
+pub fn serve_operated(
+    data: &std::path::Path,
+    configure: impl FnOnce(&mut Command),
+) -> (Process, String, String) {
+    let (process, api) = serve(data, |cmd| {
+        cmd.args(["--operator-listen", "127.0.0.1:0"]);
+        configure(cmd);
+    });
+    // Printed before the API's line.
+    let log = process.log();
+    let operator = log
+        .lines()
+        .filter(|l| l.contains("operator surfaces on http://"))
+        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
+        .unwrap_or_else(|| panic!("the operator's address; stderr:\n{log}"))
+        .to_owned();
+    (process, api, operator)
+}

@@ -34,6 +34,6 @@ pub(crate) mod webhook;
 
 pub use router::{router, router_with_quotas};
 pub use shared::{
-    ApiError, ApiQuotas, ApiState, API_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
-    MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+    ApiError, ApiQuotas, ApiState, AuthThrottle, API_KEY_HEADER, FAILURE_BURST, FAILURE_RATE,
+    IDEMPOTENT_REPLAYED_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
 };

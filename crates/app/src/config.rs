@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 pub use types::{
-    AwsConfig, BackendKind, Config, DaemonConfig, DatabaseConfig, MailConfig, MailTransport,
-    PipelineConfig, RepairConfig, Secret, SlackConfig,
+    AwsConfig, BackendKind, Config, DaemonConfig, DatabaseConfig, HttpConfig, MailConfig,
+    MailTransport, PipelineConfig, RepairConfig, Secret, SlackConfig,
 };
 
 impl Config {

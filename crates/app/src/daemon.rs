@@ -46,8 +46,10 @@ pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
     let ops = match metrics_listen {
         Some(listen) => {
             let alive = || healthy(&heartbeat_file());
+            let limits = crate::http::ConnectionLimits::from(&toki.config.http);
+            let routes = crate::ops::routes(toki.clone());
             let (addr, task) =
-                crate::ops::serve(toki.clone(), listen, shutdown.clone(), alive).await?;
+                crate::ops::serve(routes, listen, limits, shutdown.clone(), alive).await?;
             tracing::info!(%addr, "metrics, healthz and readyz listening");
             Some(task)
         }
@@ -70,7 +72,7 @@ pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
     events.await?;
     beat.await?;
     if let Some(ops) = ops {
-        ops.await??;
+        ops.await?;
     }
     if let Some(emf) = emf {
         emf.await?;

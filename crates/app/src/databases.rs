@@ -206,7 +206,7 @@ mod tests {
             name: "toki_{tenant}".into(),
             runtime_role: None,
         };
-        assert_eq!(dbs.name(&t), "toki_acme_corp");
+        assert_eq!(dbs.new_location(&t), "toki_acme_corp");
         assert!(
             !format!("{dbs:?}").contains("p%40ss"),
             "no password in Debug"

@@ -18,6 +18,8 @@ pub mod databases;
 #[cfg(feature = "embedded")]
 mod embedded;
 pub mod emf;
+#[cfg(feature = "api")]
+pub mod http;
 #[cfg(feature = "secrets")]
 pub mod key_secret;
 pub mod logging;

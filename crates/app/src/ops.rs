@@ -1,7 +1,8 @@
 //! What an operator and an orchestrator look at: `GET /metrics` (OpenMetrics
 //! text), `GET /healthz` (the process is up) and `GET /readyz` (the control
-//! store, the directory and the queue answer). Served by `toki serve` on its
-//! API port and by the daemon on `--metrics-listen`.
+//! store, the directory and the queue answer). Served on an operator's
+//! listener, never on the tenant API: `toki serve --operator-listen` (with
+//! `/report`) and the daemon's `--metrics-listen`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,8 +25,7 @@ use crate::toki::Toki;
 /// counts as unreachable (an orchestrator's probe times out at a few seconds).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// `/metrics` and `/readyz` for `toki`'s ports (`toki serve`'s API has its
-/// own `/healthz`).
+/// `/metrics` and `/readyz` (the operator listener adds `/healthz`).
 pub fn routes(toki: Toki) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -140,18 +140,21 @@ async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next
     response
 }
 
-/// Serves [`routes`] and `/healthz` (200 while `alive` says so, else 503
-/// with why) on `listen` until `shutdown` (the daemon's `--metrics-listen`).
-/// Returns the bound address and the server's task.
+/// Serves `router` and `/healthz` (200 while `alive` says so, else 503
+/// with why) on `listen` until `shutdown`: an operator's listener (the
+/// daemon's `--metrics-listen` with [`routes`], `toki serve
+/// --operator-listen` with the report too). Returns the bound address and
+/// the server's task.
 pub async fn serve(
-    toki: Toki,
+    router: Router,
     listen: SocketAddr,
+    limits: crate::http::ConnectionLimits,
     mut shutdown: watch::Receiver<bool>,
     alive: fn() -> Result<(), String>,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("--metrics-listen: binding {listen}"))?;
+        .with_context(|| format!("the operator listener: binding {listen}"))?;
     let addr = listener.local_addr()?;
     let healthz = move || async move {
         match alive() {
@@ -159,9 +162,10 @@ pub async fn serve(
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
         }
     };
-    let router = routes(toki).route("/healthz", get(healthz));
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    let router = router.route("/healthz", get(healthz));
+    let stopped = async move {
         let _ = shutdown.changed().await;
-    });
-    Ok((addr, tokio::spawn(async move { server.await })))
+    };
+    let server = crate::http::serve(listener, router, limits, stopped);
+    Ok((addr, tokio::spawn(server)))
 }

@@ -2,14 +2,20 @@
 //! status, lateness per channel, and deliveries per second around each due
 //! instant. The table, `--json` and the HTML page ([`crate::report_page`])
 //! all print this one [`Report`], so their figures cannot disagree.
+//!
+//! Read as aggregates each tenant's database computes (`toki_ports::report`:
+//! GROUP BY counts, lateness buckets, per-second counts around the busiest
+//! due instants), over the last [`WINDOW`] and at most [`MAX_TENANTS`]
+//! tenants: what it holds in memory is bounded by the buckets and seconds it
+//! shows, never by how many deliveries there are.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use toki_model::event::EndpointStatus;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use toki_model::lateness::{percentile, Lateness};
-use toki_model::{Channel, DeliveryStatus};
+use toki_model::{Channel, DueAt};
+use toki_ports::report::{bucket_width, DeliverySummary, ReportWindow, SecondCount};
 use toki_ports::TenantStores;
 
 use crate::table::table;
@@ -30,9 +36,11 @@ pub const MAX_DUE_INSTANTS: usize = 6;
 pub struct Report {
     /// Delivery rows per tenant × channel × status.
     pub counts: Vec<ReportRow>,
-    /// Lateness of the delivered rows, per channel with any.
+    /// Lateness of the delivered rows due in the last [`WINDOW`], per
+    /// channel with any.
     pub lateness: Vec<ChannelLateness>,
-    /// Due instants with delivered rows.
+    /// Due instants with delivered rows in the window, counted per tenant
+    /// (an instant two tenants share counts twice).
     pub due_instants: u64,
     /// Delivered rows per second around the busiest due instants, in time order.
     pub per_second: Vec<DueSeconds>,
@@ -42,6 +50,13 @@ pub struct Report {
     /// What the last retention purge pass deleted, per tenant and kind.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub purges: Vec<PurgeRow>,
+    /// Tenants past [`MAX_TENANTS`], not read.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tenants_not_read: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One tenant's last purge of one kind of record.
@@ -78,7 +93,10 @@ pub struct ReportRow {
     pub count: u64,
 }
 
-/// Lateness (delivered_at − due_at) of one channel's delivered rows.
+/// Lateness (delivered_at − due_at) of one channel's delivered rows, from
+/// the buckets the database counted (`toki_ports::report::lateness_bucket`):
+/// a percentile is the upper end of its bucket, so exact below 100 ms and
+/// at most 10 % high above; the least and the most are exact.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChannelLateness {
     pub channel: String,
@@ -108,21 +126,30 @@ pub struct DueSeconds {
     pub outside: u64,
 }
 
-/// One delivered row, as the report reads it.
-#[derive(Debug, Clone, Copy)]
-pub struct Delivered {
-    pub channel: Channel,
-    pub due_at: DateTime<Utc>,
-    pub at: DateTime<Utc>,
-}
+/// How far back the delivered rows a report reads were due: its lateness
+/// and per-second figures cover this window (the counts cover every row).
+pub const WINDOW: chrono::TimeDelta = chrono::TimeDelta::days(7);
+/// The most tenants a report reads (the first by id); the rest are counted
+/// in [`Report::tenants_not_read`].
+pub const MAX_TENANTS: usize = 1000;
 
-/// Reads every tenant's delivery rows and summarises them.
+/// Reads every tenant's aggregates (at most [`MAX_TENANTS`] of them; the
+/// database groups and counts, no delivery row comes back) and summarises them.
 pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
+    let mut tenants = toki.directory.list().await?;
+    tenants.sort_by(|a, b| a.id.cmp(&b.id));
+    let not_read = tenants.len().saturating_sub(MAX_TENANTS) as u64;
+    tenants.truncate(MAX_TENANTS);
+    let window = ReportWindow {
+        since: toki.clock.now() - WINDOW,
+        busiest: MAX_DUE_INSTANTS,
+    };
     let mut counts = Vec::new();
-    let mut delivered = Vec::new();
     let mut endpoints = Vec::new();
     let mut purges = Vec::new();
-    for t in toki.directory.list().await? {
+    let mut merged = Merged::default();
+    let mut stores = Vec::with_capacity(tenants.len());
+    for t in &tenants {
         let store = toki.stores.open(&t.id).await?;
         endpoints.extend(endpoint_rows(&t.id, store.as_ref()).await?);
         purges.extend(store.purge_log().await?.into_iter().map(|p| PurgeRow {
@@ -133,55 +160,116 @@ pub async fn collect(toki: &Toki) -> anyhow::Result<Report> {
             last_purged: p.last_purged,
             total_purged: p.total_purged,
         }));
-        for c in store.delivery_counts().await? {
-            counts.push(ReportRow {
-                tenant: t.id.to_string(),
-                channel: c.channel.to_string(),
-                status: c.status.to_string(),
-                count: c.count,
-            });
-        }
-        delivered.extend(
+        counts.extend(
             store
-                .deliveries()
+                .delivery_counts()
                 .await?
                 .into_iter()
-                .filter(|d| d.status == DeliveryStatus::Delivered)
-                .map(|d| Delivered {
-                    channel: d.key.channel,
-                    due_at: d.due_at.0,
-                    at: d.at,
+                .map(|c| ReportRow {
+                    tenant: t.id.to_string(),
+                    channel: c.channel.to_string(),
+                    status: c.status.to_string(),
+                    count: c.count,
                 }),
         );
+        merged.add_summary(store.delivery_summary(&window).await?);
+        stores.push(store);
+    }
+    let busiest = merged.busiest();
+    for store in &stores {
+        merged.add_seconds(store.delivered_per_second(&busiest, MAX_SPAN_S).await?);
     }
     Ok(Report {
         event_endpoints: endpoints,
         purges,
-        ..summarise(counts, &delivered)
+        tenants_not_read: not_read,
+        ..build(counts, merged)
     })
 }
 
-/// The report from the rows read: pure, so that it is tested without a store.
-pub fn summarise(counts: Vec<ReportRow>, delivered: &[Delivered]) -> Report {
-    let mut by_due: HashMap<DateTime<Utc>, Vec<i64>> = HashMap::new();
-    for d in delivered {
-        by_due.entry(d.due_at).or_default().push(lateness_ms(d));
+/// Every tenant's aggregates added together: what the report is drawn from.
+#[derive(Debug, Default)]
+pub struct Merged {
+    /// Per channel: delivered rows, the least and the most lateness.
+    channels: BTreeMap<Channel, (u64, i64, i64)>,
+    /// Per channel: delivered rows per lateness bucket (by its floor).
+    buckets: BTreeMap<Channel, BTreeMap<i64, u64>>,
+    /// Each tenant's busiest due instants, summed where they meet.
+    due: BTreeMap<DueAt, u64>,
+    due_instants: u64,
+    /// Per chosen due instant: delivered rows per second of lateness.
+    seconds: BTreeMap<DueAt, BTreeMap<i64, u64>>,
+}
+
+impl Merged {
+    pub fn add_summary(&mut self, s: DeliverySummary) {
+        for c in s.channels {
+            let e = self
+                .channels
+                .entry(c.channel)
+                .or_insert((0, c.min_ms, c.max_ms));
+            *e = (e.0 + c.count, e.1.min(c.min_ms), e.2.max(c.max_ms));
+        }
+        for l in s.lateness {
+            *self
+                .buckets
+                .entry(l.channel)
+                .or_default()
+                .entry(l.bucket_ms)
+                .or_default() += l.count;
+        }
+        for d in s.busiest {
+            *self.due.entry(d.due_at).or_default() += d.count;
+        }
+        self.due_instants += s.due_instants;
     }
-    let due_instants = by_due.len() as u64;
-    let mut busiest: Vec<(DateTime<Utc>, Vec<i64>)> = by_due.into_iter().collect();
-    busiest.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
-    busiest.truncate(MAX_DUE_INSTANTS);
-    busiest.sort_by_key(|(due, _)| *due);
+
+    /// The busiest due instants of those the tenants named, at most
+    /// [`MAX_DUE_INSTANTS`], in time order.
+    pub fn busiest(&self) -> Vec<DueAt> {
+        let mut due: Vec<(DueAt, u64)> = self.due.iter().map(|(d, n)| (*d, *n)).collect();
+        due.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        due.truncate(MAX_DUE_INSTANTS);
+        let mut due: Vec<DueAt> = due.into_iter().map(|(d, _)| d).collect();
+        due.sort();
+        due
+    }
+
+    pub fn add_seconds(&mut self, seconds: Vec<SecondCount>) {
+        for s in seconds {
+            *self
+                .seconds
+                .entry(s.due_at)
+                .or_default()
+                .entry(s.second)
+                .or_default() += s.count;
+        }
+    }
+}
+
+/// The report from the aggregates read: pure, so that it is tested without a store.
+pub fn build(counts: Vec<ReportRow>, merged: Merged) -> Report {
+    let lateness = merged
+        .channels
+        .iter()
+        .map(|(channel, (n, min, max))| {
+            let empty = BTreeMap::new();
+            let buckets = merged.buckets.get(channel).unwrap_or(&empty);
+            channel_lateness(*channel, *n, (*min, *max), buckets)
+        })
+        .collect();
     Report {
         counts,
-        lateness: lateness_per_channel(delivered),
-        due_instants,
-        per_second: busiest
-            .into_iter()
-            .map(|(due_at, late)| per_second(due_at, &late))
+        lateness,
+        due_instants: merged.due_instants,
+        per_second: merged
+            .seconds
+            .iter()
+            .map(|(due_at, seconds)| per_second(due_at.0, seconds))
             .collect(),
         event_endpoints: Vec::new(),
         purges: Vec::new(),
+        tenants_not_read: 0,
     }
 }
 
@@ -209,60 +297,132 @@ async fn endpoint_rows(
         .collect())
 }
 
-fn lateness_ms(d: &Delivered) -> i64 {
-    (d.at - d.due_at).num_milliseconds()
-}
-
-fn lateness_per_channel(delivered: &[Delivered]) -> Vec<ChannelLateness> {
-    let mut by_channel: BTreeMap<Channel, Vec<i64>> = BTreeMap::new();
-    for d in delivered {
-        by_channel
-            .entry(d.channel)
-            .or_default()
-            .push(lateness_ms(d));
-    }
-    by_channel
-        .into_iter()
-        .map(|(channel, mut late)| {
-            late.sort_unstable();
-            let summary = Lateness::from_millis(late.clone());
-            ChannelLateness {
-                channel: channel.to_string(),
-                deliveries: late.len() as u64,
-                p50_ms: summary.p50,
-                p90_ms: summary.p90,
-                p99_ms: summary.p99,
-                max_ms: summary.max,
-                percentiles_ms: (0..=100).map(|q| percentile(&late, q as f64)).collect(),
+/// One channel's lateness from its buckets: each percentile the upper end
+/// of the bucket its rank falls in (exact below 100 ms, within 10 % above),
+/// within the exact least and most.
+fn channel_lateness(
+    channel: Channel,
+    deliveries: u64,
+    (min, max): (i64, i64),
+    buckets: &BTreeMap<i64, u64>,
+) -> ChannelLateness {
+    let at = |q: f64| -> i64 {
+        // Nearest rank, as `toki_model::lateness::percentile`.
+        let rank = ((q / 100.0) * deliveries as f64).ceil().max(1.0) as u64;
+        if rank <= 1 {
+            return min;
+        }
+        if rank >= deliveries {
+            return max;
+        }
+        let mut seen = 0;
+        for (floor, n) in buckets {
+            seen += n;
+            if seen >= rank {
+                return (floor + bucket_width(*floor) - 1).clamp(min, max);
             }
-        })
-        .collect()
+        }
+        max
+    };
+    ChannelLateness {
+        channel: channel.to_string(),
+        deliveries,
+        p50_ms: at(50.0),
+        p90_ms: at(90.0),
+        p99_ms: at(99.0),
+        max_ms: max,
+        percentiles_ms: (0..=100).map(|q| at(f64::from(q))).collect(),
+    }
 }
 
 /// Seconds from `LEAD_IN_S` before the due instant (or the earliest
-/// delivery) to the last delivery, each within `MAX_SPAN_S`.
-fn per_second(due_at: DateTime<Utc>, lateness_ms: &[i64]) -> DueSeconds {
-    let second = |ms: i64| ms.div_euclid(1000);
-    let earliest = lateness_ms.iter().copied().min().map_or(0, second);
-    let latest = lateness_ms.iter().copied().max().map_or(0, second);
+/// delivery) to the last delivery, each within `MAX_SPAN_S`; what is
+/// outside is counted in `outside`.
+fn per_second(due_at: DateTime<Utc>, seconds: &BTreeMap<i64, u64>) -> DueSeconds {
+    let earliest = seconds.keys().next().copied().unwrap_or(0);
+    let latest = seconds.keys().next_back().copied().unwrap_or(0);
     let from_s = earliest.clamp(-MAX_SPAN_S, -LEAD_IN_S);
     let to_s = latest.clamp(0, MAX_SPAN_S - 1);
     let mut counts = vec![0; (to_s - from_s + 1) as usize];
     let mut outside = 0;
-    for &ms in lateness_ms {
-        match usize::try_from(second(ms) - from_s) {
-            Ok(i) if i < counts.len() => counts[i] += 1,
-            _ => outside += 1,
+    for (&second, &n) in seconds {
+        match usize::try_from(second - from_s) {
+            Ok(i) if i < counts.len() => counts[i] += n,
+            _ => outside += n,
         }
     }
     DueSeconds {
         due_at,
-        deliveries: lateness_ms.len() as u64,
+        deliveries: seconds.values().sum(),
         from_s,
         busiest_second: counts.iter().copied().max().unwrap_or(0),
         counts,
         outside,
     }
+}
+
+/// One delivered row: the tests build reports from rows, aggregated as a
+/// store aggregates them.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered {
+    pub channel: Channel,
+    pub due_at: DateTime<Utc>,
+    pub at: DateTime<Utc>,
+}
+
+/// The report of `delivered` (one tenant's rows, all in the window).
+#[cfg(test)]
+pub fn summarise(counts: Vec<ReportRow>, delivered: &[Delivered]) -> Report {
+    use toki_ports::report::{
+        lateness_bucket, lateness_second, ChannelDelivered, DueCount, LatenessCount,
+    };
+    let late = |d: &Delivered| (d.at - d.due_at).num_milliseconds();
+    let mut channels: BTreeMap<Channel, ChannelDelivered> = BTreeMap::new();
+    let mut buckets: BTreeMap<(Channel, i64), u64> = BTreeMap::new();
+    let mut due: BTreeMap<DueAt, u64> = BTreeMap::new();
+    for d in delivered {
+        let ms = late(d);
+        let c = channels.entry(d.channel).or_insert(ChannelDelivered {
+            channel: d.channel,
+            count: 0,
+            min_ms: ms,
+            max_ms: ms,
+        });
+        (c.count, c.min_ms, c.max_ms) = (c.count + 1, c.min_ms.min(ms), c.max_ms.max(ms));
+        *buckets.entry((d.channel, lateness_bucket(ms))).or_default() += 1;
+        *due.entry(DueAt(d.due_at)).or_default() += 1;
+    }
+    let mut merged = Merged::default();
+    merged.add_summary(DeliverySummary {
+        channels: channels.into_values().collect(),
+        lateness: buckets
+            .into_iter()
+            .map(|((channel, bucket_ms), count)| LatenessCount {
+                channel,
+                bucket_ms,
+                count,
+            })
+            .collect(),
+        due_instants: due.len() as u64,
+        busiest: due
+            .into_iter()
+            .map(|(due_at, count)| DueCount { due_at, count })
+            .collect(),
+    });
+    let busiest = merged.busiest();
+    merged.add_seconds(
+        delivered
+            .iter()
+            .filter(|d| busiest.contains(&DueAt(d.due_at)))
+            .map(|d| SecondCount {
+                due_at: DueAt(d.due_at),
+                second: lateness_second(late(d), MAX_SPAN_S),
+                count: 1,
+            })
+            .collect(),
+    );
+    build(counts, merged)
 }
 
 /// The tables `toki report` prints: counts, then lateness per channel.
@@ -342,6 +502,12 @@ pub fn render(report: &Report) -> String {
         ));
     }
     out.push_str(&render_purges(&report.purges));
+    if report.tenants_not_read > 0 {
+        out.push_str(&format!(
+            "\n\n{} more tenants not read (a report reads the first {MAX_TENANTS})",
+            report.tenants_not_read
+        ));
+    }
     out
 }
 
@@ -382,6 +548,7 @@ fn render_purges(purges: &[PurgeRow]) -> String {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use toki_model::lateness::Lateness;
 
     fn at(due: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
         due + chrono::Duration::milliseconds(ms)
@@ -399,15 +566,15 @@ mod tests {
     }
 
     #[test]
-    fn lateness_per_channel_uses_the_shared_percentiles() {
+    fn below_100_ms_the_percentiles_are_exact() {
         let due = Utc.with_ymd_and_hms(2030, 1, 7, 8, 55, 0).unwrap();
-        let mut rows = delivered(Channel::Slack, due, &(1..=200).rev().collect::<Vec<_>>());
+        let mut rows = delivered(Channel::Slack, due, &(0..=99).rev().collect::<Vec<_>>());
         rows.extend(delivered(Channel::Mail, due, &[40, 10]));
         let report = summarise(Vec::new(), &rows);
         let channels: Vec<&str> = report.lateness.iter().map(|l| &*l.channel).collect();
         assert_eq!(channels, ["mail", "slack"]);
         let slack = &report.lateness[1];
-        let expected = Lateness::from_millis((1..=200).collect());
+        let expected = Lateness::from_millis((0..=99).collect());
         assert_eq!(
             (
                 slack.deliveries,
@@ -416,14 +583,77 @@ mod tests {
                 slack.p99_ms,
                 slack.max_ms
             ),
-            (200, expected.p50, expected.p90, expected.p99, expected.max)
+            (100, expected.p50, expected.p90, expected.p99, expected.max)
         );
         assert_eq!(slack.percentiles_ms.len(), 101);
-        assert_eq!(slack.percentiles_ms[0], 1, "the least late");
+        assert_eq!(slack.percentiles_ms[0], 0, "the least late");
         assert_eq!(slack.percentiles_ms[50], slack.p50_ms);
         assert_eq!(slack.percentiles_ms[99], slack.p99_ms);
         assert_eq!(slack.percentiles_ms[100], slack.max_ms);
         assert_eq!(report.lateness[0].max_ms, 40);
+    }
+
+    #[test]
+    fn above_100_ms_a_percentile_is_at_most_its_bucket_high() {
+        let due = Utc.with_ymd_and_hms(2030, 1, 7, 8, 55, 0).unwrap();
+        let late: Vec<i64> = (1..=2000).map(|i| i * 7).collect();
+        let report = summarise(Vec::new(), &delivered(Channel::Mail, due, &late));
+        let mail = &report.lateness[0];
+        let exact = Lateness::from_millis(late.clone());
+        for (got, exact) in [
+            (mail.p50_ms, exact.p50),
+            (mail.p90_ms, exact.p90),
+            (mail.p99_ms, exact.p99),
+        ] {
+            assert!(
+                got >= exact && got <= exact + exact / 10,
+                "{got} for {exact}"
+            );
+        }
+        assert_eq!(
+            (mail.percentiles_ms[0], mail.max_ms),
+            (7, 14_000),
+            "exact ends"
+        );
+        assert!(mail.percentiles_ms.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn tenants_aggregates_add_up() {
+        use toki_ports::report::{ChannelDelivered, DueCount, LatenessCount};
+        let due = DueAt(Utc.with_ymd_and_hms(2030, 1, 7, 9, 0, 0).unwrap());
+        let tenant = |count, min_ms, max_ms| DeliverySummary {
+            channels: vec![ChannelDelivered {
+                channel: Channel::Mail,
+                count,
+                min_ms,
+                max_ms,
+            }],
+            lateness: vec![LatenessCount {
+                channel: Channel::Mail,
+                bucket_ms: 5,
+                count,
+            }],
+            busiest: vec![DueCount { due_at: due, count }],
+            due_instants: 1,
+        };
+        let mut merged = Merged::default();
+        merged.add_summary(tenant(3, 5, 5));
+        merged.add_summary(tenant(2, 4, 9));
+        assert_eq!(merged.busiest(), [due]);
+        merged.add_seconds(vec![SecondCount {
+            due_at: due,
+            second: 0,
+            count: 5,
+        }]);
+        let report = build(Vec::new(), merged);
+        let mail = &report.lateness[0];
+        assert_eq!(
+            (mail.deliveries, mail.percentiles_ms[0], mail.max_ms),
+            (5, 4, 9)
+        );
+        assert_eq!(report.due_instants, 2, "counted per tenant");
+        assert_eq!(report.per_second[0].deliveries, 5);
     }
 
     #[test]

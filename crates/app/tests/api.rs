@@ -6,9 +6,12 @@
 mod common;
 
 mod audit;
+mod batch;
 mod erasure;
 mod event_endpoints;
 mod idempotency;
 mod openapi;
 mod quota;
 mod router;
+mod server;
+mod throttle;

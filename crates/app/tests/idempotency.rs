@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on the batch route, in-process (`tower::ServiceExt::oneshot`) on the testing kit's in-memory ports: a repeat writes once and answers the same, another body is a 422, a bad key a 400, a key in progress a 409, keys are per tenant and expire after a day.
+//! `Idempotency-Key` in-process (`tower::ServiceExt::oneshot`) on the testing kit's in-memory ports: on the batch route a repeat writes once and answers the same, another body is a 422, a bad key a 400, a key in progress a 409, keys are per tenant and expire after a day; a key never widens a route's body limit, and a route whose answer is a secret refuses it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -339,4 +339,124 @@ async fn the_document_describes_the_header_and_its_answers() {
         );
     }
     assert!(op["responses"]["200"]["headers"]["Idempotent-Replayed"].is_object());
+}
+
+/// How many bytes of a request body the server pulled.
+fn counted_body(total: usize, pulled: Arc<std::sync::atomic::AtomicUsize>) -> Body {
+    const CHUNK: usize = 16 * 1024;
+    let chunks = (0..total.div_ceil(CHUNK)).map(move |_| {
+        pulled.fetch_add(CHUNK, std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; CHUNK]))
+    });
+    Body::from_stream(futures::stream::iter(chunks))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_does_not_widen_a_routes_body_limit() {
+    let kit = kit_with_tenant().await;
+    let ops = json!({"url": "https://hooks.example/toki"});
+    let created = api::router(Arc::new(kit.registrar()))
+        .oneshot(crate::common::request(
+            "PUT",
+            "/v1/tenants/acme/event-endpoints/ops",
+            Some(KEY),
+            Some(ops),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    // A replay takes 256 KiB; 4 MiB is sent with a key (the batch's 8 MiB
+    // is what the key used to allow on every route).
+    let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/tenants/acme/event-endpoints/ops/replay")
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "big")
+        .body(counted_body(4 << 20, pulled.clone()))
+        .unwrap();
+    let resp = api::router(Arc::new(kit.registrar()))
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let limit = api::MAX_BODY_BYTES;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&limit.to_string()),
+        "names the route's limit: {body}"
+    );
+    let pulled = pulled.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        pulled <= limit + 16 * 1024,
+        "{pulled} bytes read past the route's {limit}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_that_answers_a_secret_refuses_a_key_and_keeps_nothing() {
+    let kit = kit_with_tenant().await;
+    let router = api::router(Arc::new(kit.registrar()));
+    let send = |method: &str, path: &str, idem: Option<&str>, body: Option<Value>| {
+        let mut req = crate::common::request(method, path, Some(KEY), body);
+        if let Some(k) = idem {
+            req.headers_mut()
+                .insert("idempotency-key", HeaderValue::from_str(k).unwrap());
+        }
+        let router = router.clone();
+        async move {
+            let resp = router.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let made = send(
+        "PUT",
+        "/v1/tenants/acme/event-endpoints/ops",
+        None,
+        Some(json!({"url": "https://hooks.example/toki"})),
+    )
+    .await;
+    assert_eq!(made.0, StatusCode::CREATED);
+    let hook = send("PUT", "/v1/tenants/acme/webhook", None, Some(json!({}))).await;
+    assert_eq!(hook.0, StatusCode::OK, "{}", hook.1);
+    for path in [
+        "/v1/tenants/acme/event-endpoints/ops/secret:rotate",
+        "/v1/tenants/acme/webhook/secret:rotate",
+    ] {
+        let (status, body) = send("POST", path, Some("rotate-1"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "bad_header", "{path}");
+        assert_eq!(body["error"]["field"], "Idempotency-Key", "{path}");
+        assert!(body.get("secret").is_none(), "{path}: {body}");
+        // Without the header it rotates, as before.
+        let (status, rotated) = send("POST", path, None, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(rotated["secret"].as_str().unwrap().starts_with("whsec_"));
+    }
+    // Nothing was kept under the key: a start of it is a fresh one.
+    let store = kit.stores.open(&"acme".parse().unwrap()).await.unwrap();
+    let key: IdempotencyKey = "rotate-1".parse().unwrap();
+    let digest = RequestDigest::of("POST", "/", b"");
+    let now = kit.clock.now();
+    let start = IdempotentStart {
+        key: &key,
+        digest: &digest,
+        now,
+        expired_before: now - chrono::Duration::hours(24),
+        abandoned_before: now - chrono::Duration::minutes(5),
+    };
+    assert_eq!(
+        store.start_idempotent(&start).await.unwrap(),
+        KeyedRequest::Started
+    );
 }

@@ -2,10 +2,13 @@
 //! mirrors the reminder instances into the index, enqueueing directly those
 //! due inside the window the scanner has already covered.
 
+mod batch;
 mod erase;
 mod suppression;
 mod webhook;
 
+use batch::stored_series;
+pub use batch::OverBudget;
 pub use erase::Erased;
 
 use std::collections::{HashMap, HashSet};
@@ -24,7 +27,7 @@ use toki_model::domain::{
     TenantId, User, UserId,
 };
 use toki_model::error::{chain, ValidationError};
-use toki_model::index::{reminders_for, Window};
+use toki_model::index::Window;
 use toki_model::input::{
     instant_in, OccurrenceInput, ScheduleInput, UserInput, MAX_EXCEPTIONS, MAX_LISTED,
     MAX_LIST_DAYS,
@@ -55,6 +58,10 @@ pub enum RegistrarError {
         have: u64,
         adding: u64,
     },
+    /// A batch past its budget of work (`crate::settings::BatchBudget`);
+    /// nothing was written.
+    #[error(transparent)]
+    OverBudget(#[from] OverBudget),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -68,12 +75,6 @@ impl From<StoreError> for RegistrarError {
     }
 }
 
-/// A stored series that no longer expands: it was valid when written, so
-/// the data is corrupt, not the caller's input.
-fn stored_series(e: toki_model::domain::SeriesError) -> StoreError {
-    StoreError::corrupt("schedule recurrence", e.to_string())
-}
-
 /// One schedule's part of a mirror: its index rows, and how far a series goes.
 struct MirrorPlan<'a> {
     schedule: &'a ScheduleId,
@@ -81,6 +82,20 @@ struct MirrorPlan<'a> {
     rows: Vec<Reminder>,
     /// The horizon a series is mirrored to (None: a one-off, or deleted).
     until: Option<Instant>,
+}
+
+impl<'a> MirrorPlan<'a> {
+    /// The plan of `written` (as stored, with its version) from its expansion.
+    fn written(written: &'a Schedule, expansion: batch::Expansion) -> Self {
+        let mut rows = expansion.rows;
+        rows.iter_mut().for_each(|r| r.version = written.version);
+        MirrorPlan {
+            schedule: &written.id,
+            version: written.version,
+            rows,
+            until: expansion.until,
+        }
+    }
 }
 
 /// The most schedules one [`Registrar::put_schedules`] call takes.
@@ -276,30 +291,74 @@ impl Registrar {
     /// Writes up to [`MAX_BATCH`] schedules of one tenant: one transaction in
     /// its database, one index write, one enqueue. A result per item, in
     /// order: an item that is invalid gets its error and the others are
-    /// written. The call itself fails only if nothing could be written (an
-    /// unknown tenant, a database down, too many items).
+    /// written. The items are validated and expanded on a blocking thread,
+    /// within the batch budget ([`BatchBudget`]). The call itself fails only
+    /// if nothing could be written (an unknown tenant, a database down, too
+    /// many items, past the budget).
     pub async fn put_schedules(
         &self,
         tenant: &TenantId,
         items: &[(ScheduleId, ScheduleInput)],
     ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
         check_batch_len(items.len())?;
-        let mut prepared = Vec::with_capacity(items.len());
-        for (id, input) in items {
-            prepared.push(self.prepare(tenant, id, input).await);
+        let items = self.with_stored_series(tenant, items).await?;
+        let (owner, now, settings) = (tenant.clone(), self.clock.now(), self.settings.clone());
+        let planned =
+            tokio::task::spawn_blocking(move || batch::plan(&owner, items, now, &settings))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let mut refused = Vec::with_capacity(planned.len());
+        let (mut schedules, mut expansions) = (Vec::new(), Vec::new());
+        for p in planned {
+            refused.push(match p {
+                Ok((schedule, expansion)) => {
+                    schedules.push(schedule);
+                    expansions.push(expansion);
+                    None
+                }
+                Err(e) => Some(RegistrarError::from(e)),
+            });
         }
-        let valid: Vec<Schedule> = prepared
-            .iter()
-            .filter_map(|p| p.as_ref().ok().cloned())
-            .collect();
-        let mut written = self.write_schedules(tenant, valid).await?.into_iter();
-        Ok(prepared
+        let mut written = self
+            .write_expanded(tenant, schedules, expansions)
+            .await?
+            .into_iter();
+        Ok(refused
             .into_iter()
-            .map(|p| match p {
-                Ok(_) => written.next().expect("a result per valid schedule"),
-                Err(e) => Err(e),
+            .map(|r| match r {
+                None => written.next().expect("a result per valid schedule"),
+                Some(e) => Err(e),
             })
             .collect())
+    }
+
+    /// The batch's items, each series with the stored one it replaces.
+    async fn with_stored_series(
+        &self,
+        tenant: &TenantId,
+        items: &[(ScheduleId, ScheduleInput)],
+    ) -> Result<Vec<batch::Item>, RegistrarError> {
+        let mut store = None;
+        let mut out = Vec::with_capacity(items.len());
+        for (id, input) in items {
+            let old = match input.recurrence {
+                Some(_) => {
+                    if store.is_none() {
+                        self.tenant(tenant).await?;
+                        store = Some(self.stores.open(tenant).await?);
+                    }
+                    let store = store.as_ref().expect("opened");
+                    store.get_schedule(id).await?.and_then(|s| s.recurrence)
+                }
+                None => None,
+            };
+            out.push(batch::Item {
+                id: id.clone(),
+                input: input.clone(),
+                old,
+            });
+        }
+        Ok(out)
     }
 
     /// A schedule as it is to be stored: validated, and a series written
@@ -310,23 +369,15 @@ impl Registrar {
         id: &ScheduleId,
         input: &ScheduleInput,
     ) -> Result<Schedule, RegistrarError> {
-        let mut schedule = input.validate(id, self.clock.now())?;
-        if let Some(rec) = schedule.recurrence.as_mut() {
-            let old = match self.get_schedule(tenant, id).await {
+        let old = match input.recurrence {
+            Some(_) => match self.get_schedule(tenant, id).await {
                 Ok(old) => old.recurrence,
                 Err(RegistrarError::NotFound(_)) => None,
                 Err(e) => return Err(e),
-            };
-            if let Some(old) = old {
-                let series = rec.series(schedule.time_zone)?;
-                rec.exceptions = old
-                    .exceptions
-                    .into_iter()
-                    .filter(|e| series.has_occurrence_at(e.original).unwrap_or(false))
-                    .collect();
-            }
-        }
-        Ok(schedule)
+            },
+            None => None,
+        };
+        Ok(batch::prepare(id, input, old, self.clock.now())?)
     }
 
     /// Stores a validated schedule (a new version) and mirrors it.
@@ -348,6 +399,22 @@ impl Registrar {
         tenant: &TenantId,
         schedules: Vec<Schedule>,
     ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
+        let now = self.clock.now();
+        let expansions = schedules
+            .iter()
+            .map(|s| batch::expand(tenant, s, now, &self.settings))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.write_expanded(tenant, schedules, expansions).await
+    }
+
+    /// [`Self::write_schedules`] of schedules already expanded (`expansions`,
+    /// one each, in order).
+    async fn write_expanded(
+        &self,
+        tenant: &TenantId,
+        schedules: Vec<Schedule>,
+        expansions: Vec<batch::Expansion>,
+    ) -> Result<Vec<Result<Registered, RegistrarError>>, RegistrarError> {
         if schedules.is_empty() {
             return Ok(Vec::new());
         }
@@ -366,14 +433,17 @@ impl Registrar {
             None => HashSet::new(),
         };
         let written = store.put_schedules(&schedules, self.clock.now()).await?;
-        let work: Vec<MirrorWork> = written
+        drop(schedules);
+        let planned: Vec<MirrorPlan<'_>> = written
             .iter()
-            .filter_map(|w| w.as_ref().ok().cloned().map(MirrorWork::Upsert))
+            .zip(expansions)
+            .filter_map(|(w, e)| Some(MirrorPlan::written(w.as_ref().ok()?, e)))
             .collect();
-        let enqueued = match self.mirror(&record, &work).await {
+        let mirroring = planned.len();
+        let enqueued = match self.mirror_plans(&record, planned).await {
             Ok(counts) => Some(counts),
             Err(e) => {
-                warn!(%tenant, schedules = work.len(), error = %chain(&e), "mirror failed; repair will retry");
+                warn!(%tenant, schedules = mirroring, error = %chain(&e), "mirror failed; repair will retry");
                 None
             }
         };
@@ -788,13 +858,22 @@ impl Registrar {
         record: &TenantRecord,
         work: &[MirrorWork],
     ) -> Result<HashMap<ScheduleId, usize>, StoreError> {
-        let tenant = &record.id;
         let now = self.clock.now();
-        let store = self.stores.open(tenant).await?;
         let mut planned = Vec::with_capacity(work.len());
         for w in work {
-            planned.push(self.mirror_plan(tenant, w, now)?);
+            planned.push(self.mirror_plan(&record.id, w, now)?);
         }
+        self.mirror_plans(record, planned).await
+    }
+
+    /// [`Self::mirror`] of writes already planned.
+    async fn mirror_plans(
+        &self,
+        record: &TenantRecord,
+        planned: Vec<MirrorPlan<'_>>,
+    ) -> Result<HashMap<ScheduleId, usize>, StoreError> {
+        let tenant = &record.id;
+        let store = self.stores.open(tenant).await?;
         let writes: Vec<IndexWrite<'_>> = planned
             .iter()
             .map(|p| IndexWrite {
@@ -823,25 +902,7 @@ impl Registrar {
     ) -> Result<MirrorPlan<'w>, StoreError> {
         Ok(match work {
             MirrorWork::Upsert(s) | MirrorWork::Extend(s) => {
-                // Reminders already past the scanner's look-back are not
-                // mirrored; a series only as far as the horizon.
-                let until = s
-                    .recurrence
-                    .as_ref()
-                    .map(|_| now + toki_model::time::to_chrono(self.settings.horizon));
-                let rows = reminders_for(
-                    tenant,
-                    s,
-                    now - toki_model::time::to_chrono(self.settings.look_back),
-                    until.unwrap_or(Instant::MAX_UTC),
-                )
-                .map_err(stored_series)?;
-                MirrorPlan {
-                    schedule: &s.id,
-                    version: s.version,
-                    rows,
-                    until,
-                }
+                MirrorPlan::written(s, batch::expand(tenant, s, now, &self.settings)?)
             }
             MirrorWork::Delete { schedule, version } => MirrorPlan {
                 schedule,

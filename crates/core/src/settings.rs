@@ -28,6 +28,8 @@ pub struct PipelineSettings {
     pub egress: toki_model::egress::EgressPolicy,
     /// How the repair pass spreads over the tenants.
     pub repair: RepairSettings,
+    /// What one batch's validation and expansion may cost.
+    pub batch: BatchBudget,
 }
 
 /// The repair pass's bounds: how many tenants at once, how long each may
@@ -71,6 +73,27 @@ impl Default for PipelineSettings {
             caps: toki_model::quota::TenantCaps::default(),
             egress: toki_model::egress::EgressPolicy::default(),
             repair: RepairSettings::default(),
+            batch: BatchBudget::default(),
+        }
+    }
+}
+
+/// What one batch's validation and expansion may cost
+/// (`crate::registrar::Registrar::put_schedules`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchBudget {
+    /// Index rows its schedules may make together (each reminder of each
+    /// occurrence within the horizon is one, about 200 bytes in memory).
+    pub rows: usize,
+    /// Time its items may take to validate and expand, together.
+    pub time: Duration,
+}
+
+impl Default for BatchBudget {
+    fn default() -> Self {
+        BatchBudget {
+            rows: 200_000,
+            time: Duration::from_secs(2),
         }
     }
 }

@@ -227,6 +227,9 @@ pub struct EndpointProgress {
     /// Not tried again before this.
     pub next_attempt_at: Instant,
     pub last_error: Option<String>,
+    /// Events up to this sequence number are being sent again (a replay):
+    /// they go out at the tenant's replay rate. 0: no replay.
+    pub replay_through: u64,
 }
 
 impl EndpointProgress {
@@ -238,12 +241,46 @@ impl EndpointProgress {
             failures: 0,
             next_attempt_at: now,
             last_error: None,
+            replay_through: 0,
         }
     }
 
-    /// After events up to `cursor` reached the endpoint.
+    /// A replay's: events after `cursor` are sent again, those up to
+    /// `through` (the last one logged) paced; a replay already under way
+    /// keeps its own end if further.
+    pub fn replaying(&self, cursor: u64, through: u64, now: Instant) -> Self {
+        Self {
+            replay_through: through.max(self.replay_through),
+            ..Self::starting_at(cursor, now)
+        }
+    }
+
+    /// Sending again from where it stopped (enabled after being disabled),
+    /// a replay under way still paced.
+    pub fn resumed(&self, now: Instant) -> Self {
+        Self {
+            replay_through: self.replay_through,
+            ..Self::starting_at(self.cursor, now)
+        }
+    }
+
+    /// Whether event `seq` is a replayed one, to be paced.
+    pub fn is_replay(&self, seq: u64) -> bool {
+        seq <= self.replay_through
+    }
+
+    /// After events up to `cursor` reached the endpoint (a replay ends once
+    /// past its last event).
     pub fn succeeded(&self, cursor: u64, now: Instant) -> Self {
-        Self::starting_at(cursor.max(self.cursor), now)
+        let cursor = cursor.max(self.cursor);
+        Self {
+            replay_through: if cursor < self.replay_through {
+                self.replay_through
+            } else {
+                0
+            },
+            ..Self::starting_at(cursor, now)
+        }
     }
 
     /// After a failed send (events up to `cursor` got through before it):
@@ -263,6 +300,7 @@ impl EndpointProgress {
             failures,
             next_attempt_at: now + chrono::Duration::from_std(retry_after(failures)).expect("fits"),
             last_error: Some(error),
+            replay_through: self.replay_through,
         }
     }
 }

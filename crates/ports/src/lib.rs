@@ -13,6 +13,7 @@ mod idempotency;
 mod lease;
 pub mod message;
 pub mod offboard;
+pub mod report;
 pub mod retention;
 pub mod suppression;
 #[cfg(any(test, feature = "testing"))]
@@ -28,6 +29,7 @@ pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
 pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
+pub use report::DeliveryReport;
 pub use retention::{ControlPurge, RetentionStore};
 pub use suppression::{RefusedRecipient, SuppressionList};
 
@@ -538,7 +540,15 @@ pub struct ChatMessage {
 /// One tenant's database (the source of truth).
 #[async_trait]
 pub trait TenantStore:
-    EventLog + AuditLog + RetentionStore + SuppressionList + TenantOffboard + Erasure + Send + Sync
+    EventLog
+    + AuditLog
+    + RetentionStore
+    + SuppressionList
+    + TenantOffboard
+    + Erasure
+    + DeliveryReport
+    + Send
+    + Sync
 {
     async fn put_user(&self, user: &User, now: Instant) -> StoreResult<()>;
     async fn get_user(&self, id: &UserId) -> StoreResult<Option<User>>;

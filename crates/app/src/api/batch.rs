@@ -98,7 +98,7 @@ fn batch_item(i: usize, item: Value) -> Result<(ScheduleId, ScheduleInput), Vali
     responses(
         (status = 200, description = "Each item as its own `PUT` would have answered (`status`, the schedule or `error`, with `field` as `schedules[i].<field>`); the valid items are written, in one transaction, even when others are not. With an `Idempotency-Key` seen before for this request: the first answer again, nothing written", body = BatchResponse,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the first answer to an earlier request with the same `Idempotency-Key`, replayed; absent otherwise"))),
-        (status = 422, description = "More than 1,000 items (`invalid`, `field`: `schedules`), or an `Idempotency-Key` used within 24 h for another request (`idempotency_key_reused`, `field`: `Idempotency-Key`); nothing written", body = ErrorBody),
+        (status = 422, description = "More than 1,000 items, or items that would put more reminders in the index than a batch may (`invalid`, `field`: `schedules`, naming the limit), or an `Idempotency-Key` used within 24 h for another request (`idempotency_key_reused`, `field`: `Idempotency-Key`); nothing written", body = ErrorBody),
         IdempotentBodyErrors,
         TenantErrors,
     ),
@@ -113,7 +113,11 @@ pub(crate) async fn put_schedules(
     let batch: BatchInput = from_json(batch).map_err(bad_input)?;
     // The whole batch, before its items: the registrar sees only the valid ones.
     check_batch_len(batch.schedules.len())?;
-    let parsed = parse_items(batch.schedules);
+    // Up to 1,000 items read into inputs: CPU work, off the runtime's workers
+    // (the registrar validates and expands them on one too).
+    let parsed = tokio::task::spawn_blocking(move || parse_items(batch.schedules))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let mut registered = state
         .registrar
         .put_schedules(&tenant, &parsed.valid)

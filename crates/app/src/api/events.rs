@@ -292,12 +292,12 @@ pub(crate) async fn list_endpoints(
     post,
     path = "/v1/tenants/{tenant}/event-endpoints/{id}/secret:rotate",
     tag = "events",
-    params(EndpointPath, IdempotencyKeyHeader),
+    params(EndpointPath),
     responses(
         (status = 200, description = "Rotated; `secret` is the new one, shown this once", body = EndpointView),
+        (status = 400, description = "An `Idempotency-Key` was sent (`bad_header`, `field`: `Idempotency-Key`): the answer is a secret, which is never kept, so this route takes no key; nothing was rotated", body = ErrorBody),
         (status = 404, description = "No such endpoint", body = ErrorBody),
-        (status = 422, description = "The id is not an endpoint id (`field`: `id`), the body's `since` is not valid, or `Idempotency-Key` was used with another request (`field`: `Idempotency-Key`)", body = ErrorBody),
-        IdempotentBodyErrors,
+        (status = 422, description = "The id is not an endpoint id (`field`: `id`)", body = ErrorBody),
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))

@@ -18,7 +18,8 @@ use super::health::healthz;
 use super::occurrences::{cancel_occurrence, list_occurrences, put_occurrence, split_series};
 use super::schedules::{delete_schedule, get_schedule, put_schedule};
 use super::shared::{
-    idempotent_write, tenant_quota, ApiQuotas, ApiState, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+    idempotent_write, refuse_idempotency_key, tenant_quota, ApiQuotas, ApiState, AuthThrottle,
+    IdempotentWrite, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
 };
 use super::suppressions::{
     delete_suppression, get_mail_settings, list_suppressions, put_mail_settings, put_suppression,
@@ -37,7 +38,11 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
 
 /// The API, each tenant's requests within `quotas`.
 pub fn router_with_quotas(registrar: Arc<Registrar>, quotas: Arc<ApiQuotas>) -> Router {
-    let state = ApiState { registrar, quotas };
+    let state = ApiState {
+        registrar,
+        quotas,
+        failures: Arc::new(AuthThrottle::default()),
+    };
     Router::new()
         .merge(tenant_routes(state.clone()))
         .route(
@@ -56,9 +61,17 @@ pub fn router_with_quotas(registrar: Arc<Registrar>, quotas: Arc<ApiQuotas>) -> 
 /// (not `Router::route_layer`, which also wraps the 405 of a method a path
 /// lacks, and would answer it 401). A non-idempotent write (a POST) also
 /// takes `idempotent`, inside the quota: `Idempotency-Key` (see
-/// [`super::shared::idempotent_write`]).
+/// [`super::shared::idempotent_write`]), its body read within the route's
+/// limit; one whose answer is a secret refuses the header (`no_key`).
 fn tenant_routes(state: ApiState) -> Router<ApiState> {
-    let idempotent = axum::middleware::from_fn_with_state(state.clone(), idempotent_write);
+    let keyed = |body_limit| IdempotentWrite {
+        api: state.clone(),
+        body_limit,
+    };
+    let idempotent = axum::middleware::from_fn_with_state(keyed(MAX_BODY_BYTES), idempotent_write);
+    let idempotent_batch =
+        axum::middleware::from_fn_with_state(keyed(MAX_BATCH_BODY_BYTES), idempotent_write);
+    let no_key = axum::middleware::from_fn(refuse_idempotency_key);
     let quota = axum::middleware::from_fn_with_state(state, tenant_quota);
     Router::new()
         .route(
@@ -72,7 +85,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
             "/v1/tenants/{tenant}/schedules:batch",
             post(put_schedules)
                 .layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES))
-                .route_layer(idempotent.clone())
+                .route_layer(idempotent_batch)
                 .route_layer(quota.clone()),
         )
         .route(
@@ -110,7 +123,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         .route(
             "/v1/tenants/{tenant}/event-endpoints/{id}/secret:rotate",
             post(rotate_secret)
-                .route_layer(idempotent.clone())
+                .route_layer(no_key.clone())
                 .route_layer(quota.clone()),
         )
         .route(
@@ -120,7 +133,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         .route(
             "/v1/tenants/{tenant}/event-endpoints/{id}/replay",
             post(replay)
-                .route_layer(idempotent.clone())
+                .route_layer(idempotent)
                 .route_layer(quota.clone()),
         )
         .route(
@@ -134,7 +147,7 @@ fn tenant_routes(state: ApiState) -> Router<ApiState> {
         .route(
             "/v1/tenants/{tenant}/webhook/secret:rotate",
             post(rotate_webhook_secret)
-                .route_layer(idempotent.clone())
+                .route_layer(no_key)
                 .route_layer(quota.clone()),
         )
         .route(

@@ -1,7 +1,8 @@
 //! The API's leaf: what every handler module shares, and nothing else of
 //! the API. The error an API call answers ([`error`]), tenant
 //! authentication as an extractor ([`auth`]), the state and the key header
-//! ([`state`]), each tenant's share of the API ([`quota`]), idempotent
+//! ([`state`]), each tenant's share of the API ([`quota`]), failed
+//! authentications throttled per source ([`throttle`]), idempotent
 //! writes ([`idempotency`]), reading bodies, queries and path ids ([`input`], after
 //! [`strict`]), the schedule-write answer ([`written`]) and what the
 //! handlers' OpenAPI annotations name ([`schema`]).
@@ -17,6 +18,7 @@ mod quota;
 mod schema;
 mod state;
 mod strict;
+mod throttle;
 mod written;
 
 pub(crate) use admission::tenant_quota;
@@ -24,8 +26,8 @@ pub(crate) use audit::{AuditTarget, Audited};
 pub(crate) use auth::AuthedTenant;
 pub use error::ApiError;
 pub(crate) use error::{ErrorBody, ErrorDetail};
-pub(crate) use idempotency::idempotent_write;
 pub use idempotency::IDEMPOTENT_REPLAYED_HEADER;
+pub(crate) use idempotency::{idempotent_write, refuse_idempotency_key, IdempotentWrite};
 pub(crate) use input::{
     bad_body, bad_input, bad_query, from_json, parse_body, path_id, serde_field, IdParam, JsonBody,
     OccurrenceParams, TemplateParams,
@@ -40,4 +42,5 @@ pub(crate) use schema::{
     UserViewDoc, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
+pub use throttle::{AuthThrottle, FAILURE_BURST, FAILURE_RATE};
 pub(crate) use written::{schedule_response, written, ScheduleAnswer, ScheduleResponse};

@@ -5,9 +5,8 @@ use axum::Json;
 use toki_model::webhook::{WebhookSettingsInput, WebhookSettingsView};
 
 use super::shared::{
-    parse_body, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody, IdempotencyKeyHeader,
-    IdempotentBodyErrors, JsonBody, TenantErrors, TenantPath, WebhookSettingsInputDoc,
-    WebhookSettingsViewDoc,
+    parse_body, ApiError, ApiState, AuthedTenant, BodyErrors, ErrorBody, JsonBody, TenantErrors,
+    TenantPath, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
 };
 
 /// The tenant's webhook settings (never the secret).
@@ -66,12 +65,11 @@ pub(crate) async fn put_webhook(
     post,
     path = "/v1/tenants/{tenant}/webhook/secret:rotate",
     tag = "webhooks",
-    params(TenantPath, IdempotencyKeyHeader),
+    params(TenantPath),
     responses(
         (status = 200, description = "Rotated; `secret` is the new one", body = WebhookSettingsViewDoc),
+        (status = 400, description = "An `Idempotency-Key` was sent (`bad_header`, `field`: `Idempotency-Key`): the answer is a secret, which is never kept, so this route takes no key; nothing was rotated", body = ErrorBody),
         (status = 404, description = "The tenant has not set its webhook settings", body = ErrorBody),
-        (status = 422, description = "`Idempotency-Key` was used with another request (`field`: `Idempotency-Key`)", body = ErrorBody),
-        IdempotentBodyErrors,
         TenantErrors,
     ),
     security(("bearer" = []), ("api_key" = []))

@@ -124,6 +124,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_EVENTS_WINDOW_H", |c, v| {
         set(&mut c.daemon.events_window_h, v.parse()?)
     }),
+    ("TOKI_EVENTS_REPLAY_RATE", |c, v| {
+        set(&mut c.daemon.events_replay_rate, v.parse()?)
+    }),
+    ("TOKI_EVENTS_REPLAY_BURST", |c, v| {
+        set(&mut c.daemon.events_replay_burst, v.parse()?)
+    }),
     ("TOKI_RETRY_BASE_MS", |c, v| {
         set(&mut c.daemon.retry_base_ms, v.parse()?)
     }),
@@ -141,6 +147,12 @@ const VARS: &[(&str, Apply)] = &[
     }),
     ("TOKI_LATE_CHANGE_CUTOFF_MS", |c, v| {
         set(&mut c.daemon.late_change_cutoff_ms, v.parse()?)
+    }),
+    ("TOKI_HTTP_HEADER_READ_TIMEOUT_MS", |c, v| {
+        set(&mut c.http.header_read_timeout_ms, v.parse()?)
+    }),
+    ("TOKI_HTTP_MAX_CONNECTIONS", |c, v| {
+        set(&mut c.http.max_connections, v.parse()?)
     }),
     ("TOKI_SMTP_URL", |c, v| {
         set(&mut c.mail.smtp_url, Some(v.text.into()))

@@ -110,6 +110,30 @@ pub struct Config {
     /// How many schedules, users and templates a tenant may store, unless
     /// its contract says otherwise.
     pub caps: TenantCaps,
+    /// How `toki serve`'s listeners (and a daemon's `--metrics-listen`)
+    /// take connections.
+    pub http: HttpConfig,
+}
+
+/// The connections an HTTP listener of Toki's takes (`crate::http`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// A request head must be whole this long after the connection opened
+    /// or its previous answer went out; else the connection is closed (a
+    /// half-sent request, and an idle keep-alive connection).
+    pub header_read_timeout_ms: u64,
+    /// Connections open at once per listener; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_read_timeout_ms: 10_000,
+            max_connections: 1024,
+        }
+    }
 }
 
 /// Tenant databases on a Postgres server: each tenant's database is named by
@@ -223,6 +247,11 @@ pub struct DaemonConfig {
     /// The longest delivery events are kept (listed and replayable), over
     /// every tenant's own `retention.events`: a deployment-wide cap.
     pub events_window_h: u64,
+    /// Replayed delivery events a second per tenant, per process
+    /// (docs/events.md: a replay is paced).
+    pub events_replay_rate: f64,
+    /// Replayed events at once after a quiet spell, per tenant.
+    pub events_replay_burst: u32,
 }
 
 /// How mail leaves Toki.
@@ -356,6 +385,7 @@ impl Default for Config {
             flow: FlowSettings::default(),
             api_quota: ApiQuota::default(),
             caps: TenantCaps::default(),
+            http: HttpConfig::default(),
         }
     }
 }
@@ -403,6 +433,8 @@ impl Default for DaemonConfig {
             reconcile_takeovers: d.reconcile_takeovers,
             events_poll_ms: DispatchSettings::default().poll.as_millis() as u64,
             events_window_h: 7 * 24,
+            events_replay_rate: DispatchSettings::default().replay_rate,
+            events_replay_burst: DispatchSettings::default().replay_burst,
         }
     }
 }
@@ -478,6 +510,8 @@ impl Config {
     pub fn events_settings(&self) -> DispatchSettings {
         DispatchSettings {
             poll: Duration::from_millis(self.daemon.events_poll_ms.max(10)),
+            replay_rate: self.daemon.events_replay_rate,
+            replay_burst: self.daemon.events_replay_burst,
             ..DispatchSettings::default()
         }
     }

@@ -23,7 +23,45 @@ pub(super) fn validate(config: &mut Config) -> anyhow::Result<()> {
     webhook(config)?;
     daemon_failures(config)?;
     databases(config)?;
+    http(config)?;
+    events_replay(config)?;
     default_tenant_database_template(config);
+    Ok(())
+}
+
+/// The pace of replayed delivery events.
+fn events_replay(config: &Config) -> anyhow::Result<()> {
+    let d = &config.daemon;
+    if !(d.events_replay_rate > 0.0 && d.events_replay_rate <= 10_000.0) {
+        bail!(
+            "daemon.events_replay_rate: {} is out of range (0, 10000] events a second",
+            d.events_replay_rate
+        );
+    }
+    if !(1..=100_000).contains(&d.events_replay_burst) {
+        bail!(
+            "daemon.events_replay_burst: {} is out of range 1..=100000",
+            d.events_replay_burst
+        );
+    }
+    Ok(())
+}
+
+/// The listeners' header-read timeout and connections.
+fn http(config: &Config) -> anyhow::Result<()> {
+    let h = &config.http;
+    if !(100..=600_000).contains(&h.header_read_timeout_ms) {
+        bail!(
+            "http.header_read_timeout_ms: {} is out of range 100..=600000",
+            h.header_read_timeout_ms
+        );
+    }
+    if !(1..=65_536).contains(&h.max_connections) {
+        bail!(
+            "http.max_connections: {} is out of range 1..=65536",
+            h.max_connections
+        );
+    }
     Ok(())
 }
 

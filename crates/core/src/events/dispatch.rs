@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
-use futures::FutureExt;
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -22,6 +21,8 @@ use toki_model::webhook_signature::signature_header;
 use toki_ports::events::{EventPoster, PostError, ProgressWrite, SignedPost};
 use toki_ports::{Clock, TenantDirectory, TenantStore, TenantStores};
 
+use super::pace::ReplayPace;
+
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
     /// How often the endpoints are looked at.
@@ -32,6 +33,11 @@ pub struct DispatchSettings {
     pub batch: usize,
     /// Requests at once to an unordered endpoint.
     pub unordered_concurrency: usize,
+    /// Replayed events a second, per tenant (its endpoints together), in
+    /// this process ([`super::pace`]).
+    pub replay_rate: f64,
+    /// Replayed events at once after a quiet spell, per tenant.
+    pub replay_burst: u32,
 }
 
 impl Default for DispatchSettings {
@@ -41,6 +47,8 @@ impl Default for DispatchSettings {
             hold: Duration::from_secs(60),
             batch: 50,
             unordered_concurrency: 8,
+            replay_rate: 50.0,
+            replay_burst: 200,
         }
     }
 }
@@ -62,6 +70,8 @@ pub struct Dispatcher {
     holder: String,
     settings: DispatchSettings,
     busy: Mutex<HashSet<(TenantId, EndpointId)>>,
+    /// Each tenant's replayed events, paced.
+    pace: ReplayPace,
     pub stats: DispatchStats,
 }
 
@@ -93,6 +103,7 @@ impl Dispatcher {
             poster,
             clock,
             holder,
+            pace: ReplayPace::new(settings.replay_rate, settings.replay_burst),
             settings,
             busy: Mutex::default(),
             stats: DispatchStats::default(),
@@ -157,23 +168,11 @@ impl Dispatcher {
         endpoint: EventEndpoint,
         revision: u64,
     ) {
-        let now = self.clock.now();
-        let until = now + chrono::Duration::from_std(self.settings.hold).expect("fits");
-        match store
-            .hold_endpoint(&endpoint.id, &self.holder, until, now)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: holding the endpoint failed");
-                return;
-            }
-        }
         let mut progress = endpoint.progress.clone();
         let mut revision = revision;
-        loop {
-            let pass = match self.pass(store, &endpoint, progress.cursor).await {
+        // Held again each pass: a long catch-up (a paced replay) keeps it.
+        while self.hold(tenant, store, &endpoint.id).await {
+            let pass = match self.pass(tenant, store, &endpoint, &progress).await {
                 Ok(pass) => pass,
                 Err(e) => {
                     warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: reading the log failed");
@@ -214,6 +213,19 @@ impl Dispatcher {
         }
     }
 
+    /// Takes (or renews) this process's hold on the endpoint; whether it has it.
+    async fn hold(&self, tenant: &TenantId, store: &dyn TenantStore, id: &EndpointId) -> bool {
+        let now = self.clock.now();
+        let until = now + chrono::Duration::from_std(self.settings.hold).expect("fits");
+        match store.hold_endpoint(id, &self.holder, until, now).await {
+            Ok(held) => held,
+            Err(e) => {
+                warn!(%tenant, endpoint = %id, error = %chain(&e), "delivery events: holding the endpoint failed");
+                false
+            }
+        }
+    }
+
     fn note_failure(&self, tenant: &TenantId, endpoint: &EndpointId, next: &EndpointProgress) {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         if let EndpointStatus::Disabled { reason } = &next.status {
@@ -224,13 +236,16 @@ impl Dispatcher {
         }
     }
 
-    /// One read of the log after `cursor` and its sending.
+    /// One read of the log after the cursor and its sending, a replayed
+    /// event only once the tenant's pace lets it.
     async fn pass(
         &self,
+        tenant: &TenantId,
         store: &dyn TenantStore,
         endpoint: &EventEndpoint,
-        cursor: u64,
+        progress: &EndpointProgress,
     ) -> Result<Pass, toki_ports::StoreError> {
+        let cursor = progress.cursor;
         let events = store.events_after(cursor, self.settings.batch).await?;
         let full = events.len() == self.settings.batch;
         let last = events.last().map_or(cursor, |e| e.seq);
@@ -246,7 +261,12 @@ impl Dispatcher {
         // Futures start when polled: `buffered` starts `concurrency` at a time.
         let sends: Vec<_> = wanted
             .into_iter()
-            .map(|e| self.send(endpoint, e).map(move |r| (e.seq, r)))
+            .map(|e| async move {
+                if progress.is_replay(e.seq) {
+                    self.pace.take(tenant).await;
+                }
+                (e.seq, self.send(endpoint, e).await)
+            })
             .collect();
         let sends = stream::iter(sends).buffered(concurrency);
         let results = up_to_first_error(sends).await;

@@ -1,7 +1,9 @@
 //! Delivery events: the endpoints a tenant registers (through the API and
-//! the CLI) and, in [`dispatch`], their sending.
+//! the CLI) and, in [`dispatch`], their sending, replays paced per tenant
+//! ([`pace`]).
 
 pub mod dispatch;
+pub mod pace;
 
 use std::sync::Arc;
 
@@ -179,13 +181,15 @@ impl EventEndpoints {
     ) -> Result<EventEndpoint, EventsError> {
         let (e, ()) = self
             .change(tenant, id, |e, now| {
-                e.progress = EndpointProgress::starting_at(e.progress.cursor, now);
+                e.progress = e.progress.resumed(now);
             })
             .await?;
         Ok(e)
     }
 
-    /// Sends again every event that occurred from `since` on (and enables).
+    /// Sends again every event that occurred from `since` on (and enables),
+    /// those logged by now at the tenant's replay rate
+    /// ([`dispatch::DispatchSettings::replay_rate`]).
     pub async fn replay(
         &self,
         tenant: &TenantId,
@@ -194,9 +198,10 @@ impl EventEndpoints {
     ) -> Result<EventEndpoint, EventsError> {
         let store = self.store(tenant).await?;
         let cursor = store.event_seq_before(since).await?;
+        let through = store.last_event_seq().await?;
         let (e, ()) = self
             .change(tenant, id, |e, now| {
-                e.progress = EndpointProgress::starting_at(cursor, now);
+                e.progress = e.progress.replaying(cursor, through, now);
             })
             .await?;
         Ok(e)

@@ -67,6 +67,10 @@ struct Setup {
 }
 
 async fn setup(tenants: &[&str]) -> Setup {
+    setup_with(tenants, DispatchSettings::default()).await
+}
+
+async fn setup_with(tenants: &[&str], settings: DispatchSettings) -> Setup {
     let kit = TestKit::new();
     for t in tenants {
         kit.tenant(t).await;
@@ -78,7 +82,7 @@ async fn setup(tenants: &[&str]) -> Setup {
         receiver.clone(),
         kit.clock.clone(),
         "test".into(),
-        DispatchSettings::default(),
+        settings,
     );
     let (shutdown, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(dispatcher.run(stop));
@@ -101,14 +105,25 @@ async fn register(
     kinds: EventKinds,
     ordering: EventOrdering,
 ) -> WebhookSecret {
+    register_at(s, tenant, "hook", &url(tenant), kinds, ordering).await
+}
+
+async fn register_at(
+    s: &Setup,
+    tenant: &str,
+    id: &str,
+    at: &str,
+    kinds: EventKinds,
+    ordering: EventOrdering,
+) -> WebhookSecret {
     let spec = EndpointSpec {
-        url: EndpointUrl::parse("url", &url(tenant)).unwrap(),
+        url: EndpointUrl::parse("url", at).unwrap(),
         kinds,
         ordering,
     };
     match s
         .endpoints
-        .put(&tenant.parse().unwrap(), &"hook".parse().unwrap(), spec)
+        .put(&tenant.parse().unwrap(), &id.parse().unwrap(), spec)
         .await
         .unwrap()
     {
@@ -283,5 +298,75 @@ async fn an_endpoint_gets_only_its_types_and_a_replay_sends_again_under_both_sec
     );
     verified_types(&got[1..], &first);
     verified_types(&got[1..], &second);
+    let _ = s.shutdown.send(true);
+}
+
+/// A replay goes out at the tenant's replay rate, its endpoints together,
+/// however often it is asked for; first sends and another tenant's replay
+/// are not held back by it.
+#[tokio::test(start_paused = true)]
+async fn replays_are_paced_per_tenant() {
+    let settings = DispatchSettings {
+        replay_rate: 10.0,
+        replay_burst: 10,
+        ..DispatchSettings::default()
+    };
+    let s = setup_with(&["r", "other"], settings).await;
+    let victim = "https://victim.example/events";
+    for id in ["one", "two"] {
+        register_at(
+            &s,
+            "r",
+            id,
+            victim,
+            EventKinds::all(),
+            EventOrdering::Unordered,
+        )
+        .await;
+    }
+    register(&s, "other", EventKinds::all(), EventOrdering::Unordered).await;
+    record(&s, "r", 98).await;
+    record(&s, "other", 98).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        s.receiver.got(victim).len(),
+        200,
+        "first sends are not paced"
+    );
+
+    // Both endpoints replay everything, and again a second later.
+    let r: TenantId = "r".parse().unwrap();
+    let since = s.kit.clock.now() - chrono::Duration::minutes(5);
+    for _ in 0..2 {
+        for id in ["one", "two"] {
+            s.endpoints
+                .replay(&r, &id.parse().unwrap(), since)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let other: TenantId = "other".parse().unwrap();
+    s.endpoints
+        .replay(&other, &"hook".parse().unwrap(), since)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Ten seconds of replaying: the burst and ten a second at most.
+    let replayed = s.receiver.got(victim).len() - 200;
+    assert!(
+        (60..=10 + 10 * 10).contains(&replayed),
+        "{replayed} replayed to one address in 10 s at 10 a second"
+    );
+    // Eight seconds of the other tenant's: its own burst and rate.
+    let theirs = s.receiver.got(&url("other")).len() - 100;
+    assert!(
+        (60..=10 + 10 * 8).contains(&theirs),
+        "{theirs} of another tenant's replayed in 8 s"
+    );
+    // In the end every event is replayed, once per endpoint.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let got = s.receiver.got(victim);
+    assert!(got.len() >= 400, "{}", got.len());
     let _ = s.shutdown.send(true);
 }

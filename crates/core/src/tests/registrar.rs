@@ -310,3 +310,76 @@ async fn a_slow_index_write_does_not_delay_the_direct_messages() {
         .unwrap();
     assert_eq!(got.len(), 4, "every message visible at due - lead");
 }
+
+/// Three schedules of two reminders each: six index rows.
+fn six_rows(kit: &TestKit) -> Vec<(toki_model::ScheduleId, toki_model::input::ScheduleInput)> {
+    let mut input = meeting(kit.now() + mins(120), 5, &["u0"], &[Channel::Chat]);
+    input.reminders.push(toki_model::input::RuleInput {
+        minutes_before: 60,
+        channels: vec!["chat".into()],
+    });
+    (0..3)
+        .map(|i| (format!("m{i}").parse().unwrap(), input.clone()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_past_its_budget_of_index_rows_is_refused_whole() {
+    use crate::registrar::OverBudget;
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let mut registrar = kit.registrar();
+    registrar.settings.batch.rows = 5;
+    match registrar.put_schedules(&t, &six_rows(&kit)).await {
+        Err(RegistrarError::OverBudget(OverBudget::Rows { limit: 5 })) => {}
+        other => panic!("expected the row budget, got {:?}", other.map(|r| r.len())),
+    }
+    assert!(kit.index.rows().is_empty(), "nothing mirrored");
+    let store = kit.stores.get(&t).unwrap();
+    assert_eq!(
+        store.get_schedule(&"m0".parse().unwrap()).await.unwrap(),
+        None,
+        "nothing written"
+    );
+    // Exactly at the budget, the batch goes through.
+    registrar.settings.batch.rows = 6;
+    let written = registrar.put_schedules(&t, &six_rows(&kit)).await.unwrap();
+    assert!(written.iter().all(|r| r.is_ok()));
+    assert_eq!(kit.index.rows().len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_past_its_budget_of_time_is_refused_whole() {
+    use crate::registrar::OverBudget;
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let mut registrar = kit.registrar();
+    registrar.settings.batch.time = Duration::ZERO;
+    match registrar.put_schedules(&t, &six_rows(&kit)).await {
+        Err(RegistrarError::OverBudget(OverBudget::Time { .. })) => {}
+        other => panic!("expected the time budget, got {:?}", other.map(|r| r.len())),
+    }
+    assert!(kit.index.rows().is_empty(), "nothing mirrored");
+    let store = kit.stores.get(&t).unwrap();
+    assert_eq!(
+        store.get_schedule(&"m0".parse().unwrap()).await.unwrap(),
+        None
+    );
+}
+
+/// The rows a batch mirrors carry the version each schedule was written
+/// with, though they were expanded before the write.
+#[tokio::test(start_paused = true)]
+async fn a_batchs_rows_carry_the_written_version() {
+    let kit = TestKit::new();
+    let t = kit.tenant("acme").await;
+    let registrar = kit.registrar();
+    registrar.put_schedules(&t, &six_rows(&kit)).await.unwrap();
+    let again = registrar.put_schedules(&t, &six_rows(&kit)).await.unwrap();
+    assert!(again
+        .iter()
+        .all(|r| r.as_ref().unwrap().schedule.version == 2));
+    let rows = kit.index.rows();
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r.reminder.version == 2), "{rows:?}");
+}

@@ -14,6 +14,7 @@ mod events;
 mod index;
 mod lease;
 mod queue;
+mod report;
 mod retention;
 mod store;
 mod suppression;

@@ -56,11 +56,13 @@ row! {
         last_error: Option<String>,
         revision: i64,
         created_at: i64,
+        replay_through: i64,
     }
 }
 
 const ENDPOINT_COLUMNS: &str = "id, url, kinds, ordering, secret, previous_secret, previous_until,
-    disabled_reason, cursor_seq, failures, next_attempt_at, last_error, revision, created_at";
+    disabled_reason, cursor_seq, failures, next_attempt_at, last_error, revision, created_at,
+    replay_through";
 
 fn ordering_str(o: EventOrdering) -> &'static str {
     match o {
@@ -114,6 +116,7 @@ impl EndpointRow {
                 failures: self.failures as u32,
                 next_attempt_at: instant("next_attempt_at", self.next_attempt_at)?,
                 last_error: self.last_error,
+                replay_through: self.replay_through.max(0) as u64,
             },
             created_at: instant("created_at", self.created_at)?,
         };
@@ -279,6 +282,7 @@ where
                 .bind(e.progress.last_error.clone())
                 .bind(1_i64)
                 .bind(e.created_at.timestamp_millis())
+                .bind(e.progress.replay_through as i64)
                 .bind("")
                 .bind(0_i64);
         });
@@ -288,7 +292,8 @@ where
                previous_secret = excluded.previous_secret, previous_until = excluded.previous_until,
                disabled_reason = excluded.disabled_reason, cursor_seq = excluded.cursor_seq,
                failures = excluded.failures, next_attempt_at = excluded.next_attempt_at,
-               last_error = excluded.last_error, revision = event_endpoints.revision + 1",
+               last_error = excluded.last_error, replay_through = excluded.replay_through,
+               revision = event_endpoints.revision + 1",
         );
         s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
         Ok(())
@@ -340,6 +345,8 @@ where
             .bind(p.next_attempt_at.timestamp_millis())
             .push(", last_error = ")
             .bind(p.last_error.clone())
+            .push(", replay_through = ")
+            .bind(p.replay_through as i64)
             .push(", revision = revision + 1 WHERE id = ")
             .bind(w.id.as_str())
             .push(" AND revision = ")

@@ -12,6 +12,7 @@ mod events;
 mod idempotency;
 mod offboard;
 mod outcomes;
+mod report;
 mod retention;
 mod rows;
 mod schedule_write;
@@ -173,6 +174,7 @@ where
     for<'r> audit::AuditRow: FromRow<'r, DB::Row>,
     for<'r> events::EndpointRow: FromRow<'r, DB::Row>,
     for<'r> retention::PurgeRow: FromRow<'r, DB::Row>,
+    for<'r> report::AggregateRow: FromRow<'r, DB::Row>,
     for<'r> idempotency::IdempotencyRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,

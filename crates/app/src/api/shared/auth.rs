@@ -2,7 +2,9 @@
 //! [`AuthedTenant`] runs only for a request whose bearer key (or
 //! `x-toki-api-key`) is its tenant's.
 
-use axum::extract::{FromRequestParts, Path};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +13,7 @@ use toki_model::{KeyName, TenantId};
 
 use super::error::{suspended, unauthorized, ApiError, ErrorCode};
 use super::state::{ApiState, API_KEY_HEADER};
+use super::throttle::Source;
 use toki_model::api_key::authenticate;
 
 /// The `{tenant}` of the path, its API key checked: a malformed or unknown
@@ -40,16 +43,33 @@ impl FromRequestParts<ApiState> for AuthedTenant {
     }
 }
 
-/// The path's tenant and the name of the key that opened it (see [`AuthedTenant`]).
+/// The path's tenant and the name of the key that opened it (see
+/// [`AuthedTenant`]). A source past its failures is answered 429 before
+/// anything is read; a 401 counts against its source ([`super::throttle`]).
 pub(crate) async fn authenticate_request(
     parts: &mut Parts,
     state: &ApiState,
 ) -> Result<(AuthedTenant, AuthedKey), Response> {
+    let source = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| Source::of(*peer));
+    if let Some(source) = source {
+        state
+            .failures
+            .check(source)
+            .map_err(IntoResponse::into_response)?;
+    }
     let Path(TenantParam { tenant }) = Path::from_request_parts(parts, state)
         .await
         .map_err(IntoResponse::into_response)?;
-    authorize_key(state, &tenant, &parts.headers)
-        .await
+    let authorized = authorize_key(state, &tenant, &parts.headers).await;
+    if let (Err(e), Some(source)) = (&authorized, source) {
+        if e.status() == StatusCode::UNAUTHORIZED {
+            state.failures.failed(source);
+        }
+    }
+    authorized
         .map(|(t, k)| (AuthedTenant(t), AuthedKey(k)))
         .map_err(IntoResponse::into_response)
 }
@@ -85,7 +105,7 @@ fn presented_key(headers: &HeaderMap) -> Result<&str, ApiError> {
 /// Checks the tenant id and its key against the tenant's record, then that
 /// the tenant is active (only a key holder learns it is suspended); the
 /// name of the key that matched (the audit log's actor).
-pub(crate) async fn authorize_key(
+async fn authorize_key(
     state: &ApiState,
     tenant: &str,
     headers: &HeaderMap,

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use toki_core::registrar::RegistrarError;
+use toki_core::registrar::{OverBudget, RegistrarError};
 use toki_model::ValidationError;
 use toki_ports::StoreError;
 use utoipa::ToSchema;
@@ -130,6 +130,18 @@ impl From<RegistrarError> for ApiError {
                 e.to_string(),
             )
             .with_field(Some(what.cap_name().to_owned())),
+            RegistrarError::OverBudget(e @ OverBudget::Rows { .. }) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::Invalid,
+                e.to_string(),
+            )
+            .with_field(Some("schedules".into())),
+            RegistrarError::OverBudget(e @ OverBudget::Time { .. }) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Unavailable,
+                e.to_string(),
+            )
+            .with_field(Some("schedules".into())),
             RegistrarError::NotFound(what) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 ErrorCode::NotFound,

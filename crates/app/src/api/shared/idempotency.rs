@@ -18,11 +18,18 @@
 //! purges up to [`PURGE_BATCH`] keys older than 24 h, so the table holds
 //! about a day of keys.
 //!
+//! The body is read within the route's own limit ([`IdempotentWrite::body_limit`]):
+//! a key never lets a route take more than it takes without one. A route
+//! whose answer is a secret (a signing secret's rotation) takes no key at
+//! all ([`refuse_idempotency_key`]): its answer is never kept, so no secret
+//! is ever in an idempotency row nor replayed to another of the tenant's keys.
+//!
 //! # Adopting it on a route
 //! In `router::tenant_routes`, one `route_layer` inside the quota's (so the
 //! tenant is authenticated first), e.g.
 //! `post(handler).route_layer(idempotent.clone()).route_layer(quota.clone())`,
-//! where `idempotent` is `from_fn_with_state(state, idempotent_write)`. The
+//! where `idempotent` is `from_fn_with_state(IdempotentWrite { api, body_limit }, idempotent_write)`
+//! with the route's body limit. The
 //! handler needs nothing: it sees the same request. Its answers must be JSON
 //! (or empty), as every answer of this API is.
 
@@ -60,9 +67,20 @@ pub const PURGE_BATCH: u32 = 100;
 /// bounds, with a few fields each: twice that limit is never reached.
 pub const MAX_KEPT_ANSWER_BYTES: usize = 2 * MAX_BATCH_BODY_BYTES;
 
+/// What the middleware is given: the API's state and the route's body limit.
+#[derive(Clone)]
+pub(crate) struct IdempotentWrite {
+    pub(crate) api: ApiState,
+    /// The route's own limit (its `DefaultBodyLimit`), which the body is read within.
+    pub(crate) body_limit: usize,
+}
+
 /// The middleware (see the module's documentation).
 pub(crate) async fn idempotent_write(
-    State(state): State<ApiState>,
+    State(IdempotentWrite {
+        api: state,
+        body_limit,
+    }): State<IdempotentWrite>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -76,7 +94,7 @@ pub(crate) async fn idempotent_write(
         Ok(AuthedTenant(t)) => t,
         Err(refused) => return refused,
     };
-    let body = match read_body(body).await {
+    let body = match read_body(body, body_limit).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -89,6 +107,21 @@ pub(crate) async fn idempotent_write(
     };
     let response = next.run(Request::from_parts(parts, Body::from(body))).await;
     run.finish(response).await
+}
+
+/// The middleware of a route whose answer is a secret: a request with an
+/// `Idempotency-Key` is refused (400 `bad_header` naming it) before it runs,
+/// so the answer is never kept nor replayed.
+pub(crate) async fn refuse_idempotency_key(request: Request, next: Next) -> Response {
+    if request.headers().contains_key(IDEMPOTENCY_KEY_HEADER) {
+        return bad_key(
+            "is not taken by this route: its answer is a new secret, which is never kept; \
+             send the request without it (a retry rotates again, and the secret before \
+             keeps signing for 24 h)",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// The request's key: none without the header, 400 for a bad one.
@@ -117,15 +150,15 @@ fn bad_key(problem: &str) -> ApiError {
     .with_field(Some(IDEMPOTENCY_KEY_HEADER.into()))
 }
 
-/// The body, whole (its digest needs it), within the API's largest limit;
-/// the route's own limit applies after, as without a key.
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    match Limited::new(body, MAX_BATCH_BODY_BYTES).collect().await {
+/// The body, whole (its digest needs it), within the route's own limit:
+/// no more is read than the route reads without a key.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::TooLarge,
-            format!("the request body exceeds {MAX_BATCH_BODY_BYTES} bytes"),
+            format!("the request body exceeds {limit} bytes"),
         )),
         Err(_) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -45,16 +45,32 @@ impl Bucket {
 
     /// Takes a token, or says how long until there is one.
     pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate.0).min(f64::from(self.burst));
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        self.peek(now)?;
+        self.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Whether there is a token (none is taken), or how long until there is one.
+    pub(crate) fn peek(&mut self, now: Instant) -> Result<(), Duration> {
+        if self.tokens(now) >= 1.0 {
             return Ok(());
         }
         // Saturates rather than panics on a rate no check let through.
         let wait = (1.0 - self.tokens) / self.rate.0;
         Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::MAX))
+    }
+
+    /// The tokens there are now (refilled since the last look).
+    pub(crate) fn tokens(&mut self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate.0).min(f64::from(self.burst));
+        self.at = now;
+        self.tokens
+    }
+
+    /// Whether the bucket has refilled to its burst.
+    pub(crate) fn is_full(&mut self, now: Instant) -> bool {
+        self.tokens(now) >= f64::from(self.burst)
     }
 }
 

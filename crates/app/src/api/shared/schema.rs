@@ -417,13 +417,16 @@ pub enum TenantErrors {
     #[response(status = 403)]
     Suspended(ErrorBody),
     /// Over the tenant's API rate or requests at once (`field` names the
-    /// limit); nothing was done: retry after `Retry-After` seconds.
+    /// limit), or too many failed authentications from this address;
+    /// nothing was done: retry after `Retry-After` seconds.
     #[response(
         status = 429,
         headers(("Retry-After" = u64, description = "Seconds to wait before retrying (rounded up)"))
     )]
     TooManyRequests(ErrorBody),
-    /// A backend cannot be reached; nothing was written: retry.
+    /// A backend cannot be reached, or a batch took longer than its budget
+    /// to validate and expand (`field`: `schedules`); nothing was written:
+    /// retry (a batch in smaller batches).
     #[response(status = 503)]
     Unavailable(ErrorBody),
     /// Ours (logged): nothing was written.
