@@ -2668,7 +2668,8 @@ pub mod report {
     };
 
     /// Delivered rows due at `due`, `late` ms late each, on `channel`
-    /// (a recipient each); `tag` keeps the recipients apart.
+    /// (a recipient each, a user who exists: an outcome is recorded only
+    /// for one); `tag` keeps the recipients apart.
     async fn delivered(
         s: &Arc<dyn TenantStore>,
         tag: &str,
@@ -2676,6 +2677,10 @@ pub mod report {
         due: DueAt,
         late: &[i64],
     ) {
+        for i in 0..late.len() {
+            let user = super::store::user(&format!("{tag}{i}"));
+            s.put_user(&user, due.0).await.unwrap();
+        }
         let rows: Vec<DeliveryOutcome> = late
             .iter()
             .enumerate()
@@ -2701,6 +2706,8 @@ pub mod report {
         delivered(&s, "c", Channel::Chat, at(20), &[5, 5]).await;
         // Before the window, and not delivered: neither counts.
         delivered(&s, "old", Channel::Mail, at(-120), &[1, 2, 3]).await;
+        let failed = super::store::user("failed");
+        s.put_user(&failed, base).await.unwrap();
         s.record_outcomes(&[DeliveryOutcome {
             key: super::store::key("failed", Channel::Mail),
             version: 1,

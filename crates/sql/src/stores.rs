@@ -538,13 +538,16 @@ mod incarnation_tests {
         }
     }
 
-    /// One process (a serving one) keeps its stores while another deletes
-    /// the tenant and creates it again at a new file: the serving one's
-    /// next read of the directory drops the old store, its writes land in
-    /// the new file (a fresh process reads them), and a write through the
-    /// handle it held fails rather than landing in the removed file.
-    #[tokio::test]
-    async fn a_recreated_tenant_is_written_in_its_new_file_by_a_process_that_kept_running() {
+    /// A serving process's stores over a fresh control database, and the
+    /// directory as its API reads it.
+    struct Serving {
+        dir: tempfile::TempDir,
+        raw: Arc<dyn TenantDirectory>,
+        serving: SqlTenantStores,
+        directory: super::CheckedDirectory,
+    }
+
+    async fn serving() -> Serving {
         let dir = tempfile::tempdir().unwrap();
         let control = ControlDb::open(&dir.path().join("control.sqlite"))
             .await
@@ -553,12 +556,38 @@ mod incarnation_tests {
             Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
         let serving = SqlTenantStores::new(raw.clone());
         let directory = serving.checked(raw.clone());
-        let tenant = "gone".parse().unwrap();
-        let first = dir.path().join("gone.0001.sqlite");
-        create_tenant_database(first.to_str().unwrap())
+        Serving {
+            dir,
+            raw,
+            serving,
+            directory,
+        }
+    }
+
+    /// `toki tenant create gone` at `file`: the database and its entry.
+    async fn created(raw: &Arc<dyn TenantDirectory>, file: &std::path::Path) -> std::path::PathBuf {
+        create_tenant_database(file.to_str().unwrap())
             .await
             .unwrap();
-        raw.put(&record(&first)).await.unwrap();
+        raw.put(&record(file)).await.unwrap();
+        file.to_path_buf()
+    }
+
+    /// One process (a serving one) keeps its stores while another deletes
+    /// the tenant and creates it again at a new file: the serving one's
+    /// next read of the directory drops the old store, its writes land in
+    /// the new file (a fresh process reads them), and a write through the
+    /// handle it held fails rather than landing in the removed file.
+    #[tokio::test]
+    async fn a_recreated_tenant_is_written_in_its_new_file_by_a_process_that_kept_running() {
+        let Serving {
+            dir,
+            raw,
+            serving,
+            directory,
+        } = serving().await;
+        let tenant = "gone".parse().unwrap();
+        let first = created(&raw, &dir.path().join("gone.0001.sqlite")).await;
         let now: toki_model::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
 
         directory.get(&tenant).await.unwrap();
@@ -568,11 +597,7 @@ mod incarnation_tests {
         // Another process: `toki tenant delete`, then `toki tenant create`.
         drop_tenant_database(first.to_str().unwrap()).await.unwrap();
         raw.delete(&tenant).await.unwrap();
-        let second = dir.path().join("gone.0002.sqlite");
-        create_tenant_database(second.to_str().unwrap())
-            .await
-            .unwrap();
-        raw.put(&record(&second)).await.unwrap();
+        created(&raw, &dir.path().join("gone.0002.sqlite")).await;
 
         let racing = held.put_user(&user("late"), now).await.unwrap_err();
         assert!(
@@ -602,20 +627,14 @@ mod incarnation_tests {
     /// next read, and opening it again fails.
     #[tokio::test]
     async fn a_deleted_tenant_store_is_dropped_at_the_next_directory_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let control = ControlDb::open(&dir.path().join("control.sqlite"))
-            .await
-            .unwrap();
-        let raw: Arc<dyn TenantDirectory> =
-            Arc::new(SqliteTenantDirectory::new(control.pool.clone()));
-        let serving = SqlTenantStores::new(raw.clone());
-        let directory = serving.checked(raw.clone());
+        let Serving {
+            dir,
+            raw,
+            serving,
+            directory,
+        } = serving().await;
         let tenant = "gone".parse().unwrap();
-        let file = dir.path().join("gone.0001.sqlite");
-        create_tenant_database(file.to_str().unwrap())
-            .await
-            .unwrap();
-        raw.put(&record(&file)).await.unwrap();
+        let file = created(&raw, &dir.path().join("gone.0001.sqlite")).await;
         serving.open(&tenant).await.unwrap();
         assert_eq!(serving.opened().await, vec![tenant.clone()]);
         drop_tenant_database(file.to_str().unwrap()).await.unwrap();
