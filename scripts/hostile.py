@@ -38,9 +38,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
+import http.client
+import urllib.parse
 
 BOMB = ("{% for a in range(100000) %}{% for b in range(100000) %}"
         "xxxxxxxxxx{% endfor %}{% endfor %}")
@@ -57,23 +58,30 @@ CONDITIONAL = ("{% if title == '" + BOOM + "' %}{% set b = body|e %}{% for c in 
                + "{% if 'zq' in b %}{% endif %}" * 8 + "{% endfor %}{% endif %}{{ name }}: {{ title }}")
 
 
-def call(method, url, key, body=None, raw=None):
-    """(status, seconds, parsed body or None) for one request."""
+# Where each party's connections leave from (any 127.0.0.0/8 address reaches
+# the server on 127.0.0.1): failed authentications are throttled per address,
+# so the stranger guessing keys has its own, as tenants and strangers would.
+A_ADDRESS, B_ADDRESS, STRANGER_ADDRESS = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+
+
+def call(method, url, key, body=None, raw=None, source=A_ADDRESS):
+    """(status, seconds, parsed body or None) for one request from `source`."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
+    parts = urllib.parse.urlsplit(url)
+    headers = {"content-type": "application/json"}
     if key is not None:
-        req.add_header("authorization", f"Bearer {key}")
-    req.add_header("content-type", "application/json")
+        headers["authorization"] = f"Bearer {key}"
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
     started = time.perf_counter()
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=(source, 0))
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read()
-            status = r.status
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        status = e.code
-    except (ConnectionError, urllib.error.URLError):
+        conn.request(method, target, body=data, headers=headers)
+        r = conn.getresponse()
+        text, status = r.read(), r.status
+    except (ConnectionError, http.client.HTTPException, OSError):
         return 0, time.perf_counter() - started, None  # cut off (an oversized body)
+    finally:
+        conn.close()
     took = time.perf_counter() - started
     try:
         return status, took, json.loads(text)
@@ -108,19 +116,24 @@ def probes(base, key):
         ("8 MB body", lambda: call("PUT", f"{a}/schedules/huge", key, {"title": "x" * (8 << 20)})),
         ("JSON 100,000 deep", lambda: call(
             "PUT", f"{a}/users/deep", key, raw=("[" * 100_000 + "]" * 100_000).encode())),
-        ("keyless report", lambda: call("GET", f"{base}/report", None)),
-        ("keyless metrics", lambda: call("GET", f"{base}/metrics", None)),
-        ("wrong key", lambda: call("GET", f"{a}/users/a0", "toki_" + "0" * 48)),
+        ("Slack channel id", lambda: call("PUT", f"{a}/users/channel", key, {
+            "name": "A channel", "slack_user_id": "C024BE91L"})),
+        ("keyless report", lambda: call("GET", f"{base}/report", None, source=STRANGER_ADDRESS)),
+        ("keyless metrics", lambda: call("GET", f"{base}/metrics", None, source=STRANGER_ADDRESS)),
+        ("wrong key", lambda: call("GET", f"{a}/users/a0", "toki_" + "0" * 48, source=STRANGER_ADDRESS)),
     ]
 
 
 def serve(toki, data):
-    """`toki serve` on a free port; the process and its base URL."""
-    proc = subprocess.Popen([toki, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+    """`toki serve` on free ports (the API, the operator's); the process and the API's base URL."""
+    proc = subprocess.Popen([toki, "serve", "--listen", "127.0.0.1:0", "--operator-listen", "127.0.0.1:0",
+                             "--data-dir", data],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         m = re.search(r"registrar API on (http://\S+)", line)
         if m:
+            # Read the rest, so that the server never blocks on a full pipe.
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
             return proc, m.group(1)
     sys.exit("toki serve did not start")
 
@@ -160,14 +173,15 @@ def hardest_loop(a, key, pacer):
     return low
 
 
-def register(base, tenant, key, users, title, body, due, pacer):
+def register(base, tenant, key, users, title, body, due, pacer, source):
     """`users` users (half English, half Japanese) and one meeting of theirs, reminded by chat at `due`."""
     url = f"{base}/v1/tenants/{tenant}"
     ids = [f"{tenant[-1]}{i}" for i in range(users)]
     for n, uid in enumerate(ids):
         pacer.wait()
         status, _, b = call("PUT", f"{url}/users/{uid}", key, {
-            "name": f"User {n}", "locale": "en" if n % 2 == 0 else "ja", "time_zone": "Asia/Tokyo"})
+            "name": f"User {n}", "locale": "en" if n % 2 == 0 else "ja", "time_zone": "Asia/Tokyo"},
+            source=source)
         assert status == 200, (tenant, status, b)
         if n % 50 == 0:
             print(f"{tenant}: {n}/{users} users", file=sys.stderr, end="\r")
@@ -175,7 +189,8 @@ def register(base, tenant, key, users, title, body, due, pacer):
     pacer.wait()
     status, _, b = call("PUT", f"{url}/schedules/meeting", key, {
         "title": title, "body": body, "starts_at": starts.isoformat().replace("+00:00", "Z"),
-        "participants": ids, "reminders": [{"minutes_before": 1, "channels": ["chat"]}]})
+        "participants": ids, "reminders": [{"minutes_before": 1, "channels": ["chat"]}]},
+        source=source)
     assert status == 200, (tenant, status, b)
     print(file=sys.stderr)
 
@@ -244,8 +259,9 @@ def main():
         setup_s = (args.a_users + args.b_users) / per_s
         due = (datetime.datetime.now(datetime.timezone.utc)
                + datetime.timedelta(seconds=setup_s + args.lead_s)).replace(microsecond=0)
-        register(base, "tenant-a", key, args.a_users, BOOM, "'" * 10_000, due, pacer)
-        register(base, "tenant-b", keys["tenant-b"], args.b_users, "All hands", "", due, Pacer(per_s))
+        register(base, "tenant-a", key, args.a_users, BOOM, "'" * 10_000, due, pacer, A_ADDRESS)
+        register(base, "tenant-b", keys["tenant-b"], args.b_users, "All hands", "", due, Pacer(per_s),
+                 B_ADDRESS)
         host, port = base.removeprefix("http://").rsplit(":", 1)
         slow = []
         for _ in range(200):

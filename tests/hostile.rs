@@ -16,7 +16,7 @@ use std::time::Duration;
 use chrono::Duration as ChronoDuration;
 use serde_json::{json, Value};
 
-use common::process::{create_tenant, serve, TOKI};
+use common::process::{create_tenant, serve_operated, TOKI};
 
 /// The "status" of a request the server cut off while it was still sending.
 const CUT_OFF: u16 = 0;
@@ -35,9 +35,23 @@ struct Answer {
 }
 
 struct Probes {
+    /// A's client.
     http: reqwest::Client,
+    /// A stranger's, guessing keys from another address (failed
+    /// authentications are throttled per address).
+    stranger: reqwest::Client,
     base: String,
     key: String,
+}
+
+/// A client whose connections leave from `address` (any 127.0.0.0/8
+/// address reaches the server on 127.0.0.1): each party has its own, as
+/// tenants and strangers would.
+fn client_from(address: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(address))
+        .build()
+        .unwrap()
 }
 
 impl Probes {
@@ -71,6 +85,41 @@ impl Probes {
             put.bearer_auth(&self.key).json(&json!({"text": text})),
         )
         .await
+    }
+
+    /// Each `in` walks a whole range: bounded by the work it does, not by
+    /// its instructions.
+    async fn range_walk(&self) -> Answer {
+        let text = "{% for i in range(1500) %}{% if 9999 in range(10000) %}{% endif %}{% endfor %}Hi {{ name }}";
+        let put = self.http.put(self.url("templates/chat/en"));
+        self.send(
+            "range-walking template",
+            put.bearer_auth(&self.key).json(&json!({"text": text})),
+        )
+        .await
+    }
+
+    async fn broadcast_mention(&self) -> Answer {
+        let put = self.http.put(self.url("templates/slack/en"));
+        let text = "<!channel> {{ title }} starts soon";
+        self.send(
+            "broadcast mention",
+            put.bearer_auth(&self.key).json(&json!({"text": text})),
+        )
+        .await
+    }
+
+    async fn slack_channel_id(&self) -> Answer {
+        let put = self.http.put(self.url("users/channel"));
+        let body = json!({"name": "A channel", "slack_user_id": "C024BE91L"});
+        self.send("Slack channel id", put.bearer_auth(&self.key).json(&body))
+            .await
+    }
+
+    /// The operator's surfaces, asked for on the tenant API's port.
+    async fn keyless(&self, probe: &'static str, path: &str) -> Answer {
+        let get = self.stranger.get(format!("{}{path}", self.base));
+        self.send(probe, get).await
     }
 
     async fn ancient_series(&self) -> Answer {
@@ -129,7 +178,7 @@ impl Probes {
     }
 
     async fn wrong_key(&self, i: usize) -> Answer {
-        let get = self.http.get(self.url("users/a0"));
+        let get = self.stranger.get(self.url("users/a0"));
         self.send("wrong key", get.bearer_auth(format!("toki_{i:048x}")))
             .await
     }
@@ -204,19 +253,19 @@ async fn register_b(
     due
 }
 
-/// Waits until the server has delivered B's chat reminders (its `/metrics`:
-/// A has none), scraped every 200 ms; returns when that was seen, or `None`
-/// after `timeout`.
+/// Waits until the server has delivered B's chat reminders (`/metrics` on
+/// its operator listener: A has none), scraped every 200 ms; returns when
+/// that was seen, or `None` after `timeout`.
 async fn b_delivered(
     http: &reqwest::Client,
-    base: &str,
+    operator: &str,
     timeout: Duration,
 ) -> Option<chrono::DateTime<chrono::Utc>> {
     let series = "toki_delivery_lateness_seconds_count{channel=\"chat\"}";
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let text = http
-            .get(format!("{base}/metrics"))
+            .get(format!("{operator}/metrics"))
             .send()
             .await
             .unwrap()
@@ -245,6 +294,11 @@ async fn probe_until(probes: &Probes, stop: &std::sync::atomic::AtomicBool) -> V
     let mut round = 0;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         answers.push(probes.template_bomb().await);
+        answers.push(probes.range_walk().await);
+        answers.push(probes.broadcast_mention().await);
+        answers.push(probes.slack_channel_id().await);
+        answers.push(probes.keyless("keyless report", "/report").await);
+        answers.push(probes.keyless("keyless metrics", "/metrics").await);
         answers.push(probes.ancient_series().await);
         answers.push(probes.never_matching_rule().await);
         answers.push(probes.far_listing().await);
@@ -261,7 +315,8 @@ async fn probe_until(probes: &Probes, stop: &std::sync::atomic::AtomicBool) -> V
 }
 
 /// Each probe refused with the status and the field or code it should name,
-/// or throttled: after A's storm its bucket may be empty, and a 429 costs
+/// or throttled: after A's storm its bucket may be empty, after the
+/// stranger's first failures its address is throttled, and a 429 costs
 /// nothing either. Every probe got its own answer at least once.
 fn check_answers(answers: &[Answer]) {
     let mut answered: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -270,8 +325,17 @@ fn check_answers(answers: &[Answer]) {
             assert_eq!(a.status, status, "{}: {}", a.probe, a.body);
             assert_eq!(a.body["error"]["field"], field, "{}: {}", a.probe, a.body);
         };
+        let says = |status: u16, words: &str| {
+            assert_eq!(a.status, status, "{}: {}", a.probe, a.body);
+            let message = a.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(words), "{}: {}", a.probe, a.body);
+        };
         match a.probe {
-            "template bomb" => named(422, "text"),
+            "template bomb" => says(422, "range has more than 10000 numbers"),
+            "range-walking template" => says(422, "(work limit)"),
+            "broadcast mention" => says(422, "whole channel"),
+            "Slack channel id" => named(422, "slack_user_id"),
+            "keyless report" | "keyless metrics" => assert_eq!(a.status, 404, "{}", a.probe),
             "series from 1900" | "rule never matching" => named(422, "starts_at"),
             "listing in 9998" => assert!(
                 a.status == 200 || a.status == 422,
@@ -294,17 +358,27 @@ fn check_answers(answers: &[Answer]) {
     }
     assert_eq!(
         answered.len(),
-        8,
+        13,
         "every probe answered on its own: {answered:?}"
     );
+    let wrong: Vec<u16> = answers
+        .iter()
+        .filter(|a| a.probe == "wrong key")
+        .map(|a| a.status)
+        .collect();
     assert!(
-        answers
-            .iter()
-            .all(|a| a.probe != "wrong key" || a.status == 401),
-        "401 first"
+        wrong[..10].iter().all(|&s| s == 401),
+        "401 first: {wrong:?}"
     );
-    let throttled = answers.iter().filter(|a| a.status == 429).count();
-    assert!(throttled > 0, "A's storm met its rate limit");
+    assert!(
+        wrong.iter().all(|&s| s == 401 || s == 429) && wrong.contains(&429),
+        "then the stranger's address is throttled: {wrong:?}"
+    );
+    let storm_throttled = answers
+        .iter()
+        .filter(|a| a.probe == "PUT storm" && a.status == 429)
+        .count();
+    assert!(storm_throttled > 0, "A's storm met its rate limit");
 }
 
 /// The probes' answer times, one row per probe (stderr; not asserted).
@@ -335,18 +409,20 @@ async fn a_hostile_tenant_delays_no_one_else() {
     let data = tempfile::tempdir().unwrap();
     let key_a = create_tenant(data.path(), "tenant-a");
     let key_b = create_tenant(data.path(), "tenant-b");
-    let (mut server, base) = serve(data.path(), |cmd| {
+    let (mut server, base, operator) = serve_operated(data.path(), |cmd| {
         // The default quota (the harness lifts it for the other tests).
         cmd.env("TOKI_API_RATE", "50")
             .env("TOKI_API_BURST", "100")
             .env("TOKI_API_CONCURRENCY", "16");
     });
-    let http = reqwest::Client::new();
+    let http = client_from([127, 0, 0, 1]);
     let probes = Probes {
         http: http.clone(),
+        stranger: client_from([127, 0, 0, 3]),
         base: base.clone(),
         key: key_a,
     };
+    let http_b = client_from([127, 0, 0, 2]);
     // A valid daily series of A's, for the far listing.
     let daily = json!({
         "title": "Daily", "starts_at": common::pipeline::due_in(3600).to_rfc3339(),
@@ -362,8 +438,8 @@ async fn a_hostile_tenant_delays_no_one_else() {
     // A's probes run until B's reminders are all delivered (or B gives up).
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (answers, (due, seen)) = tokio::join!(probe_until(&probes, &stop), async {
-        let due = register_b(&http, &base, &key_b).await;
-        let seen = b_delivered(&http, &base, Duration::from_secs(120)).await;
+        let due = register_b(&http_b, &base, &key_b).await;
+        let seen = b_delivered(&http_b, &operator, Duration::from_secs(120)).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         (due, seen)
     });
