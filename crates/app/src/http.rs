@@ -2,7 +2,8 @@
 //! daemon's `--metrics-listen` do: HTTP/1.1, whose request head must arrive
 //! within [`ConnectionLimits::header_read`] of the connection opening or of
 //! its previous answer (so a half-sent request, and an idle keep-alive
-//! connection, is closed after that long), at most
+//! connection, is closed after that long), a body whole within
+//! [`ConnectionLimits::body_read`] of its head ([`deadline`]), at most
 //! [`ConnectionLimits::max_connections`] open at once (more wait in the
 //! listen backlog, not accepted, until one closes), each request carrying its
 //! peer's address (`ConnectInfo<SocketAddr>`), and a graceful shutdown: no
@@ -24,6 +25,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::HttpConfig;
 
+mod deadline;
+
+pub use deadline::{BodyReadError, DeadlineBody};
+
 /// How long an accept that failed (out of file descriptors) waits before the
 /// next, as axum's own `serve` does.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -34,6 +39,8 @@ pub struct ConnectionLimits {
     /// A request head must be whole this long after the connection opened
     /// or its previous answer went out; else the connection is closed.
     pub header_read: Duration,
+    /// A request body must be whole this long after its head.
+    pub body_read: Duration,
     /// Connections open at once; the next waits to be accepted.
     pub max_connections: usize,
 }
@@ -42,6 +49,7 @@ impl From<&HttpConfig> for ConnectionLimits {
     fn from(c: &HttpConfig) -> Self {
         ConnectionLimits {
             header_read: Duration::from_millis(c.header_read_timeout_ms),
+            body_read: Duration::from_millis(c.body_read_timeout_ms),
             max_connections: c.max_connections,
         }
     }
@@ -79,7 +87,8 @@ pub async fn serve(
             accepted = accept(&listener) => accepted,
             () = &mut shutdown => break,
         };
-        let connection = http.serve_connection(TokioIo::new(stream), service(&router, peer));
+        let service = service(&router, peer, limits.body_read);
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(serve_one(connection, slot));
     }
@@ -104,10 +113,12 @@ async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
-/// `router` for one connection: each request with the peer's address.
+/// `router` for one connection: each request with the peer's address, its
+/// body due whole `body_read` after its head.
 fn service(
     router: &Router,
     peer: SocketAddr,
+    body_read: Duration,
 ) -> impl hyper::service::Service<
     hyper::Request<Incoming>,
     Response = axum::response::Response,
@@ -117,7 +128,8 @@ fn service(
     let router = router.clone();
     hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(peer));
-        tower::ServiceExt::oneshot(router.clone(), request.map(axum::body::Body::new))
+        let request = request.map(|body| DeadlineBody::wrap(body, body_read));
+        tower::ServiceExt::oneshot(router.clone(), request)
     })
 }
 

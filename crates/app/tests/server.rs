@@ -1,13 +1,14 @@
 //! Connections as `toki serve` takes them (`toki_app::http::serve`), on a
 //! real socket and the paused clock: a request head not sent whole within
 //! the header-read timeout gets the connection closed, an idle keep-alive
-//! connection too, and past the connection limit a connection is not
+//! connection too, a body not sent whole within the body-read timeout is
+//! refused and its connection closed, and past the connection limit a connection is not
 //! served until another closes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
+use axum::routing::{get, put};
 use axum::Router;
 use toki_app::http::{serve, ConnectionLimits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,7 +23,9 @@ const NEVER: Duration = Duration::from_secs(3600);
 async fn server(limits: ConnectionLimits) -> (std::net::SocketAddr, oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = Router::new().route("/hello", get(|| async { "hello" }));
+    let router = Router::new()
+        .route("/hello", get(|| async { "hello" }))
+        .route("/echo", put(|body: String| async move { body }));
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(serve(listener, router, limits, async move {
         let _ = stopped.await;
@@ -71,6 +74,7 @@ async fn hello(stream: &mut TcpStream) -> String {
 async fn half_a_request_line_gets_the_connection_closed() {
     let limits = ConnectionLimits {
         header_read: Duration::from_secs(10),
+        body_read: Duration::from_secs(60),
         max_connections: 16,
     };
     let (addr, _stop) = server(limits).await;
@@ -82,9 +86,42 @@ async fn half_a_request_line_gets_the_connection_closed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_body_sent_slowly_is_refused_and_its_connection_closed() {
+    let limits = ConnectionLimits {
+        header_read: Duration::from_secs(10),
+        body_read: Duration::from_secs(60),
+        max_connections: 16,
+    };
+    let (addr, _stop) = server(limits).await;
+    // A whole body within the time is read and echoed.
+    let mut quick = TcpStream::connect(addr).await.unwrap();
+    quick
+        .write_all(b"PUT /echo HTTP/1.1\r\nhost: toki\r\ncontent-length: 5\r\n\r\nhi yo")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = quick.read(&mut buf).await.unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("hi yo"),
+        "{answer}"
+    );
+
+    // Ten bytes of a hundred, then nothing.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"PUT /echo HTTP/1.1\r\nhost: toki\r\ncontent-length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let (answer, closed) = read_to_close(&mut slow).await;
+    assert!(closed, "the server held a slow body for an hour");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_idle_keep_alive_connection_is_closed() {
     let limits = ConnectionLimits {
         header_read: Duration::from_secs(10),
+        body_read: Duration::from_secs(60),
         max_connections: 16,
     };
     let (addr, _stop) = server(limits).await;
@@ -99,6 +136,7 @@ async fn an_idle_keep_alive_connection_is_closed() {
 async fn past_the_limit_a_connection_waits_until_one_closes() {
     let limits = ConnectionLimits {
         header_read: 2 * NEVER,
+        body_read: 2 * NEVER,
         max_connections: 1,
     };
     let (addr, _stop) = server(limits).await;

@@ -151,6 +151,9 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_HTTP_HEADER_READ_TIMEOUT_MS", |c, v| {
         set(&mut c.http.header_read_timeout_ms, v.parse()?)
     }),
+    ("TOKI_HTTP_BODY_READ_TIMEOUT_MS", |c, v| {
+        set(&mut c.http.body_read_timeout_ms, v.parse()?)
+    }),
     ("TOKI_HTTP_MAX_CONNECTIONS", |c, v| {
         set(&mut c.http.max_connections, v.parse()?)
     }),

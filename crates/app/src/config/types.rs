@@ -123,6 +123,9 @@ pub struct HttpConfig {
     /// or its previous answer went out; else the connection is closed (a
     /// half-sent request, and an idle keep-alive connection).
     pub header_read_timeout_ms: u64,
+    /// A request body must be whole this long after its head; else reading
+    /// it fails (400) and the connection is closed (a body sent slowly).
+    pub body_read_timeout_ms: u64,
     /// Connections open at once per listener; more wait to be accepted.
     pub max_connections: usize,
 }
@@ -131,6 +134,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 60_000,
             max_connections: 1024,
         }
     }

@@ -47,14 +47,16 @@ fn events_replay(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The listeners' header-read timeout and connections.
+/// The listeners' read timeouts and connections.
 fn http(config: &Config) -> anyhow::Result<()> {
     let h = &config.http;
-    if !(100..=600_000).contains(&h.header_read_timeout_ms) {
-        bail!(
-            "http.header_read_timeout_ms: {} is out of range 100..=600000",
-            h.header_read_timeout_ms
-        );
+    for (name, ms) in [
+        ("header_read_timeout_ms", h.header_read_timeout_ms),
+        ("body_read_timeout_ms", h.body_read_timeout_ms),
+    ] {
+        if !(100..=600_000).contains(&ms) {
+            bail!("http.{name}: {ms} is out of range 100..=600000");
+        }
     }
     if !(1..=65_536).contains(&h.max_connections) {
         bail!(
