@@ -12,6 +12,9 @@ use std::time::Duration;
 use toki_model::domain::TenantId;
 use tokio::time::Instant;
 
+/// Buckets kept before the full ones are forgotten.
+const FORGET_FULL_PAST: usize = 1024;
+
 /// A tenant's replay tokens.
 #[derive(Debug)]
 struct Bucket {
@@ -51,6 +54,14 @@ impl ReplayPace {
     fn try_take(&self, tenant: &TenantId, now: Instant) -> Option<Duration> {
         let mut buckets = self.buckets.lock().expect("pace lock");
         let burst = f64::from(self.burst);
+        if buckets.len() >= FORGET_FULL_PAST && !buckets.contains_key(tenant) {
+            // A full bucket says nothing a new one would not: forget those,
+            // so the map holds only tenants replaying lately.
+            let rate = self.rate;
+            buckets.retain(|_, b| {
+                b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * rate < burst
+            });
+        }
         let bucket = buckets.entry(tenant.clone()).or_insert(Bucket {
             tokens: burst,
             at: now,
@@ -84,5 +95,18 @@ mod tests {
         let before_b = Instant::now();
         pace.take(&b).await;
         assert_eq!(before_b.elapsed(), Duration::ZERO, "b has its own");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn buckets_refilled_are_forgotten() {
+        let pace = ReplayPace::new(10.0, 5);
+        for i in 0..FORGET_FULL_PAST {
+            pace.take(&format!("t{i}").parse().unwrap()).await;
+        }
+        let busy: TenantId = "busy".parse().unwrap();
+        assert_eq!(pace.buckets.lock().unwrap().len(), FORGET_FULL_PAST);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pace.take(&busy).await;
+        assert_eq!(pace.buckets.lock().unwrap().len(), 1, "only the new one");
     }
 }
