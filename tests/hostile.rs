@@ -2,7 +2,10 @@
 //! tenant A sends every probe SECURITY.md lists, tenant B registers through
 //! the same API and its reminders, due at one instant, are all delivered
 //! while A's probes are still running; each probe is refused with a 4xx that
-//! names the problem, and the server's memory stays bounded.
+//! names the problem, and the server's memory stays bounded. Then A erases
+//! a person (found in no byte of its files after) and the operator deletes
+//! and re-creates a third tenant under the running server (the new key's
+//! write lands in the new database).
 //!
 //! How long each probe took (`scripts/hostile.py` measures it on a release
 //! build for SECURITY.md) and how late B's reminders went are printed on
@@ -16,7 +19,7 @@ use std::time::Duration;
 use chrono::Duration as ChronoDuration;
 use serde_json::{json, Value};
 
-use common::process::{create_tenant, serve_operated, TOKI};
+use common::process::{assert_in_no_byte, create_tenant, serve_operated, tenant_file, TOKI};
 
 /// The "status" of a request the server cut off while it was still sending.
 const CUT_OFF: u16 = 0;
@@ -288,6 +291,81 @@ async fn b_delivered(
     }
 }
 
+/// What A's erased person was called: found in no byte of A's files after.
+const ERASED: [&str; 3] = [
+    "Wilhelmina Quuxbridge",
+    "wilhelmina.quuxbridge@example.com",
+    "U0WQUUX1234",
+];
+
+/// A writes a person twice (an edit leaves an old version of the row in
+/// its pages) and erases them through the API.
+async fn erase_a_person(probes: &Probes) {
+    let [name, email, slack] = ERASED;
+    for n in [format!("{name} (old)"), name.to_owned()] {
+        let body = json!({"name": n, "email": email, "slack_user_id": slack});
+        let put = probes.http.put(probes.url("users/erased"));
+        let r = put.bearer_auth(&probes.key).json(&body).send().await;
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    let delete = probes.http.delete(probes.url("users/erased?erase=true"));
+    let r = delete.bearer_auth(&probes.key).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// The operator deletes tenant C and creates it again while the server
+/// runs: the old key opens nothing, the new key's write lands in the new
+/// database (its name is in C's one file), the old user is not there.
+async fn recreate_under_a_running_server(
+    http: &reqwest::Client,
+    base: &str,
+    data: &std::path::Path,
+) {
+    let url = format!("{base}/v1/tenants/tenant-c/users/c1");
+    let put = |key: &str, name: &str| http.put(&url).bearer_auth(key).json(&json!({"name": name}));
+    let old_key = create_tenant(data, "tenant-c");
+    assert_eq!(
+        put(&old_key, "Before Deletion")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let deleted = std::process::Command::new(TOKI)
+        .args(["tenant", "delete", "tenant-c", "--yes", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(deleted.status.success(), "{deleted:?}");
+    let new_key = create_tenant(data, "tenant-c");
+    let get = http.get(&url).bearer_auth(&new_key).send().await.unwrap();
+    assert_eq!(get.status(), 404, "the new tenant starts empty");
+    assert_eq!(put(&old_key, "Old Key").send().await.unwrap().status(), 401);
+    assert_eq!(
+        put(&new_key, "After Creation")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+/// After the server stopped: C's one database holds the new key's write,
+/// not the old one's.
+fn check_recreated(data: &std::path::Path) {
+    let file = tenant_file(data, "tenant-c");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend(std::fs::read(format!("{}-wal", file.display())).unwrap_or_default());
+    let holds = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+    assert!(
+        holds("After Creation"),
+        "the new key's write is in the new database"
+    );
+    assert!(!holds("Before Deletion"), "nothing of the old one");
+}
+
 /// A's probes, over and over until `stop`: every answer kept.
 async fn probe_until(probes: &Probes, stop: &std::sync::atomic::AtomicBool) -> Vec<Answer> {
     let mut answers = Vec::new();
@@ -434,6 +512,8 @@ async fn a_hostile_tenant_delays_no_one_else() {
         .bearer_auth(&probes.key)
         .json(&daily);
     assert_eq!(r.send().await.unwrap().status(), 200);
+    // Before the storms leave A's rate spent.
+    erase_a_person(&probes).await;
     let _slow = slow_clients(&base, 200);
     // A's probes run until B's reminders are all delivered (or B gives up).
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -456,6 +536,7 @@ async fn a_hostile_tenant_delays_no_one_else() {
     );
     check_answers(&answers);
     print_times(&answers);
+    recreate_under_a_running_server(&http, &base, data.path()).await;
     let peak = peak_rss_mb(server.pid());
     eprintln!("toki serve peak RSS: {peak:.0} MB");
     assert!(
@@ -471,6 +552,8 @@ async fn a_hostile_tenant_delays_no_one_else() {
         .unwrap();
     let report: Value = serde_json::from_slice(&report.stdout).unwrap();
     check_b_delivered(&report);
+    assert!(assert_in_no_byte(&tenant_file(data.path(), "tenant-a"), &ERASED) > 0);
+    check_recreated(data.path());
 }
 
 /// Every one of B's chat reminders delivered, none before its instant; how

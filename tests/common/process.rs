@@ -183,3 +183,22 @@ pub fn serve_operated(
         .to_owned();
     (process, api, operator)
 }
+
+/// Asserts that no byte of `file` nor of its WAL holds any of `needles`
+/// (ASCII case ignored): what an erasure must leave, in no table and in no
+/// old page. Returns the main file's length (it was read).
+pub fn assert_in_no_byte(file: &std::path::Path, needles: &[&str]) -> usize {
+    let mut lengths = Vec::new();
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", file.display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for needle in needles {
+            let at = bytes
+                .windows(needle.len())
+                .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()));
+            assert!(at.is_none(), "{needle:?} in {path} at byte {at:?}");
+        }
+        lengths.push(bytes.len());
+    }
+    lengths[0]
+}
