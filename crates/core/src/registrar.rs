@@ -20,7 +20,7 @@ use thiserror::Error;
 use tracing::warn;
 
 use crate::enqueue::enqueue;
-use crate::render_pool::RenderPool;
+use crate::render_pool::{Lane, Purpose, RenderPool};
 use crate::settings::PipelineSettings;
 use toki_model::domain::{
     Channel, Instant, OccurrenceException, Reminder, Schedule, ScheduleId, ScheduledOccurrence,
@@ -201,8 +201,12 @@ impl Registrar {
     ) -> Result<ReminderTemplate, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let (locale, input) = (locale.to_owned(), input.clone());
+        let lane = Lane {
+            tenant: tenant.clone(),
+            purpose: Purpose::Registration,
+        };
         let template = RenderPool::global()
-            .run(tenant, move || {
+            .run(lane, move || {
                 ReminderTemplate::validate(channel, &locale, &input)
             })
             .await?;

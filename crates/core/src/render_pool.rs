@@ -6,7 +6,9 @@
 //! tokio's blocking pool it would compete with them at equal priority. Here
 //! the sends always come first, one tenant's jobs run one at a time, and a
 //! tenant with a queue of slow jobs waits its turn behind the others' single
-//! jobs rather than ahead of them.
+//! jobs rather than ahead of them. A tenant's registrations have a lane of
+//! their own beside its deliveries' ([`Lane`]): a template checked through
+//! the API does not wait for the tenant's batch being planned.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -20,6 +22,22 @@ const NICENESS: i32 = 10;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// What a render is for: each tenant has one job at a time in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// A template checked as it is registered.
+    Registration,
+    /// A batch of deliveries planned.
+    Delivery,
+}
+
+/// A tenant's jobs of one purpose: run one at a time, in turn with the others.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lane {
+    pub tenant: TenantId,
+    pub purpose: Purpose,
+}
+
 /// The threads, and the jobs waiting for them, tenant by tenant.
 pub struct RenderPool {
     shared: Arc<Shared>,
@@ -30,13 +48,13 @@ struct Shared {
     ready: Condvar,
 }
 
-/// Jobs by tenant; the tenants with jobs and none running, in turn order.
+/// Jobs by lane; the lanes with jobs and none running, in turn order.
 #[derive(Default)]
 struct Queue {
-    turns: VecDeque<TenantId>,
-    jobs: HashMap<TenantId, VecDeque<Job>>,
-    /// Tenants with a job running now (not in `turns` meanwhile).
-    running: std::collections::HashSet<TenantId>,
+    turns: VecDeque<Lane>,
+    jobs: HashMap<Lane, VecDeque<Job>>,
+    /// Lanes with a job running now (not in `turns` meanwhile).
+    running: std::collections::HashSet<Lane>,
     closed: bool,
 }
 
@@ -70,20 +88,20 @@ impl RenderPool {
         RenderPool { shared }
     }
 
-    /// Runs `job` for `tenant` on a render thread, after the tenant's
-    /// earlier jobs; its result. A panic in the job is one here.
+    /// Runs `job` in `lane` on a render thread, after the lane's earlier
+    /// jobs; its result. A panic in the job is one here.
     ///
     /// The answer is awaited on a blocking thread rather than a channel the
     /// runtime polls, so that tokio's paused clock (tests) does not jump
     /// ahead while a render runs, as it would not for `spawn_blocking`.
     pub async fn run<R: Send + 'static>(
         &self,
-        tenant: &TenantId,
+        lane: Lane,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> R {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.submit(
-            tenant,
+            lane,
             Box::new(move || {
                 let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 let _ = tx.send(out);
@@ -99,12 +117,13 @@ impl RenderPool {
         }
     }
 
-    fn submit(&self, tenant: &TenantId, job: Job) {
+    fn submit(&self, lane: Lane, job: Job) {
         let mut q = self.shared.lock();
-        q.jobs.entry(tenant.clone()).or_default().push_back(job);
-        let queued = q.jobs[tenant].len() == 1;
-        if queued && !q.running.contains(tenant) {
-            q.turns.push_back(tenant.clone());
+        let jobs = q.jobs.entry(lane.clone()).or_default();
+        jobs.push_back(job);
+        let queued = jobs.len() == 1;
+        if queued && !q.running.contains(&lane) {
+            q.turns.push_back(lane);
             self.shared.ready.notify_one();
         }
     }
@@ -124,10 +143,10 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A render thread: the next tenant's next job, until the pool closes.
+    /// A render thread: the next lane's next job, until the pool closes.
     fn work(&self) {
         loop {
-            let (tenant, job) = {
+            let (lane, job) = {
                 let mut q = self.lock();
                 loop {
                     if let Some(next) = q.next_job() {
@@ -141,9 +160,9 @@ impl Shared {
             };
             job();
             let mut q = self.lock();
-            q.running.remove(&tenant);
-            if q.jobs.contains_key(&tenant) {
-                q.turns.push_back(tenant);
+            q.running.remove(&lane);
+            if q.jobs.contains_key(&lane) {
+                q.turns.push_back(lane);
                 self.ready.notify_one();
             }
         }
@@ -151,19 +170,16 @@ impl Shared {
 }
 
 impl Queue {
-    /// The job of the tenant whose turn it is (marked running).
-    fn next_job(&mut self) -> Option<(TenantId, Job)> {
-        let tenant = self.turns.pop_front()?;
-        let jobs = self
-            .jobs
-            .get_mut(&tenant)
-            .expect("a tenant in turn has jobs");
-        let job = jobs.pop_front().expect("a tenant in turn has a job");
+    /// The job of the lane whose turn it is (marked running).
+    fn next_job(&mut self) -> Option<(Lane, Job)> {
+        let lane = self.turns.pop_front()?;
+        let jobs = self.jobs.get_mut(&lane).expect("a lane in turn has jobs");
+        let job = jobs.pop_front().expect("a lane in turn has a job");
         if jobs.is_empty() {
-            self.jobs.remove(&tenant);
+            self.jobs.remove(&lane);
         }
-        self.running.insert(tenant.clone());
-        Some((tenant, job))
+        self.running.insert(lane.clone());
+        Some((lane, job))
     }
 }
 
@@ -190,8 +206,12 @@ fn lower_priority() {
 mod tests {
     use super::*;
 
-    fn tenant(id: &str) -> TenantId {
-        id.parse().unwrap()
+    /// `id`'s deliveries' lane.
+    fn tenant(id: &str) -> Lane {
+        Lane {
+            tenant: id.parse().unwrap(),
+            purpose: Purpose::Delivery,
+        }
     }
 
     /// One thread: a tenant with three jobs queued first gets one of them
@@ -204,17 +224,16 @@ mod tests {
         let (hold, held) = std::sync::mpsc::channel::<()>();
         let first = {
             let pool = pool.clone();
-            tokio::spawn(async move {
-                pool.run(&tenant("gate"), move || held.recv().unwrap())
-                    .await
-            })
+            tokio::spawn(
+                async move { pool.run(tenant("gate"), move || held.recv().unwrap()).await },
+            )
         };
         let mut jobs = Vec::new();
         for (t, n) in [("slow", 1), ("slow", 2), ("slow", 3), ("other", 1)] {
             let (job_pool, order) = (pool.clone(), order.clone());
             jobs.push(tokio::spawn(async move {
                 job_pool
-                    .run(&tenant(t), move || {
+                    .run(tenant(t), move || {
                         order.lock().unwrap().push(format!("{t}{n}"))
                     })
                     .await
@@ -252,7 +271,7 @@ mod tests {
         let first = {
             let pool = pool.clone();
             tokio::spawn(async move {
-                pool.run(&tenant("one"), move || {
+                pool.run(tenant("one"), move || {
                     started.send(()).unwrap();
                     released.recv().unwrap();
                 })
@@ -261,7 +280,7 @@ mod tests {
         };
         let second = {
             let pool = pool.clone();
-            tokio::spawn(async move { pool.run(&tenant("one"), || ()).await })
+            tokio::spawn(async move { pool.run(tenant("one"), || ()).await })
         };
         tokio::task::spawn_blocking(move || running.recv().unwrap())
             .await
@@ -284,6 +303,52 @@ mod tests {
     #[should_panic(expected = "a render failed")]
     async fn a_panic_in_a_job_is_the_callers() {
         let pool = RenderPool::new(1);
-        pool.run(&tenant("t"), || panic!("a render failed")).await;
+        pool.run(tenant("t"), || panic!("a render failed")).await;
+    }
+
+    /// Two threads, a tenant's batch being planned on one: the tenant's
+    /// template check runs on the other at once, not after the batch.
+    #[tokio::test]
+    async fn a_tenants_registration_does_not_wait_for_its_batch() {
+        let pool = Arc::new(RenderPool::new(2));
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let batch = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.run(tenant("one"), move || {
+                    started.send(()).unwrap();
+                    released.recv().unwrap();
+                })
+                .await
+            })
+        };
+        tokio::task::spawn_blocking(move || running.recv().unwrap())
+            .await
+            .unwrap();
+        let registration = Lane {
+            tenant: "one".parse().unwrap(),
+            purpose: Purpose::Registration,
+        };
+        let (checked, check) = std::sync::mpsc::channel::<()>();
+        pool.submit(
+            registration.clone(),
+            Box::new(move || checked.send(()).unwrap()),
+        );
+        let done = {
+            // Its turn, running, or run already: not queued behind the batch.
+            let q = pool.shared.lock();
+            let done = check.try_recv().is_ok();
+            let taken = q.turns.contains(&registration) || q.running.contains(&registration);
+            assert!(taken || done, "the check waits behind the batch");
+            done
+        };
+        if !done {
+            tokio::task::spawn_blocking(move || check.recv().unwrap())
+                .await
+                .unwrap();
+        }
+        release.send(()).unwrap();
+        batch.await.unwrap();
     }
 }

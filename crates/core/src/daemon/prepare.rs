@@ -20,7 +20,7 @@ use toki_ports::{Claims, DeliveryContext, TenantStore};
 use super::plan::{claims_for, plan_batch, reads_for, BatchPlan, ChannelState};
 use super::work::{MessageFate, Work};
 use super::{overdue, Daemon};
-use crate::render_pool::RenderPool;
+use crate::render_pool::{Lane, Purpose, RenderPool};
 
 /// Each message's trace span by receipt (none when traces are off).
 fn message_spans(work: &[Work]) -> HashMap<String, tracing::Span> {
@@ -64,11 +64,15 @@ async fn plan_off_workers(
     if !templates.from_tenant() {
         return plan_batch(tenant, work, &ctx, &claims, &channels, &templates);
     }
-    let pool = RenderPool::global();
-    pool.run(&tenant.clone(), move || {
-        plan_batch(tenant, work, &ctx, &claims, &channels, &templates)
-    })
-    .await
+    let lane = Lane {
+        tenant: tenant.clone(),
+        purpose: Purpose::Delivery,
+    };
+    RenderPool::global()
+        .run(lane, move || {
+            plan_batch(tenant, work, &ctx, &claims, &channels, &templates)
+        })
+        .await
 }
 
 impl Daemon {
