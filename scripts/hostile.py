@@ -11,8 +11,10 @@ and creates tenants `tenant-a` (hostile) and `tenant-b` (honest). Then:
    it; at delivery it goes past its budget once, then its deliveries are
    undeliverable).
 2. A registers A_USERS users (half English, half Japanese) and B registers
-   B_USERS; each has one meeting whose chat reminders fall due at the same
-   instant, a lead ahead: A's titled for its costly branch.
+   B_USERS and a chat template of its own (so that its batch, too, is
+   planned on the render threads); each has one meeting whose chat
+   reminders fall due at the same instant, a lead ahead: A's titled for its
+   costly branch.
 3. A's probes (the same as tests/hostile.rs) run ROUNDS times, paced under
    the rate limit so each answer shows the probe's own cost, and go on
    across the instant; then 2,000 PUTs 32 at a time against the default
@@ -260,6 +262,11 @@ def main():
         due = (datetime.datetime.now(datetime.timezone.utc)
                + datetime.timedelta(seconds=setup_s + args.lead_s)).replace(microsecond=0)
         register(base, "tenant-a", key, args.a_users, BOOM, "'" * 10_000, due, pacer, A_ADDRESS)
+        # B has a template of its own too: its batch is planned on the render
+        # threads beside A's, not on the worker.
+        status, _, b = call("PUT", f"{base}/v1/tenants/tenant-b/templates/chat/en", keys["tenant-b"],
+                            {"text": "{{ name }}: {{ title }} starts at {{ time }}"}, source=B_ADDRESS)
+        assert status == 200, (status, b)
         register(base, "tenant-b", keys["tenant-b"], args.b_users, "All hands", "", due, Pacer(per_s),
                  B_ADDRESS)
         host, port = base.removeprefix("http://").rsplit(":", 1)
