@@ -27,7 +27,7 @@ use crate::config::HttpConfig;
 
 mod deadline;
 
-pub use deadline::{BodyReadError, DeadlineBody};
+pub use deadline::{BodyRead, BodyReadError, DeadlineBody};
 
 /// How long an accept that failed (out of file descriptors) waits before the
 /// next, as axum's own `serve` does.
@@ -114,7 +114,8 @@ async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
 }
 
 /// `router` for one connection: each request with the peer's address, its
-/// body due whole `body_read` after its head.
+/// body due whole `body_read` after its head; an answer given before the
+/// body was read to its end closes the connection, saying so.
 fn service(
     router: &Router,
     peer: SocketAddr,
@@ -128,8 +129,20 @@ fn service(
     let router = router.clone();
     hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(peer));
-        let request = request.map(|body| DeadlineBody::wrap(body, body_read));
-        tower::ServiceExt::oneshot(router.clone(), request)
+        let (parts, body) = request.into_parts();
+        let (body, read) = DeadlineBody::wrap(body, body_read);
+        let answer =
+            tower::ServiceExt::oneshot(router.clone(), hyper::Request::from_parts(parts, body));
+        async move {
+            let mut response = answer.await?;
+            if !read.whole() {
+                response.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(response)
+        }
     })
 }
 

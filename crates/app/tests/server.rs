@@ -25,7 +25,11 @@ async fn server(limits: ConnectionLimits) -> (std::net::SocketAddr, oneshot::Sen
     let addr = listener.local_addr().unwrap();
     let router = Router::new()
         .route("/hello", get(|| async { "hello" }))
-        .route("/echo", put(|body: String| async move { body }));
+        .route("/echo", put(|body: String| async move { body }))
+        .route(
+            "/refuse",
+            put(|| async { axum::http::StatusCode::PAYLOAD_TOO_LARGE }),
+        );
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(serve(listener, router, limits, async move {
         let _ = stopped.await;
@@ -115,6 +119,39 @@ async fn a_body_sent_slowly_is_refused_and_its_connection_closed() {
     let (answer, closed) = read_to_close(&mut slow).await;
     assert!(closed, "the server held a slow body for an hour");
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+}
+
+/// An answer given before the body was read (a 413) closes the connection
+/// and says so, so a client does not send its next request on it; a whole
+/// exchange keeps it open.
+#[tokio::test(start_paused = true)]
+async fn an_answer_before_the_body_was_read_says_the_connection_closes() {
+    let limits = ConnectionLimits {
+        header_read: Duration::from_secs(10),
+        body_read: Duration::from_secs(60),
+        max_connections: 16,
+    };
+    let (addr, _stop) = server(limits).await;
+    let mut early = TcpStream::connect(addr).await.unwrap();
+    early
+        .write_all(
+            b"PUT /refuse HTTP/1.1\r\nhost: toki\r\ncontent-length: 100000\r\n\r\n0123456789",
+        )
+        .await
+        .unwrap();
+    let (answer, closed) = read_to_close(&mut early).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(closed);
+    let mut whole = TcpStream::connect(addr).await.unwrap();
+    let answer = hello(&mut whole).await;
+    assert!(
+        !answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,9 +3,16 @@
 //! connection (one of the listener's few) only that long. Past it, reading
 //! the body fails; the handler answers 400 and the connection is closed (its
 //! body was not read to the end).
+//!
+//! It also tells whether the body was read to its end ([`BodyRead`]): an
+//! answer given before (a 413, a 422 on the path) closes the connection and
+//! says so (`Connection: close`), so that a client never sends its next
+//! request on a connection the server is about to close.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,25 +29,45 @@ pub enum BodyReadError {
     Read(#[source] hyper::Error),
 }
 
+/// Whether a request's body was read to its end.
+#[derive(Debug, Clone, Default)]
+pub struct BodyRead(Arc<AtomicBool>);
+
+impl BodyRead {
+    pub fn whole(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// `Incoming`, failing once its deadline passes.
 pub struct DeadlineBody {
     inner: Incoming,
     deadline: Pin<Box<Sleep>>,
     within: Duration,
+    read: BodyRead,
 }
 
 impl DeadlineBody {
     /// `inner` as an axum body: as it is when it has nothing to send (no
-    /// timer for a GET), else due whole `within` from now.
-    pub fn wrap(inner: Incoming, within: Duration) -> axum::body::Body {
+    /// timer for a GET), else due whole `within` from now; and whether it
+    /// was read to its end.
+    pub fn wrap(inner: Incoming, within: Duration) -> (axum::body::Body, BodyRead) {
+        let read = BodyRead::default();
         if inner.is_end_stream() {
-            return axum::body::Body::new(inner);
+            read.set();
+            return (axum::body::Body::new(inner), read);
         }
-        axum::body::Body::new(DeadlineBody {
+        let body = DeadlineBody {
             inner,
             deadline: Box::pin(tokio::time::sleep(within)),
             within,
-        })
+            read: read.clone(),
+        };
+        (axum::body::Body::new(body), read)
     }
 }
 
@@ -54,6 +81,9 @@ impl Body for DeadlineBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyReadError>>> {
         let this = self.get_mut();
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if frame.is_none() || this.inner.is_end_stream() {
+                this.read.set();
+            }
             return Poll::Ready(frame.map(|f| f.map_err(BodyReadError::Read)));
         }
         match this.deadline.as_mut().poll(cx) {
