@@ -32,8 +32,8 @@ pub(crate) mod templates;
 pub(crate) mod users;
 pub(crate) mod webhook;
 
-pub use router::{router, router_with_quotas};
+pub use router::{router, router_with, router_with_quotas};
 pub use shared::{
     ApiError, ApiQuotas, ApiState, AuthThrottle, API_KEY_HEADER, FAILURE_BURST, FAILURE_RATE,
-    IDEMPOTENT_REPLAYED_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES,
+    IDEMPOTENT_REPLAYED_HEADER, MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES, MAX_SOURCES,
 };

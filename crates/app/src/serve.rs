@@ -88,7 +88,7 @@ pub async fn run(toki: Toki, listen: Listeners) -> anyhow::Result<()> {
 /// What the tenant API's port serves: the API (with `/healthz` and
 /// `/openapi.json`), its requests counted; no operator surface.
 pub fn api_router(toki: &Toki, registrar: Arc<Registrar>) -> axum::Router {
-    let api = crate::api::router_with_quotas(registrar, toki.api_quotas());
+    let api = crate::api::router_with(registrar, toki.api_quotas(), toki.auth_throttle());
     crate::ops::track_requests(api, toki.metrics.clone())
 }
 

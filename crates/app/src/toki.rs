@@ -133,6 +133,17 @@ impl Toki {
         ))
     }
 
+    /// Failed authentications per source, as configured (`[http]`).
+    #[cfg(feature = "api")]
+    pub fn auth_throttle(&self) -> Arc<crate::api::AuthThrottle> {
+        let h = &self.config.http;
+        Arc::new(crate::api::AuthThrottle::new(
+            h.auth_failure_burst,
+            toki_model::quota::PerSecond(h.auth_failure_rate),
+            crate::api::MAX_SOURCES,
+        ))
+    }
+
     pub fn registrar(&self) -> Registrar {
         Registrar {
             directory: self.directory.clone(),

@@ -107,3 +107,35 @@ async fn successes_cost_a_source_nothing() {
         assert_eq!(status, StatusCode::OK);
     }
 }
+
+/// `[http]`'s defaults are the throttle's own, and a process configured
+/// otherwise throttles by its configuration.
+#[tokio::test(start_paused = true)]
+async fn the_configured_throttle_is_the_one_served() {
+    let config = toki_app::config::Config::default();
+    assert_eq!(config.http.auth_failure_burst, api::FAILURE_BURST);
+    assert_eq!(config.http.auth_failure_rate, api::FAILURE_RATE.0);
+    let throttle = Arc::new(api::AuthThrottle::new(
+        2,
+        toki_model::quota::PerSecond(1.0),
+        api::MAX_SOURCES,
+    ));
+    let kit = kit_with_tenant().await;
+    let router = api::router_with(
+        Arc::new(kit.registrar()),
+        Arc::new(api::ApiQuotas::default()),
+        throttle,
+    );
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(get(&router, "192.0.2.9:1000", "wrong").await.0);
+    }
+    assert_eq!(
+        seen,
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}

@@ -36,12 +36,23 @@ pub fn router(registrar: Arc<Registrar>) -> Router {
     router_with_quotas(registrar, Arc::new(ApiQuotas::default()))
 }
 
-/// The API, each tenant's requests within `quotas`.
+/// The API, each tenant's requests within `quotas`, failed
+/// authentications throttled by the default [`AuthThrottle`].
 pub fn router_with_quotas(registrar: Arc<Registrar>, quotas: Arc<ApiQuotas>) -> Router {
+    router_with(registrar, quotas, Arc::new(AuthThrottle::default()))
+}
+
+/// The API, each tenant's requests within `quotas`, each source's failed
+/// authentications within `failures`.
+pub fn router_with(
+    registrar: Arc<Registrar>,
+    quotas: Arc<ApiQuotas>,
+    failures: Arc<AuthThrottle>,
+) -> Router {
     let state = ApiState {
         registrar,
         quotas,
-        failures: Arc::new(AuthThrottle::default()),
+        failures,
     };
     Router::new()
         .merge(tenant_routes(state.clone()))

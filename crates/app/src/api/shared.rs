@@ -42,5 +42,5 @@ pub(crate) use schema::{
     UserViewDoc, WebhookSettingsInputDoc, WebhookSettingsViewDoc,
 };
 pub use state::{ApiState, API_KEY_HEADER};
-pub use throttle::{AuthThrottle, FAILURE_BURST, FAILURE_RATE};
+pub use throttle::{AuthThrottle, FAILURE_BURST, FAILURE_RATE, MAX_SOURCES};
 pub(crate) use written::{schedule_response, written, ScheduleAnswer, ScheduleResponse};

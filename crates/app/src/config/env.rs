@@ -154,6 +154,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_HTTP_BODY_READ_TIMEOUT_MS", |c, v| {
         set(&mut c.http.body_read_timeout_ms, v.parse()?)
     }),
+    ("TOKI_AUTH_FAILURE_BURST", |c, v| {
+        set(&mut c.http.auth_failure_burst, v.parse()?)
+    }),
+    ("TOKI_AUTH_FAILURE_RATE", |c, v| {
+        set(&mut c.http.auth_failure_rate, v.parse()?)
+    }),
     ("TOKI_HTTP_MAX_CONNECTIONS", |c, v| {
         set(&mut c.http.max_connections, v.parse()?)
     }),

@@ -128,6 +128,10 @@ pub struct HttpConfig {
     pub body_read_timeout_ms: u64,
     /// Connections open at once per listener; more wait to be accepted.
     pub max_connections: usize,
+    /// Failed authentications a source may make at once (the API).
+    pub auth_failure_burst: u32,
+    /// Then this many more a second; past them 429 before any read.
+    pub auth_failure_rate: f64,
 }
 
 impl Default for HttpConfig {
@@ -136,6 +140,9 @@ impl Default for HttpConfig {
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 60_000,
             max_connections: 1024,
+            // api::FAILURE_BURST and FAILURE_RATE (the API is a feature).
+            auth_failure_burst: 10,
+            auth_failure_rate: 1.0,
         }
     }
 }

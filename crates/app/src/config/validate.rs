@@ -58,6 +58,14 @@ fn http(config: &Config) -> anyhow::Result<()> {
             bail!("http.{name}: {ms} is out of range 100..=600000");
         }
     }
+    let rate = h.auth_failure_rate;
+    if h.auth_failure_burst == 0 || rate.is_nan() || rate <= 0.0 {
+        bail!(
+            "http.auth_failure_burst and auth_failure_rate: {} and {} must be above 0",
+            h.auth_failure_burst,
+            h.auth_failure_rate
+        );
+    }
     if !(1..=65_536).contains(&h.max_connections) {
         bail!(
             "http.max_connections: {} is out of range 1..=65536",
