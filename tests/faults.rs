@@ -175,13 +175,8 @@ fn outlasts_the_outage(c: &mut Config) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_endpoint_down_then_back_loses_nothing_and_holds_up_no_other_channel() {
-    let sinks = Sinks::start().await;
     // The receiver's port refuses connections until it comes up.
-    let sinks = Sinks {
-        webhook: toki_devtools::webhook_standin::WebhookStandin::new(),
-        webhook_addr: common::faults::free_addr().to_string(),
-        ..sinks
-    };
+    let sinks = Sinks::start().await.with_webhook_down();
     let h = pipeline(&sinks, outlasts_the_outage).await;
     let t = tenants(&h.toki, &["hookdown"]).await;
     sinks.webhook_endpoints(&h.toki, &t).await;

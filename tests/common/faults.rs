@@ -31,9 +31,42 @@ pub struct Sinks {
     /// The tenants' webhook receiver: every signature verified.
     pub webhook: WebhookStandin,
     pub webhook_addr: String,
+    /// The ports of receivers still down, held (bound, not listening:
+    /// connections are refused) so that no other test takes them before
+    /// they come up.
+    pub reserved: Reserved,
 }
 
-/// A 127.0.0.1 port nothing listens on (bound, then let go).
+/// Ports bound and not listened on, by address.
+#[derive(Default)]
+pub struct Reserved(std::sync::Mutex<HashMap<String, tokio::net::TcpSocket>>);
+
+impl Reserved {
+    /// A 127.0.0.1 port that refuses connections, held until [`Self::listen`].
+    pub fn port(&self) -> String {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = socket.local_addr().unwrap().to_string();
+        self.0.lock().unwrap().insert(addr.clone(), socket);
+        addr
+    }
+
+    /// Listens on `addr`: on its held socket if it has one, else bound now.
+    pub async fn listen(&self, addr: &str) -> tokio::net::TcpListener {
+        match self.0.lock().unwrap().remove(addr) {
+            Some(socket) => socket.listen(1024).unwrap(),
+            None => std::net::TcpListener::bind(addr)
+                .and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    tokio::net::TcpListener::from_std(l)
+                })
+                .unwrap(),
+        }
+    }
+}
+
+/// A 127.0.0.1 port nothing listens on (bound, then let go): for a port
+/// that stays closed. One that comes up later is [`Reserved::port`].
 pub fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -52,6 +85,7 @@ impl Sinks {
             smtp_addr,
             webhook: WebhookStandin::new(),
             webhook_addr: free_addr().to_string(),
+            reserved: Reserved::default(),
         };
         sinks.webhook_up().await;
         sinks
@@ -60,21 +94,31 @@ impl Sinks {
     /// Receivers on ports nothing listens on yet: connections are refused
     /// until [`Sinks::slack_up`] / [`Sinks::smtp_up`].
     pub fn start_down() -> Sinks {
+        let reserved = Reserved::default();
         Sinks {
             slack: Standin::new(StandinOptions::default()),
-            slack_url: format!("http://{}/api", free_addr()),
+            slack_url: format!("http://{}/api", reserved.port()),
             smtp: SmtpStandin::new(),
-            smtp_addr: free_addr().to_string(),
+            smtp_addr: reserved.port(),
             webhook: WebhookStandin::new(),
-            webhook_addr: free_addr().to_string(),
+            webhook_addr: reserved.port(),
+            reserved,
+        }
+    }
+
+    /// These receivers, the webhook's down until [`Sinks::webhook_up`].
+    pub fn with_webhook_down(self) -> Sinks {
+        let webhook_addr = self.reserved.port();
+        Sinks {
+            webhook: WebhookStandin::new(),
+            webhook_addr,
+            ..self
         }
     }
 
     /// Starts the webhook receiver on its (so far refused) port.
     pub async fn webhook_up(&self) {
-        let listener = tokio::net::TcpListener::bind(&self.webhook_addr)
-            .await
-            .unwrap();
+        let listener = self.reserved.listen(&self.webhook_addr).await;
         tokio::spawn(toki_devtools::webhook_standin::serve(
             self.webhook.clone(),
             listener,
@@ -105,7 +149,7 @@ impl Sinks {
             .trim_start_matches("http://")
             .trim_end_matches("/api")
             .to_owned();
-        let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
+        let listener = self.reserved.listen(&addr).await;
         tokio::spawn(toki_devtools::slack_standin::serve(
             self.slack.clone(),
             listener,
@@ -114,9 +158,7 @@ impl Sinks {
 
     /// Starts serving SMTP on its (so far refused) port.
     pub async fn smtp_up(&self) {
-        let listener = tokio::net::TcpListener::bind(&self.smtp_addr)
-            .await
-            .unwrap();
+        let listener = self.reserved.listen(&self.smtp_addr).await;
         tokio::spawn(self.smtp.clone().serve(listener));
     }
 
