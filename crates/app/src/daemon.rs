@@ -39,6 +39,8 @@ pub struct Observability {
 /// Runs the daemon until a signal, showing itself as `seen` says.
 pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
     let metrics_listen = seen.metrics_listen;
+    let files = crate::open_files::raise();
+    tracing::info!(?files, "open-file limit");
     let toki = Toki::open(config).await?;
     let daemon = toki.daemon().await?;
     let (stop, shutdown) = watch::channel(false);

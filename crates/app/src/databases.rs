@@ -45,12 +45,16 @@ impl TenantDatabases {
     /// a file whose name differs at each creation (`<tenant>.<incarnation>.sqlite`,
     /// so a tenant deleted and created again never shares a path with its
     /// old database, nor with a process that still holds it), or the
-    /// database name; never a URL with credentials.
+    /// database name; never a URL with credentials. A file is recorded by
+    /// its absolute path, so a process started from another working
+    /// directory finds it.
     pub fn new_location(&self, tenant: &TenantId) -> String {
         match self {
             TenantDatabases::Files { dir } => {
                 let incarnation = format!("{:016x}", rand::random::<u64>());
-                dir.join(format!("{tenant}.{incarnation}.sqlite"))
+                let file = dir.join(format!("{tenant}.{incarnation}.sqlite"));
+                std::path::absolute(&file)
+                    .unwrap_or(file)
                     .display()
                     .to_string()
             }
@@ -207,6 +211,12 @@ mod tests {
             runtime_role: None,
         };
         assert_eq!(dbs.new_location(&t), "toki_acme_corp");
+        let files = TenantDatabases::Files {
+            dir: PathBuf::from("data/tenants"),
+        };
+        let at = PathBuf::from(files.new_location(&t));
+        assert!(at.is_absolute(), "{}", at.display());
+        assert!(at.starts_with(std::env::current_dir().unwrap().join("data/tenants")));
         assert!(
             !format!("{dbs:?}").contains("p%40ss"),
             "no password in Debug"

@@ -26,6 +26,7 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod offboard;
+pub mod open_files;
 #[cfg(feature = "api")]
 mod openapi;
 pub mod operator_audit;

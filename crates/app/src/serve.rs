@@ -38,6 +38,8 @@ pub async fn run(toki: Toki, listen: Listeners) -> anyhow::Result<()> {
             listen.api
         );
     }
+    let files = crate::open_files::raise();
+    info!(?files, "open-file limit");
     let (stop, shutdown) = watch::channel(false);
     let daemon = toki.daemon().await?;
     let registrar = Arc::new(toki.registrar());
