@@ -21,6 +21,7 @@ use toki_model::webhook_signature::signature_header;
 use toki_ports::events::{EventPoster, PostError, ProgressWrite, SignedPost};
 use toki_ports::{Clock, TenantDirectory, TenantStore, TenantStores};
 
+use super::failing::FailingTenants;
 use super::pace::ReplayPace;
 
 #[derive(Debug, Clone)]
@@ -72,6 +73,8 @@ pub struct Dispatcher {
     busy: Mutex<HashSet<(TenantId, EndpointId)>>,
     /// Each tenant's replayed events, paced.
     pace: ReplayPace,
+    /// Tenants whose database cannot be read, reported once.
+    pub failing: FailingTenants,
     pub stats: DispatchStats,
 }
 
@@ -106,6 +109,7 @@ impl Dispatcher {
             pace: ReplayPace::new(settings.replay_rate, settings.replay_burst),
             settings,
             busy: Mutex::default(),
+            failing: FailingTenants::default(),
             stats: DispatchStats::default(),
         })
     }
@@ -130,7 +134,9 @@ impl Dispatcher {
             let store = match self.stores.open(&tenant.id).await {
                 Ok(store) => store,
                 Err(e) => {
-                    warn!(tenant = %tenant.id, error = %chain(&e), "delivery events: opening the tenant's database failed");
+                    let why = chain(&e);
+                    self.failing
+                        .failed(&tenant.id, "opening the tenant's database", &why);
                     continue;
                 }
             };
@@ -138,10 +144,13 @@ impl Dispatcher {
             let endpoints = match store.event_endpoints().await {
                 Ok(endpoints) => endpoints,
                 Err(e) => {
-                    warn!(tenant = %tenant.id, error = %chain(&e), "delivery events: reading the endpoints failed");
+                    let why = chain(&e);
+                    self.failing
+                        .failed(&tenant.id, "reading the endpoints", &why);
                     continue;
                 }
             };
+            self.failing.read(&tenant.id);
             for (endpoint, revision) in endpoints {
                 let due = endpoint.progress.status == EndpointStatus::Enabled
                     && endpoint.progress.next_attempt_at <= now;

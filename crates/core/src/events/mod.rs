@@ -3,6 +3,7 @@
 //! ([`pace`]).
 
 pub mod dispatch;
+pub mod failing;
 pub mod pace;
 
 use std::sync::Arc;

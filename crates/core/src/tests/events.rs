@@ -370,3 +370,34 @@ async fn replays_are_paced_per_tenant() {
     assert!(got.len() >= 400, "{}", got.len());
     let _ = s.shutdown.send(true);
 }
+
+/// A tenant whose database is gone is reported once, however many polls
+/// pass (before: a warning a second for each such tenant), and is news
+/// again once it was read and fails anew.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_whose_database_is_gone_is_reported_once() {
+    let kit = TestKit::new();
+    let gone = kit.tenant("gone").await;
+    kit.tenant("fine").await;
+    assert!(kit.stores.remove(&gone));
+    let dispatcher = Dispatcher::new(
+        kit.stores.clone(),
+        kit.directory.clone(),
+        Arc::new(Receiver::default()),
+        kit.clock.clone(),
+        "test".into(),
+        DispatchSettings::default(),
+    );
+    let (_shutdown, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(dispatcher.clone().run(stop));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(dispatcher.failing.count(), 1, "the gone tenant only");
+    assert_eq!(dispatcher.failing.reported(), 1, "once in 30 polls");
+    // Back, read, then gone again: reported a second time.
+    kit.stores.add(&gone);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(dispatcher.failing.count(), 0);
+    assert!(kit.stores.remove(&gone));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(dispatcher.failing.reported(), 2);
+}
