@@ -9,6 +9,14 @@ use toki_model::domain::{Instant, User, UserId};
 use toki_model::suppression::{ListedAddress, Suppression, SuppressionReason};
 use toki_model::suppression_hash::{AddressDigest, SuppressionHashKey};
 
+/// The in-memory store's key: a fixed one, so that a test or a simulated
+/// run hashes the same way every time (this store holds no real person;
+/// the SQL stores make a random key per tenant).
+fn memory_key() -> SuppressionHashKey {
+    let stored = "5e".repeat(32);
+    SuppressionHashKey::parse(&stored).expect("64 hex digits")
+}
+
 /// An erased entry: its reason and since when.
 #[derive(Debug, Clone)]
 struct ErasedEntry {
@@ -48,10 +56,7 @@ impl ErasedSuppressions {
         let Some(entry) = list.remove(address) else {
             return 0;
         };
-        let digest = self
-            .key
-            .get_or_insert_with(SuppressionHashKey::generate)
-            .digest(address);
+        let digest = self.key.get_or_insert_with(memory_key).digest(address);
         let erased = ErasedEntry {
             reason: entry.reason,
             at: entry.at,

@@ -276,7 +276,7 @@ erased_step! {
         let mut s = Statement::new("INSERT INTO tenant_secrets (name, value)");
         s.values([()], |r, ()| {
             r.bind(SUPPRESSION_HASH_KEY)
-                .bind(SuppressionHashKey::generate().to_stored());
+                .bind(SuppressionHashKey::generate(&mut rand::thread_rng()).to_stored());
         });
         s.push(" ON CONFLICT (name) DO NOTHING");
         s.query::<DB>().execute(&mut *conn).await.map_err(db_err)?;
