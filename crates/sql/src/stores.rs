@@ -98,20 +98,39 @@ struct Opened {
 #[derive(Clone, Default)]
 struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
 
+impl Opened {
+    /// Whether `record` (what the directory says now) contradicts this
+    /// store: the tenant is gone, or its database is elsewhere (it was
+    /// deleted and created again, a new file).
+    fn stale(&self, record: Option<&TenantRecord>) -> bool {
+        match record {
+            None => true,
+            Some(r) => self.location.as_ref().is_some_and(|at| at != &r.database),
+        }
+    }
+}
+
 impl Handles {
-    /// Drops `tenant`'s store if `record` (what the directory says now)
-    /// contradicts it: the tenant is gone, or its database is elsewhere (it
-    /// was deleted and created again, a new file).
+    /// Drops `tenant`'s store if `record` contradicts it.
     async fn observe(&self, tenant: &TenantId, record: Option<&TenantRecord>) {
         let mut open = self.0.lock().await;
-        let stale = open.get(tenant).is_some_and(|o| match record {
-            None => true,
-            Some(r) => o.location.as_ref().is_some_and(|at| at != &r.database),
-        });
-        if stale {
+        if open.get(tenant).is_some_and(|o| o.stale(record)) {
             open.remove(tenant);
             info!(%tenant, "tenant store dropped: its directory entry changed");
         }
+    }
+
+    /// Drops every store a whole listing of the directory contradicts: one
+    /// pass over the open stores, each looked up in the listing.
+    async fn observe_all(&self, records: &[TenantRecord]) {
+        let by_id: HashMap<&TenantId, &TenantRecord> = records.iter().map(|r| (&r.id, r)).collect();
+        self.0.lock().await.retain(|tenant, o| {
+            let stale = o.stale(by_id.get(tenant).copied());
+            if stale {
+                info!(%tenant, "tenant store dropped: its directory entry changed");
+            }
+            !stale
+        });
     }
 }
 
@@ -283,11 +302,7 @@ impl TenantDirectory for CheckedDirectory {
 
     async fn list(&self) -> StoreResult<Vec<TenantRecord>> {
         let records = self.inner.list().await?;
-        let open: Vec<TenantId> = self.handles.0.lock().await.keys().cloned().collect();
-        for tenant in open {
-            let record = records.iter().find(|r| r.id == tenant);
-            self.handles.observe(&tenant, record).await;
-        }
+        self.handles.observe_all(&records).await;
         Ok(records)
     }
 
