@@ -374,42 +374,13 @@ pub struct Delivered {
 /// The report of `delivered` (one tenant's rows, all in the window).
 #[cfg(test)]
 pub fn summarise(counts: Vec<ReportRow>, delivered: &[Delivered]) -> Report {
-    use toki_ports::report::{
-        lateness_bucket, lateness_second, ChannelDelivered, DueCount, LatenessCount,
-    };
+    use toki_ports::report::lateness_second;
     let late = |d: &Delivered| (d.at - d.due_at).num_milliseconds();
-    let mut channels: BTreeMap<Channel, ChannelDelivered> = BTreeMap::new();
-    let mut buckets: BTreeMap<(Channel, i64), u64> = BTreeMap::new();
-    let mut due: BTreeMap<DueAt, u64> = BTreeMap::new();
-    for d in delivered {
-        let ms = late(d);
-        let c = channels.entry(d.channel).or_insert(ChannelDelivered {
-            channel: d.channel,
-            count: 0,
-            min_ms: ms,
-            max_ms: ms,
-        });
-        (c.count, c.min_ms, c.max_ms) = (c.count + 1, c.min_ms.min(ms), c.max_ms.max(ms));
-        *buckets.entry((d.channel, lateness_bucket(ms))).or_default() += 1;
-        *due.entry(DueAt(d.due_at)).or_default() += 1;
-    }
+    let rows = delivered
+        .iter()
+        .map(|d| (d.channel, DueAt(d.due_at), late(d)));
     let mut merged = Merged::default();
-    merged.add_summary(DeliverySummary {
-        channels: channels.into_values().collect(),
-        lateness: buckets
-            .into_iter()
-            .map(|((channel, bucket_ms), count)| LatenessCount {
-                channel,
-                bucket_ms,
-                count,
-            })
-            .collect(),
-        due_instants: due.len() as u64,
-        busiest: due
-            .into_iter()
-            .map(|(due_at, count)| DueCount { due_at, count })
-            .collect(),
-    });
+    merged.add_summary(DeliverySummary::of_rows(rows, usize::MAX));
     let busiest = merged.busiest();
     merged.add_seconds(
         delivered

@@ -96,6 +96,49 @@ pub struct DeliverySummary {
     pub due_instants: u64,
 }
 
+impl DeliverySummary {
+    /// The summary of delivered rows given one by one (channel, due instant,
+    /// lateness in ms), as a database computes it: for stores and tests that
+    /// hold the rows themselves. At most `busiest` due instants are kept.
+    pub fn of_rows(rows: impl IntoIterator<Item = (Channel, DueAt, i64)>, busiest: usize) -> Self {
+        use std::collections::BTreeMap;
+        let mut channels: BTreeMap<Channel, ChannelDelivered> = BTreeMap::new();
+        let mut buckets: BTreeMap<(Channel, i64), u64> = BTreeMap::new();
+        let mut per_due: BTreeMap<DueAt, u64> = BTreeMap::new();
+        for (channel, due, late) in rows {
+            let c = channels.entry(channel).or_insert(ChannelDelivered {
+                channel,
+                count: 0,
+                min_ms: late,
+                max_ms: late,
+            });
+            (c.count, c.min_ms, c.max_ms) = (c.count + 1, c.min_ms.min(late), c.max_ms.max(late));
+            *buckets.entry((channel, lateness_bucket(late))).or_default() += 1;
+            *per_due.entry(due).or_default() += 1;
+        }
+        let due_instants = per_due.len() as u64;
+        let mut top: Vec<DueCount> = per_due
+            .into_iter()
+            .map(|(due_at, count)| DueCount { due_at, count })
+            .collect();
+        top.sort_by(|a, b| b.count.cmp(&a.count).then(a.due_at.cmp(&b.due_at)));
+        top.truncate(busiest);
+        DeliverySummary {
+            channels: channels.into_values().collect(),
+            lateness: buckets
+                .into_iter()
+                .map(|((channel, bucket_ms), count)| LatenessCount {
+                    channel,
+                    bucket_ms,
+                    count,
+                })
+                .collect(),
+            busiest: top,
+            due_instants,
+        }
+    }
+}
+
 /// Delivered rows due at one instant, delivered in one second of lateness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SecondCount {

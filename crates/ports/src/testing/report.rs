@@ -8,10 +8,7 @@ use toki_model::domain::{Channel, DeliveryStatus, DueAt};
 
 use super::store::MemoryTenantStore;
 use crate::error::StoreResult;
-use crate::report::{
-    lateness_bucket, lateness_second, ChannelDelivered, DeliveryReport, DeliverySummary, DueCount,
-    LatenessCount, ReportWindow, SecondCount,
-};
+use crate::report::{lateness_second, DeliveryReport, DeliverySummary, ReportWindow, SecondCount};
 use crate::TenantStore;
 
 /// Each delivered row that `keep` keeps: its channel, due instant and lateness.
@@ -35,44 +32,7 @@ async fn delivered(
 impl DeliveryReport for MemoryTenantStore {
     async fn delivery_summary(&self, window: &ReportWindow) -> StoreResult<DeliverySummary> {
         let rows = delivered(self, |due| due.0 >= window.since).await?;
-        let mut channels: BTreeMap<Channel, ChannelDelivered> = BTreeMap::new();
-        let mut buckets: BTreeMap<(Channel, i64), u64> = BTreeMap::new();
-        let mut per_due: BTreeMap<DueAt, u64> = BTreeMap::new();
-        for (channel, due, late) in &rows {
-            let c = channels.entry(*channel).or_insert(ChannelDelivered {
-                channel: *channel,
-                count: 0,
-                min_ms: *late,
-                max_ms: *late,
-            });
-            c.count += 1;
-            c.min_ms = c.min_ms.min(*late);
-            c.max_ms = c.max_ms.max(*late);
-            *buckets
-                .entry((*channel, lateness_bucket(*late)))
-                .or_default() += 1;
-            *per_due.entry(*due).or_default() += 1;
-        }
-        let due_instants = per_due.len() as u64;
-        let mut busiest: Vec<DueCount> = per_due
-            .into_iter()
-            .map(|(due_at, count)| DueCount { due_at, count })
-            .collect();
-        busiest.sort_by(|a, b| b.count.cmp(&a.count).then(a.due_at.cmp(&b.due_at)));
-        busiest.truncate(window.busiest);
-        Ok(DeliverySummary {
-            channels: channels.into_values().collect(),
-            lateness: buckets
-                .into_iter()
-                .map(|((channel, bucket_ms), count)| LatenessCount {
-                    channel,
-                    bucket_ms,
-                    count,
-                })
-                .collect(),
-            busiest,
-            due_instants,
-        })
+        Ok(DeliverySummary::of_rows(rows, window.busiest))
     }
 
     async fn delivered_per_second(
