@@ -58,6 +58,10 @@ lease_conformance!(
     #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
     aws_support::lease_store
 );
+marks_conformance!(
+    #[ignore = "needs the AWS emulator (moto): scripts/test.sh runs it"]
+    aws_support::work_marks
+);
 
 // ---------------------------------------------------------------- resources
 

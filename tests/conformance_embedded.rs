@@ -42,6 +42,10 @@ async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
     Arc::new(toki_sql::SqliteDebounceStore::new(control().await.pool))
 }
 
+async fn work_marks() -> Arc<dyn toki_ports::WorkMarks> {
+    Arc::new(toki_sql::SqliteWorkMarks::new(control().await.pool))
+}
+
 async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     Arc::new(toki_sql::SqliteLeaseStore::new(control().await.pool))
 }
@@ -49,6 +53,7 @@ async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
 queue_conformance!(queue);
 debounce_conformance!(debounce_store);
 lease_conformance!(lease_store);
+marks_conformance!(work_marks);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

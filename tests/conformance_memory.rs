@@ -28,6 +28,10 @@ async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
     Arc::new(toki_core::testing::MemoryDebounceStore::default())
 }
 
+async fn work_marks() -> Arc<dyn toki_ports::WorkMarks> {
+    Arc::new(toki_ports::testing::MemoryWorkMarks::default())
+}
+
 async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     Arc::new(toki_core::testing::MemoryLeaseStore::default())
 }
@@ -35,6 +39,7 @@ async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
 queue_conformance!(queue);
 debounce_conformance!(debounce_store);
 lease_conformance!(lease_store);
+marks_conformance!(work_marks);
 index_conformance!(index);
 directory_conformance!(directory);
 store_conformance!(store);

@@ -122,7 +122,11 @@ async fn a_receiver_gets_a_signed_event_for_every_delivery_through_outages_of_sl
     let dispatcher = tokio::spawn(h.toki.event_dispatcher().unwrap().run(shutdown));
 
     let t = tenants(&h.toki, &["events"]).await;
-    let endpoints = EventEndpoints::new(h.toki.stores.clone(), h.toki.clock.clone());
+    let endpoints = EventEndpoints::new(
+        h.toki.stores.clone(),
+        h.toki.marks.clone(),
+        h.toki.clock.clone(),
+    );
     let spec = EndpointSpec {
         url: EndpointUrl::parse("url", &url).unwrap(),
         kinds: EventKinds::all(),
@@ -260,8 +264,11 @@ async fn on_the_aws_backend_two_daemons_send_every_event_once_in_order() {
             .await
             .unwrap();
     }
-    let endpoints =
-        EventEndpoints::new(registrar_side.stores.clone(), registrar_side.clock.clone());
+    let endpoints = EventEndpoints::new(
+        registrar_side.stores.clone(),
+        registrar_side.marks.clone(),
+        registrar_side.clock.clone(),
+    );
     let spec = EndpointSpec {
         url: EndpointUrl::parse("url", &url).unwrap(),
         kinds: EventKinds::all(),

@@ -73,6 +73,7 @@ async fn a_newer_copy_meeting_an_older_claim_in_flight_is_not_acknowledged() {
         toki.stores.clone(),
         vec![slack.clone() as Arc<dyn ChannelSender>],
         toki.clock.clone(),
+        toki.marks.clone(),
         toki.config.daemon_settings(),
     ));
     let (stop, shutdown) = watch::channel(false);

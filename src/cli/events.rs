@@ -62,12 +62,14 @@ impl TenantArgs {
         let toki = Toki::open(config_with(file, &self.common)?).await?;
         toki.tenant_record(&self.tenant).await?;
         let stores: Arc<dyn TenantStores> = toki.stores.clone();
-        Ok(EventEndpoints::new(stores, toki.clock.clone()).with_caps(
-            toki_core::events::EndpointCaps {
-                directory: toki.directory.clone(),
-                caps: toki.config.caps,
-            },
-        ))
+        Ok(
+            EventEndpoints::new(stores, toki.marks.clone(), toki.clock.clone()).with_caps(
+                toki_core::events::EndpointCaps {
+                    directory: toki.directory.clone(),
+                    caps: toki.config.caps,
+                },
+            ),
+        )
     }
 
     async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {

@@ -290,6 +290,15 @@ pub async fn debounce_store() -> Arc<dyn toki_ports::DebounceStore> {
 }
 
 /// Lease rows in a fresh index table (where they live in production).
+pub async fn work_marks() -> Arc<dyn toki_ports::WorkMarks> {
+    let client = dynamo().await;
+    let table = unique("ix");
+    toki_aws::ensure_index_table(&client, &table)
+        .await
+        .expect("create the index table");
+    Arc::new(toki_aws::DynamoWorkMarks::new(client, table))
+}
+
 pub async fn lease_store() -> Arc<dyn toki_ports::LeaseStore> {
     let client = dynamo().await;
     let table = unique("ix");

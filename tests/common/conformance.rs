@@ -3133,6 +3133,126 @@ macro_rules! debounce_conformance {
 
 // ---------------------------------------------------------------- lease store
 
+pub mod marks {
+    use super::*;
+    use toki_ports::{WorkKind, WorkMarks};
+
+    /// A fixed instant with a millisecond part (a store rounding to seconds
+    /// would not read it back).
+    fn t0() -> Instant {
+        "2026-11-23T08:00:00.123Z".parse().unwrap()
+    }
+
+    fn at(s: i64) -> Instant {
+        t0() + ChronoDuration::seconds(s)
+    }
+
+    fn tenant(prefix: &str) -> TenantId {
+        unique(prefix).parse().unwrap()
+    }
+
+    /// A mark is due from its instant on, earliest first, by kind; marking
+    /// again keeps the earlier instant; at most `limit` are read.
+    pub async fn marks_fall_due_in_order_and_keep_the_earliest(m: Arc<dyn WorkMarks>) {
+        let (a, b, c) = (tenant("a"), tenant("b"), tenant("c"));
+        m.mark(WorkKind::Events, &a, at(10)).await.unwrap();
+        m.mark(WorkKind::Events, &b, at(5)).await.unwrap();
+        m.mark(WorkKind::Events, &c, at(60)).await.unwrap();
+        m.mark(WorkKind::Repair, &a, at(0)).await.unwrap();
+        // Later: the earlier instant stands.
+        m.mark(WorkKind::Events, &b, at(30)).await.unwrap();
+        assert!(m.due(WorkKind::Events, at(4), 10).await.unwrap().is_empty());
+        let due = m.due(WorkKind::Events, at(10), 10).await.unwrap();
+        let names: Vec<_> = due.iter().map(|d| d.tenant.clone()).collect();
+        assert_eq!(names, [b.clone(), a.clone()], "earliest first, c not yet");
+        assert_eq!(due[0].due, at(5));
+        assert_eq!(due[0].kind, WorkKind::Events);
+        assert_eq!(m.due(WorkKind::Events, at(100), 1).await.unwrap().len(), 1);
+        // Earlier: it moves forward.
+        m.mark(WorkKind::Events, &c, at(1)).await.unwrap();
+        let due = m.due(WorkKind::Events, at(2), 10).await.unwrap();
+        assert_eq!(due.iter().map(|d| &d.tenant).collect::<Vec<_>>(), [&c]);
+        let repair = m.due(WorkKind::Repair, at(0), 10).await.unwrap();
+        assert_eq!(repair.len(), 1, "kinds apart");
+        let mut marked = m.marked(WorkKind::Events).await.unwrap();
+        marked.sort();
+        let mut all = vec![a, b, c];
+        all.sort();
+        assert_eq!(marked, all);
+    }
+
+    /// A settle of what was read removes the mark or moves it; one after
+    /// the mark was written again leaves it (the new work stays), moved to
+    /// the settle's instant only if that is earlier.
+    pub async fn a_settle_never_clears_work_marked_after_the_read(m: Arc<dyn WorkMarks>) {
+        let (a, b) = (tenant("a"), tenant("b"));
+        m.mark(WorkKind::Events, &a, at(0)).await.unwrap();
+        m.mark(WorkKind::Events, &b, at(0)).await.unwrap();
+        let read = m.due(WorkKind::Events, at(0), 10).await.unwrap();
+        let (ra, rb) = (
+            read.iter().find(|r| r.tenant == a).unwrap().clone(),
+            read.iter().find(|r| r.tenant == b).unwrap().clone(),
+        );
+        // a: done; gone.
+        assert!(m.settle(&ra, None).await.unwrap().is_written());
+        // b: marked again meanwhile (later), then settled as done: it stays.
+        m.mark(WorkKind::Events, &b, at(20)).await.unwrap();
+        assert!(!m.settle(&rb, None).await.unwrap().is_written());
+        let left = m.due(WorkKind::Events, at(100), 10).await.unwrap();
+        assert_eq!(left.iter().map(|r| &r.tenant).collect::<Vec<_>>(), [&b]);
+        assert_eq!(
+            left[0].due,
+            at(0),
+            "the earlier instant of the two markings"
+        );
+        // Settled to later with the new revision: moved.
+        let rb2 = left[0].clone();
+        assert!(m.settle(&rb2, Some(at(50))).await.unwrap().is_written());
+        assert!(m
+            .due(WorkKind::Events, at(49), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let again = m.due(WorkKind::Events, at(50), 10).await.unwrap();
+        assert_eq!(again.len(), 1);
+        // A stale read's settle to an earlier instant brings it forward; to
+        // a later one changes nothing.
+        assert!(!m.settle(&rb, Some(at(70))).await.unwrap().is_written());
+        assert_eq!(
+            m.due(WorkKind::Events, at(50), 10).await.unwrap()[0].due,
+            at(50)
+        );
+        assert!(!m.settle(&rb, Some(at(40))).await.unwrap().is_written());
+        assert_eq!(
+            m.due(WorkKind::Events, at(50), 10).await.unwrap()[0].due,
+            at(40)
+        );
+        // A settle of a removed mark writes nothing back.
+        assert!(!m.settle(&ra, Some(at(1))).await.unwrap().is_written());
+        assert!(!m.marked(WorkKind::Events).await.unwrap().contains(&a));
+    }
+
+    /// Marks written at once by many writers for one tenant leave one mark
+    /// at the earliest instant, and a settle of a read taken before them
+    /// leaves it.
+    pub async fn racing_marks_leave_one_at_the_earliest(m: Arc<dyn WorkMarks>) {
+        let a = tenant("a");
+        m.mark(WorkKind::Retention, &a, at(100)).await.unwrap();
+        let read = m.due(WorkKind::Retention, at(100), 10).await.unwrap();
+        let writes = (0..16).map(|i| {
+            let (m, a) = (m.clone(), a.clone());
+            tokio::spawn(async move { m.mark(WorkKind::Retention, &a, at(10 + i)).await })
+        });
+        for w in futures::future::join_all(writes).await {
+            w.unwrap().unwrap();
+        }
+        assert!(!m.settle(&read[0], None).await.unwrap().is_written());
+        let due = m.due(WorkKind::Retention, at(1000), 10).await.unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].due, at(10));
+    }
+}
+
 pub mod lease {
     use super::*;
     use toki_ports::{LeaseStore, PartitionLease};
@@ -3395,6 +3515,30 @@ macro_rules! lease_conformance {
             async fn leases_lists_one_keys_partitions() {
                 common::conformance::lease::leases_lists_one_keys_partitions($factory().await)
                     .await
+            }
+        }
+    };
+}
+
+#[macro_export]
+macro_rules! marks_conformance {
+    ($(#[$meta:meta])* $factory:path) => {
+        mod marks_conformance {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn marks_fall_due_in_order_and_keep_the_earliest() {
+                common::conformance::marks::marks_fall_due_in_order_and_keep_the_earliest($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn a_settle_never_clears_work_marked_after_the_read() {
+                common::conformance::marks::a_settle_never_clears_work_marked_after_the_read($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn racing_marks_leave_one_at_the_earliest() {
+                common::conformance::marks::racing_marks_leave_one_at_the_earliest($factory().await).await
             }
         }
     };

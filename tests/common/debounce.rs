@@ -42,6 +42,7 @@ pub async fn both_edges_across_a_daemon_restart(
                 stores.clone(),
                 Vec::new(),
                 clock.clone(),
+                Arc::new(toki_ports::testing::MemoryWorkMarks::default()),
                 DaemonSettings {
                     workers: 1,
                     wait: Duration::from_millis(200),

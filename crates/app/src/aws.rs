@@ -87,6 +87,11 @@ pub(crate) async fn open(
             dynamo.clone(),
             names.index_table.clone(),
         )),
+        // Which tenants have work waiting, under keys of their own (`W#<kind>`).
+        marks: Arc::new(toki_aws::DynamoWorkMarks::new(
+            dynamo.clone(),
+            names.index_table.clone(),
+        )),
         // Rate-limit partitions' leases, under keys of their own (`L#<key>`).
         leases: Arc::new(toki_aws::DynamoLeaseStore::new(
             dynamo.clone(),

@@ -47,6 +47,7 @@ pub(crate) async fn open(
         ))],
         debounce: Arc::new(SqliteDebounceStore::new(control.pool.clone())),
         leases: Arc::new(toki_sql::SqliteLeaseStore::new(control.pool.clone())),
+        marks: Arc::new(toki_sql::SqliteWorkMarks::new(control.pool.clone())),
         stores: Arc::new(stores),
         directory,
         index: Arc::new(SqliteReminderIndex::new(

@@ -17,6 +17,8 @@ pub(crate) struct Ports {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
+    /// Which tenants have delivery events, a repair or a purge waiting.
+    pub marks: Arc<dyn toki_ports::WorkMarks>,
     /// The retention purge's part in the control store (embedded only).
     pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
     /// What the control stores hold of a tenant (offboarding).

@@ -112,8 +112,12 @@ async fn note_redriven(
     }
     for (tenant, events) in by_tenant {
         if let Some(Ok(store)) = stores.get(tenant) {
-            if let Err(e) = store.append_events(&events).await {
-                tracing::warn!(%tenant, error = %toki_model::error::chain(&e), "redriven events not recorded");
+            match store.append_events(&events).await {
+                Ok(0) => {}
+                Ok(_) => toki.marker().events(tenant).await,
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %toki_model::error::chain(&e), "redriven events not recorded")
+                }
             }
         }
     }

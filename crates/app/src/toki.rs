@@ -35,6 +35,8 @@ pub struct Toki {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
+    /// Which tenants have delivery events, a repair or a purge waiting.
+    pub marks: Arc<dyn toki_ports::WorkMarks>,
     /// The retention purge's part in the control store (embedded only).
     pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
     pub clock: Arc<dyn Clock>,
@@ -82,6 +84,7 @@ impl Toki {
             queue: ports.queue,
             debounce: ports.debounce,
             leases: ports.leases,
+            marks: ports.marks,
             control_purge: ports.control_purge,
             footprints: ports.footprints,
             clock,
@@ -144,6 +147,11 @@ impl Toki {
         ))
     }
 
+    /// Writes the marks of the work this process makes for tenants.
+    pub fn marker(&self) -> toki_core::work::Marker {
+        toki_core::work::Marker::new(self.marks.clone(), self.clock.clone())
+    }
+
     pub fn registrar(&self) -> Registrar {
         Registrar {
             directory: self.directory.clone(),
@@ -153,6 +161,7 @@ impl Toki {
             clock: self.clock.clone(),
             settings: self.config.pipeline_settings(),
             notices: Some(self.change_notices()),
+            marker: self.marker(),
         }
     }
 
@@ -198,6 +207,7 @@ impl Toki {
         Arc::new(Purger {
             directory: self.directory.clone(),
             stores: self.stores.clone(),
+            marks: self.marks.clone(),
             control: self.control_purge.clone(),
             clock: self.clock.clone(),
             settings: self.config.purge_settings(),
@@ -410,6 +420,7 @@ mod delivery {
                 self.stores.clone(),
                 self.channels().await?,
                 self.clock.clone(),
+                self.marks.clone(),
                 self.config.daemon_settings(),
             )
             .with_debounce(DebounceChecks {
@@ -442,7 +453,7 @@ mod delivery {
             );
             let dispatcher = Dispatcher::new(
                 self.stores.clone(),
-                self.directory.clone(),
+                self.marks.clone(),
                 Arc::new(poster),
                 self.clock.clone(),
                 holder,

@@ -22,6 +22,7 @@ pub mod directory;
 pub mod error;
 pub mod index;
 pub mod lease;
+pub mod marks;
 pub mod offboard;
 pub mod queue;
 pub mod resources;
@@ -35,6 +36,7 @@ pub use directory::DynamoTenantDirectory;
 pub use error::AwsError;
 pub use index::DynamoReminderIndex;
 pub use lease::DynamoLeaseStore;
+pub use marks::DynamoWorkMarks;
 pub use offboard::DynamoIndexFootprint;
 pub use queue::SqsDelayQueue;
 pub use resources::{

@@ -3,7 +3,8 @@
 //! by a scan, paged (at most [`PAGE`] items a request) and filtered here:
 //! index rows (`tenant`), version markers (`V#<tenant>#…`), debounce rows
 //! (`D#<tenant>:…`), the tenant's own lease rows (`L#tenantdb:<tenant>`,
-//! `L#tenant:<tenant>:…`) and the repair cursor when it points at the tenant.
+//! `L#tenant:<tenant>:…`), its work marks (`W#<kind>`, `sk` = the tenant)
+//! and the repair cursor when it points at the tenant.
 //! An operation for offboarding only: never on a delivery's path.
 
 use std::collections::HashMap;
@@ -101,6 +102,9 @@ pub fn place_of(item: &Item, tenant: &TenantId) -> Option<&'static str> {
     {
         return Some("dynamodb.rate_leases");
     }
+    if pk.starts_with(crate::marks::PK_PREFIX) && text(item, "sk") == Some(t) {
+        return Some("dynamodb.work_marks");
+    }
     if pk == "C#repair" && text(item, "next_tenant") == Some(t) {
         return Some("dynamodb.repair_cursor");
     }
@@ -114,6 +118,7 @@ fn counted(items: &[(String, String, &'static str)]) -> Vec<Holding> {
         "dynamodb.debounce",
         "dynamodb.rate_leases",
         "dynamodb.repair_cursor",
+        "dynamodb.work_marks",
     ]
     .into_iter()
     .map(|p| (p, 0))

@@ -23,3 +23,4 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 pub mod trace;
+pub mod work;

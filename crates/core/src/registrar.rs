@@ -148,6 +148,9 @@ pub struct Registrar {
     pub settings: PipelineSettings,
     /// None: no change notices, whatever the tenants' contracts say.
     pub notices: Option<ChangeNotices>,
+    /// Marks the work a write leaves: a repair in case its mirror is never
+    /// finished, rows for the retention pass ([`crate::work`]).
+    pub marker: crate::work::Marker,
 }
 
 impl Registrar {
@@ -428,6 +431,7 @@ impl Registrar {
         // would cross the cap is refused whole.
         self.check_schedule_cap(&record, store.as_ref(), &schedules)
             .await?;
+        self.marker.repair_after_write(tenant).await;
         let notices = self.notices_for(&record);
         let edits = match notices {
             Some(_) => {
@@ -448,6 +452,7 @@ impl Registrar {
             Ok(counts) => Some(counts),
             Err(e) => {
                 warn!(%tenant, schedules = mirroring, error = %chain(&e), "mirror failed; repair will retry");
+                self.marker.repair_now(tenant).await;
                 None
             }
         };
@@ -790,6 +795,7 @@ impl Registrar {
     ) -> Result<Deleted, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
+        self.marker.repair_after_write(tenant).await;
         let notices = self.notices_for(&record);
         if notices.is_some() {
             store
@@ -814,6 +820,7 @@ impl Registrar {
             .await
         {
             warn!(%tenant, schedule = %id, error = %chain(&e), "mirror of delete failed; repair will retry");
+            self.marker.repair_now(tenant).await;
             return Ok(Deleted {
                 version,
                 mirrored: false,

@@ -1,7 +1,15 @@
-//! The repair pass over every tenant (`toki serve` every minute; the repair
-//! Lambda on AWS): finishes each tenant's unfinished index mirrors and
-//! extends its series ([`Registrar::repair`]), tenants side by side, so that
-//! one slow or failing tenant delays no other.
+//! The repair passes (`toki serve` every minute; the repair Lambda on AWS):
+//! each finishes tenants' unfinished index mirrors and extends their series
+//! ([`Registrar::repair`]), tenants side by side, so that one slow or failing
+//! tenant delays no other.
+//!
+//! - Each minute, a pass over the tenants whose repair mark is due
+//!   ([`crate::work`]): a write marks its tenant before it begins, a failed
+//!   mirror marks it now, and each repair settles the mark at the tenant's
+//!   next series extension. A tenant with nothing to repair is not opened.
+//! - Once a day (at [`SWEEP_MINUTE`] UTC) and when `toki serve` starts, a
+//!   pass over every tenant: what a lost mark would have hidden is found,
+//!   and each tenant's mark is set from what its database holds.
 //!
 //! - At most [`RepairSettings::concurrency`] tenants at once.
 //! - Each tenant cut at [`RepairSettings::tenant_deadline`]: counted as timed
@@ -22,13 +30,14 @@ use tokio::time::Instant as TokioInstant;
 use tracing::{info, warn};
 
 use crate::registrar::{Registrar, RegistrarError};
-use toki_model::domain::TenantId;
+use toki_model::domain::{Instant, TenantId};
 use toki_model::error::chain;
+use toki_ports::{WorkKind, WorkMark};
 
 /// One repair pass over the tenants.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RepairSummary {
-    /// Tenants in the directory.
+    /// Tenants the pass visited (every tenant, or the marked ones).
     pub tenants: usize,
     /// Writes whose mirror was finished (series extended included).
     pub repaired: usize,
@@ -48,6 +57,12 @@ impl RepairSummary {
         self.failed_tenants + self.timed_out_tenants
     }
 
+    fn of(outcomes: Vec<TenantRepair>) -> Self {
+        let mut summary = RepairSummary::default();
+        outcomes.into_iter().for_each(|o| summary.count(o));
+        summary
+    }
+
     fn count(&mut self, outcome: TenantRepair) {
         self.tenants += 1;
         match outcome {
@@ -55,6 +70,23 @@ impl RepairSummary {
             TenantRepair::Failed => self.failed_tenants += 1,
             TenantRepair::TimedOut => self.timed_out_tenants += 1,
             TenantRepair::Deferred => self.deferred_tenants += 1,
+        }
+    }
+}
+
+/// A tenant a pass visits: every tenant in turn, or one whose mark is due
+/// (settled once its repair is done).
+#[derive(Debug, Clone)]
+enum RepairVisit {
+    Sweep(TenantId),
+    Marked(WorkMark),
+}
+
+impl RepairVisit {
+    fn tenant(&self) -> &TenantId {
+        match self {
+            RepairVisit::Sweep(t) => t,
+            RepairVisit::Marked(m) => &m.tenant,
         }
     }
 }
@@ -98,28 +130,66 @@ pub fn next_cursor(order: &[TenantId], outcomes: &[TenantRepair]) -> Option<Tena
         .cloned()
 }
 
+/// The minute of the day (UTC) at which the daily pass over every tenant runs.
+pub const SWEEP_MINUTE: i64 = 2 * 60 + 17;
+
+/// Marked tenants one pass takes at most (the earliest due first).
+pub const MARKED_PER_PASS: usize = 1000;
+
 impl Registrar {
-    /// One repair pass (see the module), ending by `deadline` if one is
-    /// given, and within the settings' pass budget in any case. Fails only
-    /// if the tenants cannot be listed.
+    /// The pass due at this minute: over every tenant at [`SWEEP_MINUTE`],
+    /// over the marked ones otherwise.
+    pub async fn repair_tick(
+        &self,
+        deadline: Option<TokioInstant>,
+    ) -> Result<RepairSummary, RegistrarError> {
+        let minute_of_day = (self.clock.now().timestamp() / 60).rem_euclid(24 * 60);
+        if minute_of_day == SWEEP_MINUTE {
+            return self.repair_pass(deadline).await;
+        }
+        self.repair_marked(deadline).await
+    }
+
+    /// One repair pass over every tenant (see the module), ending by
+    /// `deadline` if one is given, and within the settings' pass budget in
+    /// any case. Fails only if the tenants cannot be listed.
     pub async fn repair_pass(
         &self,
         deadline: Option<TokioInstant>,
     ) -> Result<RepairSummary, RegistrarError> {
-        let budget_end = TokioInstant::now() + self.settings.repair.pass_budget;
-        let pass_end = deadline.map_or(budget_end, |d| d.min(budget_end));
+        let pass_end = self.repair_pass_end(deadline);
         let tenants = self.directory.list().await?;
         let cursor = self.read_repair_cursor().await;
         let order = pass_order(tenants.into_iter().map(|t| t.id).collect(), cursor.as_ref());
-        let outcomes = self.repair_tenants(&order, pass_end).await;
+        let visits: Vec<RepairVisit> = order.iter().cloned().map(RepairVisit::Sweep).collect();
+        let outcomes = self.repair_tenants(&visits, pass_end).await;
         if let Some(next) = next_cursor(&order, &outcomes) {
             if let Err(e) = self.index.set_repair_cursor(&next).await {
                 warn!(error = %chain(&e), "recording the repair cursor failed; the next pass starts where this one did");
             }
         }
-        let mut summary = RepairSummary::default();
-        outcomes.into_iter().for_each(|o| summary.count(o));
-        Ok(summary)
+        Ok(RepairSummary::of(outcomes))
+    }
+
+    /// One repair pass over the tenants whose repair mark is due. Fails
+    /// only if the marks cannot be read.
+    pub async fn repair_marked(
+        &self,
+        deadline: Option<TokioInstant>,
+    ) -> Result<RepairSummary, RegistrarError> {
+        let pass_end = self.repair_pass_end(deadline);
+        let marks = self.marker.marks();
+        let due = marks
+            .due(WorkKind::Repair, self.clock.now(), MARKED_PER_PASS)
+            .await?;
+        let visits: Vec<RepairVisit> = due.into_iter().map(RepairVisit::Marked).collect();
+        let outcomes = self.repair_tenants(&visits, pass_end).await;
+        Ok(RepairSummary::of(outcomes))
+    }
+
+    fn repair_pass_end(&self, deadline: Option<TokioInstant>) -> TokioInstant {
+        let budget_end = TokioInstant::now() + self.settings.repair.pass_budget;
+        deadline.map_or(budget_end, |d| d.min(budget_end))
     }
 
     /// Repair passes every `every` until `shutdown` turns true.
@@ -131,12 +201,46 @@ impl Registrar {
     ) {
         let on_pass = &on_pass;
         crate::periodic::run_every(every, shutdown, || async move {
-            match self.repair_pass(None).await {
+            match self.repair_tick(None).await {
                 Ok(summary) => on_pass(&summary),
-                Err(e) => warn!(error = %chain(&e), "repair: listing tenants failed"),
+                Err(e) => {
+                    warn!(error = %chain(&e), "repair: reading the tenants or their marks failed")
+                }
             }
         })
         .await
+    }
+
+    /// When `tenant` next needs the repair: its earliest series extension
+    /// (None: it has no series).
+    async fn next_repair(&self, tenant: &TenantId) -> Result<Option<Instant>, RegistrarError> {
+        let store = self.stores.open(tenant).await?;
+        let half = toki_model::time::to_chrono(self.settings.horizon / 2);
+        Ok(store
+            .earliest_mirrored_until()
+            .await?
+            .map(|until| until - half))
+    }
+
+    /// After a tenant's repair: its mark says when it is next needed.
+    async fn mark_next_repair(&self, visit: &RepairVisit) {
+        let tenant = visit.tenant();
+        let next = match self.next_repair(tenant).await {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(%tenant, error = %chain(&e), "repair: reading the next series extension failed; the next pass looks again");
+                return;
+            }
+        };
+        let marks = self.marker.marks();
+        let written = match (visit, next) {
+            (RepairVisit::Marked(mark), next) => marks.settle(mark, next).await.map(|_| ()),
+            (RepairVisit::Sweep(_), Some(next)) => marks.mark(WorkKind::Repair, tenant, next).await,
+            (RepairVisit::Sweep(_), None) => Ok(()),
+        };
+        if let Err(e) = written {
+            warn!(%tenant, error = %chain(&e), "repair: marking the next extension failed");
+        }
     }
 
     /// Where the last pass left the cursor; unreadable, from the first tenant.
@@ -147,17 +251,24 @@ impl Registrar {
         })
     }
 
-    /// Repairs `order`'s tenants, `concurrency` at a time; an outcome each, in order.
+    /// Repairs the visits' tenants, `concurrency` at a time; an outcome
+    /// each, in order. A tenant done has its next repair marked.
     async fn repair_tenants(
         &self,
-        order: &[TenantId],
+        visits: &[RepairVisit],
         pass_end: TokioInstant,
     ) -> Vec<TenantRepair> {
-        let mut outcomes = vec![TenantRepair::Deferred; order.len()];
-        // Owned ids: a closure over borrowed ones would make the pass's
+        let mut outcomes = vec![TenantRepair::Deferred; visits.len()];
+        // Owned visits: a closure over borrowed ones would make the pass's
         // future not `Send` (a limit of the compiler's lifetime inference).
-        let mut finished = futures::stream::iter(order.iter().cloned().enumerate())
-            .map(|(i, tenant)| async move { (i, self.repair_within(&tenant, pass_end).await) })
+        let mut finished = futures::stream::iter(visits.iter().cloned().enumerate())
+            .map(|(i, visit)| async move {
+                let outcome = self.repair_within(visit.tenant(), pass_end).await;
+                if let TenantRepair::Done(_) = outcome {
+                    self.mark_next_repair(&visit).await;
+                }
+                (i, outcome)
+            })
             .buffer_unordered(self.settings.repair.concurrency.max(1));
         while let Some((i, outcome)) = finished.next().await {
             outcomes[i] = outcome;

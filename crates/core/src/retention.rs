@@ -4,6 +4,14 @@
 //! deletes a delivery row that is pending or being sent, nor anything
 //! younger than its retention. `toki serve` runs it every few minutes; on
 //! AWS the repair Lambda runs it (`lambdas/repair`).
+//!
+//! A pass visits the tenants whose retention mark is due ([`crate::work`]):
+//! writes mark their tenant a few minutes ahead (caps are trimmed soon
+//! after), and each visit settles the mark at the next time something of
+//! the tenant's could be purged (its oldest row's age past its retention),
+//! a day at the latest (a month for a tenant holding no rows). Once a day
+//! (and when `toki serve` starts) every tenant without a mark is given one,
+//! so none is forgotten.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,9 +25,11 @@ use tracing::{info, warn};
 use toki_model::error::chain;
 use toki_model::quota::TenantCaps;
 use toki_model::retention::{RetentionKind, RetentionSettings};
-use toki_model::{Instant, TenantRecord};
+use toki_model::{Instant, TenantId, TenantRecord};
 use toki_ports::retention::{ControlPurge, PurgeRecord, TenantRows, Trimmed, MAX_PURGE_BATCH};
-use toki_ports::{Clock, StoreResult, TenantDirectory, TenantStore, TenantStores};
+use toki_ports::{
+    Clock, StoreResult, TenantDirectory, TenantStore, TenantStores, WorkKind, WorkMark, WorkMarks,
+};
 
 #[derive(Debug, Clone)]
 pub struct PurgeSettings {
@@ -141,9 +151,23 @@ impl Budget {
     }
 }
 
+/// A tenant visited that holds rows is looked at again within this long,
+/// whatever their age: its dead letters (in the control store) age too, and
+/// an events mark lost in a crash is found ([`Purger::events_behind`]).
+pub const REVISIT_AT_MOST: Duration = Duration::from_secs(86_400);
+
+/// A tenant visited that holds no rows at all keeps a mark this far out (so
+/// the daily sweep passes it by); a write marks it sooner.
+pub const REVISIT_EMPTY: Duration = Duration::from_secs(30 * 86_400);
+
+/// Marked tenants one pass takes at most (the earliest due first).
+pub const MARKED_PER_PASS: usize = 1000;
+
 pub struct Purger {
     pub directory: Arc<dyn TenantDirectory>,
     pub stores: Arc<dyn TenantStores>,
+    /// Which tenants have rows to look at (and events to send, found on a visit).
+    pub marks: Arc<dyn WorkMarks>,
     /// The embedded control store's dead letters and index rows; None on
     /// AWS, where SQS's retention and DynamoDB's TTL expire them.
     pub control: Option<Arc<dyn ControlPurge>>,
@@ -153,8 +177,9 @@ pub struct Purger {
 }
 
 impl Purger {
-    /// Runs a pass every `settings.period` until `shutdown`.
+    /// Marks every tenant, then runs a pass every `settings.period` until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        self.sweep().await;
         crate::periodic::run_every(self.settings.period, shutdown, || {
             let purger = self.clone();
             async move {
@@ -171,41 +196,59 @@ impl Purger {
         (now.timestamp() / 60).rem_euclid(minutes) == 0
     }
 
-    /// One pass over every tenant, starting one further along each period
-    /// (so a cap reached early never starves the same tenants), ending at
-    /// the cap or `deadline`.
+    /// Whether the pass at `now` is the day's first after
+    /// [`crate::repair::SWEEP_MINUTE`] (the one that sweeps).
+    fn sweeps(&self, now: Instant) -> bool {
+        let period = (self.settings.period.as_secs() / 60).max(1) as i64;
+        let minute = (now.timestamp() / 60).rem_euclid(24 * 60);
+        (crate::repair::SWEEP_MINUTE..crate::repair::SWEEP_MINUTE + period).contains(&minute)
+    }
+
+    /// Gives every tenant without a retention mark one, due now: one read
+    /// of the directory and of the marks.
+    pub async fn sweep(&self) {
+        let (tenants, marked) = match (
+            self.directory.list().await,
+            self.marks.marked(WorkKind::Retention).await,
+        ) {
+            (Ok(t), Ok(m)) => (t, m),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(error = %chain(&e), "retention: reading the tenants or their marks failed");
+                return;
+            }
+        };
+        let marked: std::collections::HashSet<_> = marked.into_iter().collect();
+        let now = self.clock.now();
+        for tenant in tenants.iter().filter(|t| !marked.contains(&t.id)) {
+            if let Err(e) = self.marks.mark(WorkKind::Retention, &tenant.id, now).await {
+                warn!(tenant = %tenant.id, error = %chain(&e), "retention: marking the tenant failed");
+            }
+        }
+    }
+
+    /// One pass over the tenants whose mark is due, earliest first, ending
+    /// at the cap or `deadline`; a tenant not finished keeps its mark.
     pub async fn pass(&self, deadline: Option<tokio::time::Instant>) -> PurgeSummary {
         let now = self.clock.now();
+        if self.sweeps(now) {
+            self.sweep().await;
+        }
         let mut summary = PurgeSummary::default();
         let mut budget = Budget {
             rows: self.settings.per_pass,
             deadline,
         };
-        let mut tenants = match self.directory.list().await {
-            Ok(tenants) => tenants,
-            Err(e) => {
-                warn!(error = %chain(&e), "retention: reading the tenants failed");
-                return summary;
+        match self
+            .marks
+            .due(WorkKind::Retention, now, MARKED_PER_PASS)
+            .await
+        {
+            Ok(due) => {
+                for mark in &due {
+                    self.visit(mark, now, &mut budget, &mut summary).await;
+                }
             }
-        };
-        if !tenants.is_empty() {
-            let period = self.settings.period.as_secs().max(1) as i64;
-            let start = (now.timestamp() / period).rem_euclid(tenants.len() as i64);
-            tenants.rotate_left(start as usize);
-        }
-        for tenant in &tenants {
-            summary.tenants += 1;
-            if budget.spent() {
-                summary.deferred_tenants += 1;
-                continue;
-            }
-            if let Err(e) = self
-                .tenant_pass(tenant, now, &mut budget, &mut summary)
-                .await
-            {
-                warn!(tenant = %tenant.id, error = %chain(&e), "retention: purging failed");
-                summary.failed_tenants += 1;
-            }
+            Err(e) => warn!(error = %chain(&e), "retention: reading the marks failed"),
         }
         if let Err(e) = self.control_pass(now, &mut budget, &mut summary).await {
             warn!(error = %chain(&e), "retention: purging the control store failed");
@@ -220,6 +263,84 @@ impl Purger {
             );
         }
         summary
+    }
+
+    /// One marked tenant: purged, then its mark settled at its next visit.
+    async fn visit(
+        &self,
+        mark: &WorkMark,
+        now: Instant,
+        budget: &mut Budget,
+        summary: &mut PurgeSummary,
+    ) {
+        summary.tenants += 1;
+        let tenant = &mark.tenant;
+        if budget.spent() {
+            summary.deferred_tenants += 1;
+            return;
+        }
+        let record = match self.directory.get(tenant).await {
+            // Gone: nothing of it to purge.
+            Ok(None) => return self.settle(mark, None).await,
+            Ok(Some(record)) => record,
+            Err(e) => {
+                warn!(%tenant, error = %chain(&e), "retention: reading the tenant failed");
+                summary.failed_tenants += 1;
+                return;
+            }
+        };
+        let next = match self.tenant_pass(&record, now, budget, summary).await {
+            // Cut short by the pass's cap: the mark stays due.
+            Ok(_) if budget.spent() => {
+                summary.deferred_tenants += 1;
+                return;
+            }
+            Ok(store) => self.next_visit(&record, store.as_ref(), now).await,
+            Err(e) => {
+                warn!(%tenant, error = %chain(&e), "retention: purging failed");
+                summary.failed_tenants += 1;
+                return;
+            }
+        };
+        self.settle(mark, Some(next)).await;
+    }
+
+    async fn settle(&self, mark: &WorkMark, next: Option<Instant>) {
+        if let Err(e) = self.marks.settle(mark, next).await {
+            let tenant = &mark.tenant;
+            warn!(%tenant, error = %chain(&e), "retention: settling the mark failed; the tenant is visited again");
+        }
+    }
+
+    /// When something of the tenant's could next be purged: its oldest row
+    /// of each kind past that kind's retention, within [`REVISIT_AT_MOST`]
+    /// ([`REVISIT_EMPTY`] if it holds none).
+    async fn next_visit(
+        &self,
+        tenant: &TenantRecord,
+        store: &dyn TenantStore,
+        now: Instant,
+    ) -> Instant {
+        let mut oldest_due: Option<Instant> = None;
+        for rows in TenantRows::ALL {
+            match store.oldest_row(rows).await {
+                Ok(Some(oldest)) => {
+                    let age = now - self.cutoff(&tenant.retention, rows.kind(), now);
+                    let due = oldest + age;
+                    oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(tenant = %tenant.id, error = %chain(&e), "retention: reading the oldest rows failed; visited again next pass");
+                    return now;
+                }
+            }
+        }
+        let next = match oldest_due {
+            Some(due) => due.min(now + toki_model::time::to_chrono(REVISIT_AT_MOST)),
+            None => now + toki_model::time::to_chrono(REVISIT_EMPTY),
+        };
+        next.max(now)
     }
 
     /// The cutoff for `kind` at `now`: the tenant's retention, events
@@ -247,7 +368,7 @@ impl Purger {
         now: Instant,
         budget: &mut Budget,
         summary: &mut PurgeSummary,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Arc<dyn TenantStore>> {
         let store = self.stores.open(&tenant.id).await?;
         for rows in TenantRows::ALL {
             let kind = rows.kind();
@@ -269,6 +390,25 @@ impl Purger {
                 .await?;
             record(store.as_ref(), kind, now, cutoff, n).await?;
             summary.add(kind, n);
+        }
+        self.events_behind(&tenant.id, store.as_ref()).await?;
+        Ok(store)
+    }
+
+    /// Marks the tenant's events if an endpoint is behind the log: an
+    /// events mark lost (a crash between an outcome and its mark) is found
+    /// here, at the latest a day later.
+    async fn events_behind(&self, tenant: &TenantId, store: &dyn TenantStore) -> StoreResult<()> {
+        let last = store.last_event_seq().await?;
+        let behind = store
+            .event_endpoints()
+            .await?
+            .iter()
+            .any(|(e, _)| crate::events::is_enabled(e) && e.progress.cursor < last);
+        if behind {
+            self.marks
+                .mark(WorkKind::Events, tenant, self.clock.now())
+                .await?;
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 mod idempotency;
 mod lease;
+pub mod marks;
 pub mod message;
 pub mod offboard;
 pub mod report;
@@ -28,6 +29,7 @@ pub use error::{StoreError, StoreResult};
 pub use events::{EventLog, EventPoster, PostError, ProgressWrite, SignedPost};
 pub use idempotency::{IdempotentStart, KeyedRequest};
 pub use lease::{LeaseStore, PartitionLease};
+pub use marks::{WorkKind, WorkMark, WorkMarks};
 pub use offboard::{Fenced, Holding, TenantFootprint, TenantOffboard};
 pub use report::DeliveryReport;
 pub use retention::{ControlPurge, RetentionStore};
@@ -597,6 +599,10 @@ pub trait TenantStore:
     /// Writes not yet mirrored into the index, and series mirrored only up
     /// to before `extend_before` (their horizon runs short).
     async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>>;
+
+    /// The earliest instant up to which a live series' reminders are in
+    /// the index (None: no series): when the repair next extends one.
+    async fn earliest_mirrored_until(&self) -> StoreResult<Option<Instant>>;
     /// Records that the mirror of `schedule` at `version` is done; a series'
     /// reminders are in the index up to `until`.
     async fn mark_mirrored(
@@ -643,8 +649,10 @@ pub trait TenantStore:
         schedules: &[ScheduleId],
     ) -> StoreResult<HashMap<ScheduleId, i64>>;
 
-    /// Records outcomes (delivered, stale, failed, undeliverable), one row each.
-    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()>;
+    /// Records outcomes (delivered, stale, failed, undeliverable), one row
+    /// each, with the events some endpoint subscribes to; how many events
+    /// were logged (the caller marks the tenant: [`crate::WorkKind::Events`]).
+    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<usize>;
 
     /// The tenant's webhook channel settings, if it made them.
     async fn webhook_settings(&self) -> StoreResult<Option<toki_model::webhook::WebhookSettings>>;

@@ -118,6 +118,10 @@ pub trait RetentionStore: Send + Sync {
     /// on them, whatever their age).
     async fn trim_rows(&self, rows: Trimmed, keep: u64, limit: u32) -> StoreResult<u64>;
 
+    /// The age of the oldest row of `rows` a purge could delete (for
+    /// deliveries, the oldest finished): when the tenant is next due a visit.
+    async fn oldest_row(&self, rows: TenantRows) -> StoreResult<Option<Instant>>;
+
     /// Records what a pass did to `record.kind` (its total is added to the
     /// stored one).
     async fn record_purge(&self, record: &PurgeRecord) -> StoreResult<()>;

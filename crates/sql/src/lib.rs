@@ -19,6 +19,8 @@ pub mod index;
 #[cfg(feature = "sqlite")]
 pub mod lease;
 #[cfg(feature = "sqlite")]
+pub mod marks;
+#[cfg(feature = "sqlite")]
 pub mod offboard;
 #[cfg(feature = "sqlite")]
 pub mod queue;
@@ -140,6 +142,8 @@ pub use directory::SqliteTenantDirectory;
 pub use index::SqliteReminderIndex;
 #[cfg(feature = "sqlite")]
 pub use lease::SqliteLeaseStore;
+#[cfg(feature = "sqlite")]
+pub use marks::SqliteWorkMarks;
 #[cfg(feature = "sqlite")]
 pub use offboard::SqliteControlFootprint;
 #[cfg(feature = "sqlite")]

@@ -87,13 +87,14 @@ impl SqliteControlFootprint {
 }
 
 /// The tables with a `tenant` column (and the cursor's), by place.
-const BY_COLUMN: [(&str, &str); 3] = [
+const BY_COLUMN: [(&str, &str); 4] = [
     ("control.reminder_index", "reminder_index WHERE tenant = $1"),
     ("control.index_versions", "index_versions WHERE tenant = $1"),
     (
         "control.repair_cursor",
         "repair_cursor WHERE next_tenant = $1",
     ),
+    ("control.work_marks", "work_marks WHERE tenant = $1"),
 ];
 
 #[async_trait]

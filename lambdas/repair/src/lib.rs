@@ -28,8 +28,9 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
 /// recorded and the figures written before the function is cut off.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
-/// One invocation: one pass over the tenants (`toki_core::repair`), from
-/// where the last one stopped, ending within the pass budget and before the
+/// One invocation: the pass due this minute (`toki_core::repair`): over
+/// the tenants whose repair mark is due, or once a day over every tenant
+/// from where the last such pass stopped; ending within the pass budget and before the
 /// function's deadline. A pass in which some tenant failed or passed its
 /// deadline is an error (the `Errors` alarm sees it); the next pass, a
 /// minute later, retries. Deferred tenants are no error: the next pass
@@ -40,7 +41,7 @@ pub async fn handle(
 ) -> Result<RepairSummary, Error> {
     let (_, context) = event.into_parts();
     let deadline = deadline_of(context.deadline, toki.clock.now().timestamp_millis());
-    let summary = toki.registrar().repair_pass(deadline).await?;
+    let summary = toki.registrar().repair_tick(deadline).await?;
     println!(
         "{}",
         toki_app::emf::line(

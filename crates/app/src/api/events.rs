@@ -24,6 +24,7 @@ use super::shared::{
 fn service(state: &ApiState) -> EventEndpoints {
     EventEndpoints::new(
         state.registrar.stores.clone(),
+        state.registrar.marker.marks().clone(),
         state.registrar.clock.clone(),
     )
     .with_caps(toki_core::events::EndpointCaps {

@@ -287,11 +287,15 @@ impl Daemon {
         );
         let tenant = &reminder.key.tenant;
         let appended = match self.stores.open(tenant).await {
-            Ok(store) => store.append_events(&[event]).await.map(|_| ()),
+            Ok(store) => store.append_events(&[event]).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = appended {
-            warn!(%tenant, error = %chain(&e), "the dead letter's event was not recorded");
+        match appended {
+            Ok(0) => {}
+            Ok(_) => self.marker.events(tenant).await,
+            Err(e) => {
+                warn!(%tenant, error = %chain(&e), "the dead letter's event was not recorded")
+            }
         }
     }
 

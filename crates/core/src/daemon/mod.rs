@@ -123,6 +123,8 @@ pub struct Daemon {
     /// Probe loops of open circuits (ended with the run).
     probes: Mutex<JoinSet<()>>,
     recorder: record::Recorder,
+    /// Marks the work outcomes leave a tenant (events to send, rows to purge).
+    marker: crate::work::Marker,
     holdings: holdings::Holdings,
     /// The versions held groups look at before firing, read per tenant at once.
     looks: looks::Looks,
@@ -160,8 +162,10 @@ impl Daemon {
         stores: Arc<dyn TenantStores>,
         channels: Vec<Arc<dyn ChannelSender>>,
         clock: Arc<dyn Clock>,
+        marks: Arc<dyn toki_ports::WorkMarks>,
         settings: DaemonSettings,
     ) -> Self {
+        let marker = crate::work::Marker::new(marks, clock.clone());
         Daemon {
             queue,
             stores,
@@ -171,7 +175,8 @@ impl Daemon {
             probes: Mutex::default(),
             settings,
             stats: Arc::default(),
-            recorder: record::Recorder::default(),
+            recorder: record::Recorder::new(marker.clone()),
+            marker,
             holdings: holdings::Holdings::default(),
             looks: looks::Looks::default(),
             warmed: Mutex::default(),

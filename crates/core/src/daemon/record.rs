@@ -1,5 +1,8 @@
 //! Recording outcomes: one writer per tenant gathers the rows of batches that
-//! finish together and writes them in one statement.
+//! finish together and writes them in one statement, then marks the tenant's
+//! waiting work ([`crate::work`]): its events now, its retention later. A
+//! writer ends once its tenant has been quiet for [`WRITER_IDLE`], so the
+//! writers (and the stores they hold) are those of tenants active now.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,10 +15,15 @@ use toki_model::domain::{DeliveryOutcome, TenantId};
 use toki_ports::error::StoreError;
 use toki_ports::TenantStore;
 
+use crate::work::Marker;
+
 /// How long a tenant's writer gathers batches before one write: batches fired
 /// at the same due instant finish together, and one statement for all of them
 /// costs the burst far less than one per batch.
 const COALESCE: Duration = Duration::from_millis(5);
+
+/// How long a writer waits for more before it ends.
+pub const WRITER_IDLE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Error)]
 pub enum RecordError {
@@ -37,12 +45,27 @@ struct Writer {
     tx: mpsc::UnboundedSender<Write>,
 }
 
-#[derive(Default)]
+type Writers = Arc<Mutex<HashMap<TenantId, Writer>>>;
+
 pub struct Recorder {
-    writers: Mutex<HashMap<TenantId, Writer>>,
+    writers: Writers,
+    marker: Marker,
 }
 
 impl Recorder {
+    pub fn new(marker: Marker) -> Self {
+        Recorder {
+            writers: Writers::default(),
+            marker,
+        }
+    }
+
+    /// Tenants with a writer now (for tests of what the daemon holds).
+    #[cfg(test)]
+    pub fn writers(&self) -> usize {
+        self.writers.lock().expect("writers lock").len()
+    }
+
     /// Resolves once `outcomes` are stored in the tenant's database.
     pub async fn record(
         &self,
@@ -54,57 +77,121 @@ impl Recorder {
             return Ok(());
         }
         let (done, wait) = oneshot::channel();
-        let writer = {
+        {
+            // Sent under the lock: a writer ending checks for more under it.
             let mut writers = self.writers.lock().expect("writers lock");
-            // Another store than the writer's: the tenant's database was
-            // replaced (deleted and created again). A new writer for it;
-            // the old one ends with what it was given.
-            match writers.get(tenant) {
-                Some(w) if Arc::ptr_eq(&w.store, store) => w.tx.clone(),
-                _ => {
-                    let tx = spawn_writer(store.clone());
+            // The store the outcomes were claimed in: if the writer has
+            // another, the tenant's database was replaced (deleted and
+            // created again). A new writer for it; the old one ends with
+            // what it was given.
+            let current = writers
+                .get(tenant)
+                .filter(|w| Arc::ptr_eq(&w.store, store))
+                .map(|w| w.tx.clone());
+            let tx = match current {
+                Some(tx) => tx,
+                None => {
+                    let tx = self.spawn_writer(tenant, store.clone());
                     let store = store.clone();
-                    writers.insert(
-                        tenant.clone(),
-                        Writer {
-                            store,
-                            tx: tx.clone(),
-                        },
-                    );
+                    let writer = Writer {
+                        store,
+                        tx: tx.clone(),
+                    };
+                    writers.insert(tenant.clone(), writer);
                     tx
                 }
-            }
-        };
-        writer
-            .send((outcomes, done))
-            .map_err(|_| RecordError::WriterStopped)?;
+            };
+            tx.send((outcomes, done))
+                .map_err(|_| RecordError::WriterStopped)?;
+        }
         wait.await.map_err(|_| RecordError::WriterStopped)?
+    }
+
+    fn spawn_writer(
+        &self,
+        tenant: &TenantId,
+        store: Arc<dyn TenantStore>,
+    ) -> mpsc::UnboundedSender<Write> {
+        let (tx, rx) = mpsc::unbounded_channel::<Write>();
+        let writer = TenantWriter {
+            tenant: tenant.clone(),
+            store,
+            marker: self.marker.clone(),
+            writers: self.writers.clone(),
+            own: tx.clone(),
+        };
+        tokio::spawn(writer.run(rx));
+        tx
     }
 }
 
-fn spawn_writer(store: Arc<dyn TenantStore>) -> mpsc::UnboundedSender<Write> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Write>();
-    tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
+/// One tenant's writer task.
+struct TenantWriter {
+    tenant: TenantId,
+    store: Arc<dyn TenantStore>,
+    marker: Marker,
+    writers: Writers,
+    /// Its own sender: how it knows its entry among the writers.
+    own: mpsc::UnboundedSender<Write>,
+}
+
+impl TenantWriter {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Write>) {
+        loop {
+            let first = match tokio::time::timeout(WRITER_IDLE, rx.recv()).await {
+                Ok(Some(first)) => first,
+                Ok(None) => return,
+                Err(_) => match self.end_if_quiet(&mut rx) {
+                    Some(first) => first,
+                    None => return,
+                },
+            };
             tokio::time::sleep(COALESCE).await;
             let mut waiting = vec![first];
             while let Ok(more) = rx.try_recv() {
                 waiting.push(more);
             }
-            let all: Vec<DeliveryOutcome> = waiting
-                .iter_mut()
-                .flat_map(|(o, _)| std::mem::take(o))
-                .collect();
-            let result = store
-                .record_outcomes(&all)
-                .await
-                .map_err(|e| RecordError::Store(Arc::new(e)));
-            for (_, done) in waiting {
-                let _ = done.send(result.clone());
-            }
+            self.write(waiting).await;
         }
-    });
-    tx
+    }
+
+    /// After a quiet spell: leaves the writers, unless something arrived
+    /// meanwhile (returned). Under the writers' lock, which senders hold.
+    fn end_if_quiet(&self, rx: &mut mpsc::UnboundedReceiver<Write>) -> Option<Write> {
+        let mut writers = self.writers.lock().expect("writers lock");
+        if let Ok(more) = rx.try_recv() {
+            return Some(more);
+        }
+        if writers
+            .get(&self.tenant)
+            .is_some_and(|w| w.tx.same_channel(&self.own))
+        {
+            writers.remove(&self.tenant);
+        }
+        rx.close();
+        None
+    }
+
+    async fn write(&self, mut waiting: Vec<Write>) {
+        let all: Vec<DeliveryOutcome> = waiting
+            .iter_mut()
+            .flat_map(|(o, _)| std::mem::take(o))
+            .collect();
+        let result = self.store.record_outcomes(&all).await;
+        let logged = *result.as_ref().unwrap_or(&0);
+        let result = result
+            .map(|_| ())
+            .map_err(|e| RecordError::Store(Arc::new(e)));
+        for (_, done) in waiting {
+            let _ = done.send(result.clone());
+        }
+        if result.is_ok() {
+            if logged > 0 {
+                self.marker.events(&self.tenant).await;
+            }
+            self.marker.activity(&self.tenant).await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -114,10 +201,11 @@ mod tests {
     use toki_model::domain::{
         Channel, DeliveryKey, DeliveryOutcome, DeliveryPurpose, DeliveryStatus, DueAt, Occurrence,
     };
-    use toki_ports::testing::MemoryTenantStore;
-    use toki_ports::TenantStore;
+    use toki_ports::testing::{MemoryTenantStore, MemoryWorkMarks};
+    use toki_ports::{TenantStore, WorkKind, WorkMarks};
 
     use super::Recorder;
+    use crate::work::Marker;
 
     fn delivered(at: toki_model::domain::Instant) -> DeliveryOutcome {
         DeliveryOutcome {
@@ -134,6 +222,45 @@ mod tests {
             at,
             detail: None,
         }
+    }
+
+    fn recorder_at(at: toki_model::domain::Instant) -> (Recorder, Arc<MemoryWorkMarks>) {
+        let marks = Arc::new(MemoryWorkMarks::default());
+        let clock = Arc::new(toki_ports::testing::TokioClock::starting_at(at));
+        (Recorder::new(Marker::new(marks.clone(), clock)), marks)
+    }
+
+    /// A tenant's writer ends once it has been quiet a while, and what it
+    /// wrote left a retention mark (rows to purge later) and no events mark
+    /// (no endpoint: nothing logged).
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_tenants_writer_ends_and_its_work_is_marked() {
+        let at: toki_model::domain::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
+        let (recorder, marks) = recorder_at(at);
+        let tenant: toki_model::domain::TenantId = "quiet".parse().unwrap();
+        let store: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
+        recorder
+            .record(&tenant, &store, vec![delivered(at)])
+            .await
+            .unwrap();
+        assert_eq!(recorder.writers(), 1);
+        tokio::time::sleep(super::WRITER_IDLE + std::time::Duration::from_secs(1)).await;
+        assert_eq!(recorder.writers(), 0, "the writer ended");
+        assert_eq!(
+            marks.marked(WorkKind::Retention).await.unwrap(),
+            vec![tenant.clone()]
+        );
+        assert!(marks.marked(WorkKind::Events).await.unwrap().is_empty());
+        // A new write gets a new writer.
+        recorder
+            .record(
+                &tenant,
+                &store,
+                vec![delivered(at + chrono::Duration::minutes(1))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(recorder.writers(), 1);
     }
 
     /// A tenant deleted and created again while the daemon runs: its
@@ -153,7 +280,7 @@ mod tests {
         }
         .validate(&"u".parse().unwrap())
         .unwrap();
-        let recorder = Recorder::default();
+        let recorder = recorder_at(at).0;
         let tenant = "gone".parse().unwrap();
         let (old, new) = (
             Arc::new(MemoryTenantStore::default()),

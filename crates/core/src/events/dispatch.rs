@@ -2,6 +2,12 @@
 //! backoff; in order where the endpoint asks for it. Each endpoint's sending
 //! is a task of its own, so a slow or failing endpoint holds up nobody else
 //! (and never a delivery: the events are read from the log, after the fact).
+//!
+//! Only tenants with an events mark due are looked at ([`toki_ports::marks`]):
+//! an outcome that logs an event marks its tenant, and when the tenant's
+//! endpoints are through, the mark is settled (removed, or moved to the
+//! next retry of a failing endpoint). A tenant with nothing to send is
+//! never opened.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +25,7 @@ use toki_model::event::{
 };
 use toki_model::webhook_signature::signature_header;
 use toki_ports::events::{EventPoster, PostError, ProgressWrite, SignedPost};
-use toki_ports::{Clock, TenantDirectory, TenantStore, TenantStores};
+use toki_ports::{Clock, TenantStore, TenantStores, WorkKind, WorkMark, WorkMarks};
 
 use super::failing::FailingTenants;
 use super::pace::ReplayPace;
@@ -39,6 +45,8 @@ pub struct DispatchSettings {
     pub replay_rate: f64,
     /// Replayed events at once after a quiet spell, per tenant.
     pub replay_burst: u32,
+    /// Tenants' marks read per poll (the earliest first).
+    pub tenants_per_poll: usize,
 }
 
 impl Default for DispatchSettings {
@@ -50,6 +58,7 @@ impl Default for DispatchSettings {
             unordered_concurrency: 8,
             replay_rate: 50.0,
             replay_burst: 200,
+            tenants_per_poll: 1000,
         }
     }
 }
@@ -64,19 +73,23 @@ pub struct DispatchStats {
 
 pub struct Dispatcher {
     stores: Arc<dyn TenantStores>,
-    directory: Arc<dyn TenantDirectory>,
+    marks: Arc<dyn WorkMarks>,
     poster: Arc<dyn EventPoster>,
     clock: Arc<dyn Clock>,
     /// Names this process in endpoint holds.
     holder: String,
     settings: DispatchSettings,
-    busy: Mutex<HashSet<(TenantId, EndpointId)>>,
+    /// Tenants whose endpoints are being sent to now.
+    busy: Mutex<HashSet<TenantId>>,
     /// Each tenant's replayed events, paced.
     pace: ReplayPace,
     /// Tenants whose database cannot be read, reported once.
     pub failing: FailingTenants,
     pub stats: DispatchStats,
 }
+
+/// Polls after which a tenant that could not be read is looked at again.
+const RETRY_POLLS: u32 = 5;
 
 /// What one pass over an endpoint came to.
 enum Pass {
@@ -94,7 +107,7 @@ enum Pass {
 impl Dispatcher {
     pub fn new(
         stores: Arc<dyn TenantStores>,
-        directory: Arc<dyn TenantDirectory>,
+        marks: Arc<dyn WorkMarks>,
         poster: Arc<dyn EventPoster>,
         clock: Arc<dyn Clock>,
         holder: String,
@@ -102,7 +115,7 @@ impl Dispatcher {
     ) -> Arc<Self> {
         Arc::new(Self {
             stores,
-            directory,
+            marks,
             poster,
             clock,
             holder,
@@ -114,11 +127,11 @@ impl Dispatcher {
         })
     }
 
-    /// Looks at every tenant's endpoints each poll until `shutdown`.
+    /// Looks at the marked tenants' endpoints each poll until `shutdown`.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
             if let Err(e) = self.clone().start_due().await {
-                warn!(error = %chain(&e), "delivery events: reading the tenants failed");
+                warn!(error = %chain(&e), "delivery events: reading the marks failed");
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.settings.poll) => {}
@@ -127,65 +140,112 @@ impl Dispatcher {
         }
     }
 
-    /// Starts a task for every endpoint that is due and not already being sent to.
+    /// Starts a task for every marked tenant not already being served.
     async fn start_due(self: Arc<Self>) -> Result<(), toki_ports::StoreError> {
         let now = self.clock.now();
-        for tenant in self.directory.list().await? {
-            let store = match self.stores.open(&tenant.id).await {
-                Ok(store) => store,
-                Err(e) => {
-                    let why = chain(&e);
-                    self.failing
-                        .failed(&tenant.id, "opening the tenant's database", &why);
-                    continue;
-                }
-            };
-            // Old events are purged by the retention pass (`crate::retention`).
-            let endpoints = match store.event_endpoints().await {
-                Ok(endpoints) => endpoints,
-                Err(e) => {
-                    let why = chain(&e);
-                    self.failing
-                        .failed(&tenant.id, "reading the endpoints", &why);
-                    continue;
-                }
-            };
-            self.failing.read(&tenant.id);
-            for (endpoint, revision) in endpoints {
-                let due = endpoint.progress.status == EndpointStatus::Enabled
-                    && endpoint.progress.next_attempt_at <= now;
-                let key = (tenant.id.clone(), endpoint.id.clone());
-                if !due || !self.busy.lock().expect("busy lock").insert(key.clone()) {
-                    continue;
-                }
-                let this = self.clone();
-                let store = store.clone();
-                tokio::spawn(async move {
-                    this.serve(&key.0, store.as_ref(), endpoint, revision).await;
-                    this.busy.lock().expect("busy lock").remove(&key);
-                });
+        let due = self
+            .marks
+            .due(WorkKind::Events, now, self.settings.tenants_per_poll)
+            .await?;
+        for mark in due {
+            if !self
+                .busy
+                .lock()
+                .expect("busy lock")
+                .insert(mark.tenant.clone())
+            {
+                continue;
             }
+            let this = self.clone();
+            tokio::spawn(async move {
+                let next = this.serve_tenant(&mark.tenant).await;
+                this.settle(&mark, next).await;
+                this.busy.lock().expect("busy lock").remove(&mark.tenant);
+            });
         }
         Ok(())
     }
 
-    /// Sends what the endpoint has not had yet, if this process holds it.
+    /// Settles the tenant's mark: removed, or at the next retry.
+    async fn settle(&self, mark: &WorkMark, next: Option<toki_model::domain::Instant>) {
+        if let Err(e) = self.marks.settle(mark, next).await {
+            let tenant = &mark.tenant;
+            warn!(%tenant, error = %chain(&e), "delivery events: settling the mark failed; the tenant is looked at again");
+        }
+    }
+
+    /// Sends to each of the tenant's enabled endpoints what it has not had;
+    /// when it should be looked at again (None: everything is through).
+    async fn serve_tenant(&self, tenant: &TenantId) -> Option<toki_model::domain::Instant> {
+        let retry = self.clock.now() + self.retry_after();
+        let store = match self.stores.open(tenant).await {
+            Ok(store) => store,
+            Err(e) => {
+                let why = chain(&e);
+                self.failing
+                    .failed(tenant, "opening the tenant's database", &why);
+                return Some(retry);
+            }
+        };
+        // Old events are purged by the retention pass (`crate::retention`).
+        let endpoints = match store.event_endpoints().await {
+            Ok(endpoints) => endpoints,
+            Err(e) => {
+                let why = chain(&e);
+                self.failing.failed(tenant, "reading the endpoints", &why);
+                return Some(retry);
+            }
+        };
+        self.failing.read(tenant);
+        let now = self.clock.now();
+        let sends = endpoints
+            .into_iter()
+            .filter(|(e, _)| e.progress.status == EndpointStatus::Enabled)
+            .map(|(endpoint, revision)| {
+                let store = store.as_ref();
+                async move {
+                    match endpoint.progress.next_attempt_at {
+                        later if later > now => Some(later),
+                        _ => self.serve(tenant, store, endpoint, revision).await,
+                    }
+                }
+            });
+        futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When a tenant whose database or endpoint could not be read is looked at again.
+    fn retry_after(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.settings.poll * RETRY_POLLS).expect("fits")
+    }
+
+    /// Sends what the endpoint has not had yet, if this process holds it;
+    /// when it should be looked at again (None: it is through).
     async fn serve(
         &self,
         tenant: &TenantId,
         store: &dyn TenantStore,
         endpoint: EventEndpoint,
         revision: u64,
-    ) {
+    ) -> Option<toki_model::domain::Instant> {
         let mut progress = endpoint.progress.clone();
         let mut revision = revision;
-        // Held again each pass: a long catch-up (a paced replay) keeps it.
-        while self.hold(tenant, store, &endpoint.id).await {
+        let later = |this: &Self| Some(this.clock.now() + this.retry_after());
+        loop {
+            // Held again each pass: a long catch-up (a paced replay) keeps it.
+            if !self.hold(tenant, store, &endpoint.id).await {
+                // Another process sends (and settles); looked at again once its hold ends.
+                let hold = chrono::Duration::from_std(self.settings.hold).expect("fits");
+                return Some(self.clock.now() + hold);
+            }
             let pass = match self.pass(tenant, store, &endpoint, &progress).await {
                 Ok(pass) => pass,
                 Err(e) => {
                     warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: reading the log failed");
-                    return;
+                    return later(self);
                 }
             };
             let now = self.clock.now();
@@ -198,7 +258,7 @@ impl Dispatcher {
                 }
             };
             if next == progress {
-                return;
+                return None;
             }
             let write = ProgressWrite {
                 id: &endpoint.id,
@@ -208,16 +268,21 @@ impl Dispatcher {
             match store.set_endpoint_progress(write).await {
                 Ok(true) => {}
                 // The tenant changed the endpoint meanwhile: its change stands.
-                Ok(false) => return,
+                Ok(false) => return Some(now),
                 Err(e) => {
                     warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: storing progress failed; events will be sent again");
-                    return;
+                    return later(self);
                 }
             }
             progress = next;
             revision += 1;
             if !more {
-                return;
+                return match &progress.status {
+                    EndpointStatus::Enabled if progress.failures > 0 => {
+                        Some(progress.next_attempt_at)
+                    }
+                    _ => None,
+                };
             }
         }
     }

@@ -16,7 +16,9 @@ use toki_model::event::{
 };
 use toki_model::quota::{Cap, Counted, TenantCaps};
 use toki_model::webhook_signature::WebhookSecret;
-use toki_ports::{Clock, StoreError, TenantDirectory, TenantStore, TenantStores};
+use toki_ports::{Clock, StoreError, TenantDirectory, TenantStore, TenantStores, WorkMarks};
+
+use crate::work::Marker;
 
 /// Endpoints one tenant may register unless its cap says otherwise
 /// (`max_event_endpoints`): each is a sender's work every pass.
@@ -56,14 +58,21 @@ pub enum Put {
 pub struct EventEndpoints {
     stores: Arc<dyn TenantStores>,
     clock: Arc<dyn Clock>,
+    /// An endpoint made, enabled or replayed marks its tenant for the dispatcher.
+    marker: Marker,
     /// None: the default cap ([`MAX_ENDPOINTS`]) for every tenant.
     caps: Option<EndpointCaps>,
 }
 
 impl EventEndpoints {
-    pub fn new(stores: Arc<dyn TenantStores>, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(
+        stores: Arc<dyn TenantStores>,
+        marks: Arc<dyn WorkMarks>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             stores,
+            marker: Marker::new(marks, clock.clone()),
             clock,
             caps: None,
         }
@@ -113,6 +122,7 @@ impl EventEndpoints {
         if let Some((mut endpoint, _)) = store.event_endpoint(id).await? {
             endpoint.spec = spec;
             store.put_event_endpoint(&endpoint).await?;
+            self.marker.events(tenant).await;
             return Ok(Put::Updated(endpoint));
         }
         let (cap, have) = (
@@ -134,6 +144,7 @@ impl EventEndpoints {
             created_at: now,
         };
         store.put_event_endpoint(&endpoint).await?;
+        self.marker.events(tenant).await;
         Ok(Put::Created { endpoint, secret })
     }
 
@@ -230,6 +241,8 @@ impl EventEndpoints {
         let mut endpoint = self.existing(store.as_ref(), id).await?;
         let out = f(&mut endpoint, self.clock.now());
         store.put_event_endpoint(&endpoint).await?;
+        // An enabled or replayed endpoint has events to send now.
+        self.marker.events(tenant).await;
         Ok((endpoint, out))
     }
 }

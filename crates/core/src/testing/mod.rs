@@ -52,6 +52,8 @@ pub struct TestKit {
     pub flow: Option<FlowSettings>,
     /// Where their shared rates are leased.
     pub leases: Arc<MemoryLeaseStore>,
+    /// Which tenants have events, a repair or a purge waiting.
+    pub marks: Arc<toki_ports::testing::MemoryWorkMarks>,
 }
 
 impl Default for TestKit {
@@ -90,6 +92,7 @@ impl TestKit {
             debounce: Arc::default(),
             flow: None,
             leases: Arc::default(),
+            marks: Arc::default(),
             clock,
         }
     }
@@ -143,7 +146,13 @@ impl TestKit {
             clock: self.clock.clone(),
             settings: self.pipeline.clone(),
             notices: Some(self.change_notices()),
+            marker: self.marker(),
         }
+    }
+
+    /// Writes marks of the work the kit's services make.
+    pub fn marker(&self) -> crate::work::Marker {
+        crate::work::Marker::new(self.marks.clone(), self.clock.clone())
     }
 
     /// Change notices as production wires them, on the kit's ports.
@@ -200,6 +209,7 @@ impl TestKit {
             self.stores.clone(),
             channels,
             self.clock.clone(),
+            self.marks.clone(),
             self.daemon_settings.clone(),
         )
         .with_debounce(DebounceChecks {

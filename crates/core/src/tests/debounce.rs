@@ -44,6 +44,7 @@ fn daemon(kit: &TestKit, with: Option<&Debounced>) -> Arc<Daemon> {
         kit.stores.clone(),
         Vec::new(),
         kit.clock.clone(),
+        kit.marks.clone(),
         kit.daemon_settings.clone(),
     );
     Arc::new(match with {

@@ -19,7 +19,7 @@ use toki_model::event::{
 };
 use toki_model::webhook_signature::{verify, WebhookSecret};
 use toki_ports::events::{EventPoster, PostError, SignedPost};
-use toki_ports::{Clock, TenantStores};
+use toki_ports::{Clock, TenantStores, WorkKind, WorkMarks};
 
 /// Endpoints by URL: down until an instant, and what each received.
 #[derive(Default)]
@@ -78,7 +78,7 @@ async fn setup_with(tenants: &[&str], settings: DispatchSettings) -> Setup {
     let receiver = Arc::new(Receiver::default());
     let dispatcher = Dispatcher::new(
         kit.stores.clone(),
-        kit.directory.clone(),
+        kit.marks.clone(),
         receiver.clone(),
         kit.clock.clone(),
         "test".into(),
@@ -86,7 +86,7 @@ async fn setup_with(tenants: &[&str], settings: DispatchSettings) -> Setup {
     );
     let (shutdown, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(dispatcher.run(stop));
-    let endpoints = EventEndpoints::new(kit.stores.clone(), kit.clock.clone());
+    let endpoints = EventEndpoints::new(kit.stores.clone(), kit.marks.clone(), kit.clock.clone());
     Setup {
         kit,
         receiver,
@@ -378,11 +378,17 @@ async fn replays_are_paced_per_tenant() {
 async fn a_tenant_whose_database_is_gone_is_reported_once() {
     let kit = TestKit::new();
     let gone = kit.tenant("gone").await;
-    kit.tenant("fine").await;
+    let fine = kit.tenant("fine").await;
     assert!(kit.stores.remove(&gone));
+    for t in [&gone, &fine] {
+        kit.marks
+            .mark(WorkKind::Events, t, kit.now())
+            .await
+            .unwrap();
+    }
     let dispatcher = Dispatcher::new(
         kit.stores.clone(),
-        kit.directory.clone(),
+        kit.marks.clone(),
         Arc::new(Receiver::default()),
         kit.clock.clone(),
         "test".into(),
@@ -394,10 +400,17 @@ async fn a_tenant_whose_database_is_gone_is_reported_once() {
     assert_eq!(dispatcher.failing.count(), 1, "the gone tenant only");
     assert_eq!(dispatcher.failing.reported(), 1, "once in 30 polls");
     // Back, read, then gone again: reported a second time.
+    // (An unreadable tenant is looked at again five polls later.)
     kit.stores.add(&gone);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(dispatcher.failing.count(), 0);
+    // Read and through: its mark is gone; a new one brings it back.
+    assert!(kit.marks.marked(WorkKind::Events).await.unwrap().is_empty());
     assert!(kit.stores.remove(&gone));
+    kit.marks
+        .mark(WorkKind::Events, &gone, kit.now())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(dispatcher.failing.reported(), 2);
 }

@@ -6,6 +6,7 @@ mod daemon;
 mod debounce;
 mod events;
 mod flow;
+mod idle;
 mod isolation;
 mod offboard;
 mod registrar;

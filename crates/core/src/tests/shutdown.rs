@@ -79,6 +79,7 @@ async fn a_poll_open_at_shutdown_hands_back_what_it_receives() {
         kit.stores.clone(),
         channels,
         kit.clock.clone(),
+        kit.marks.clone(),
         settings.clone(),
     ));
     let (stop, shutdown) = watch::channel(false);

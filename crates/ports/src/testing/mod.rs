@@ -13,6 +13,7 @@ mod event_log;
 mod events;
 mod index;
 mod lease;
+mod marks;
 mod queue;
 mod report;
 mod retention;
@@ -24,6 +25,7 @@ pub use clock::TokioClock;
 pub use debounce::MemoryDebounceStore;
 pub use index::{MemoryDirectory, MemoryIndex};
 pub use lease::MemoryLeaseStore;
+pub use marks::MemoryWorkMarks;
 pub use queue::MemoryQueue;
 pub use store::{MemoryTenantStore, MemoryTenantStores};
 

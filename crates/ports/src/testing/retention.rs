@@ -39,6 +39,31 @@ fn trim_log<V>(log: &mut std::collections::BTreeMap<u64, V>, keep: u64, limit: u
 
 #[async_trait]
 impl RetentionStore for MemoryTenantStore {
+    async fn oldest_row(&self, rows: TenantRows) -> StoreResult<Option<Instant>> {
+        Ok(match rows {
+            TenantRows::Events => {
+                let events = self.enter_events().await?;
+                events.log.values().map(|e| e.occurred_at).min()
+            }
+            TenantRows::Deliveries => {
+                let state = self.enter().await?;
+                state
+                    .deliveries
+                    .values()
+                    .filter_map(|r| r.finished_at.filter(|_| is_finished(r.status)))
+                    .min()
+            }
+            TenantRows::Audit => crate::audit::AuditLog::audit_after(self, 0, 1)
+                .await?
+                .first()
+                .map(|e| e.entry.at),
+            TenantRows::Chat => {
+                let state = self.enter().await?;
+                state.chat.values().map(|m| m.created_at).min()
+            }
+        })
+    }
+
     async fn purge_rows(&self, rows: TenantRows, before: Instant, limit: u32) -> StoreResult<u64> {
         let limit = batch_limit(limit);
         let n = match rows {

@@ -287,6 +287,16 @@ impl TenantStore for MemoryTenantStore {
             .collect())
     }
 
+    async fn earliest_mirrored_until(&self) -> StoreResult<Option<Instant>> {
+        let state = self.enter().await?;
+        Ok(state
+            .mirror
+            .values()
+            .filter(|m| !m.deleted)
+            .filter_map(|m| m.mirrored_until)
+            .min())
+    }
+
     async fn mark_mirrored(
         &self,
         schedule: &ScheduleId,
@@ -434,7 +444,7 @@ impl TenantStore for MemoryTenantStore {
             .collect())
     }
 
-    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
+    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<usize> {
         let mut state = self.enter().await?;
         let mut events = Vec::new();
         for o in outcomes {
@@ -465,8 +475,7 @@ impl TenantStore for MemoryTenantStore {
                 events.extend(NewEvent::of_outcome(o, failures));
             }
         }
-        self.events().append(events);
-        Ok(())
+        Ok(self.events().append(events))
     }
 
     async fn insert_chat_messages(&self, messages: &[ChatMessage]) -> StoreResult<()> {

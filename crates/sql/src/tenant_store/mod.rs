@@ -344,6 +344,22 @@ where
         Ok(out)
     }
 
+    async fn earliest_mirrored_until(&self) -> StoreResult<Option<Instant>> {
+        let _slot = self.connection_slot().await;
+        // The column's index answers MIN; a deleted series has no extension.
+        let (ms,): (Option<i64>,) =
+            Statement::new("SELECT MIN(mirrored_until) FROM schedule_mirror WHERE deleted = FALSE")
+                .query_as::<DB, (Option<i64>,)>()
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_err)?;
+        ms.map(|ms| {
+            toki_model::from_millis("mirrored_until", ms)
+                .map_err(|e| StoreError::backend("schedule_mirror", e))
+        })
+        .transpose()
+    }
+
     async fn mark_mirrored(
         &self,
         id: &ScheduleId,
@@ -530,7 +546,7 @@ where
         Ok(out)
     }
 
-    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<()> {
+    async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<usize> {
         let _slot = self.connection_slot().await;
         let mut conn = self.pool.acquire().await.map_err(db_err)?;
         let kinds = events::subscribed::<DB>(&mut conn).await?;
@@ -538,7 +554,7 @@ where
             for chunk in outcomes.chunks(CHUNK) {
                 outcomes::record_chunk::<DB>(&mut conn, chunk).await?;
             }
-            return Ok(());
+            return Ok(0);
         }
         drop(conn);
         // The outcomes and their events together, or neither.
@@ -548,9 +564,9 @@ where
             let changed = outcomes::record_chunk::<DB>(&mut tx, chunk).await?;
             made.extend(ChangedDelivery::events(chunk, changed));
         }
-        events::append::<DB>(&mut tx, kinds, &made).await?;
+        let logged = events::append::<DB>(&mut tx, kinds, &made).await?;
         tx.commit().await.map_err(db_err)?;
-        Ok(())
+        Ok(logged)
     }
 
     async fn webhook_settings(&self) -> StoreResult<Option<WebhookSettings>> {

@@ -166,6 +166,23 @@ where
         Ok(gone.len() as u64)
     }
 
+    async fn oldest_row(&self, rows: TenantRows) -> StoreResult<Option<Instant>> {
+        let _slot = self.connection_slot().await;
+        let p = purged(rows);
+        let mut s = Statement::new(&format!("SELECT {} FROM {} WHERE ", p.age, p.table));
+        // Every row is younger than the far future: the condition alone.
+        condition(&mut s, &p, Instant::MAX_UTC);
+        s.push(&format!(" ORDER BY {} LIMIT 1", p.age));
+        let oldest: Option<(i64,)> = s
+            .query_as::<DB, (i64,)>()
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_err)?;
+        oldest
+            .map(|(ms,)| from_millis(p.age, ms).map_err(|e| StoreError::backend(p.table, e)))
+            .transpose()
+    }
+
     async fn trim_rows(&self, rows: Trimmed, keep: u64, limit: u32) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
         let (have,): (i64,) = count_rows(rows)

@@ -205,8 +205,10 @@ pub(crate) async fn record_write(state: &ApiState, tenant: &TenantId, entries: V
         Ok(store) => store.append_audit(&entries).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = appended {
-        failed(tenant, &toki_model::error::chain(&e), "");
+    match appended {
+        // Audit rows age and have a cap: the retention pass comes for them.
+        Ok(()) => state.registrar.marker.activity(tenant).await,
+        Err(e) => failed(tenant, &toki_model::error::chain(&e), ""),
     }
 }
 

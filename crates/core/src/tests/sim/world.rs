@@ -549,6 +549,7 @@ impl World {
             kit.stores.clone(),
             channels,
             clock.clone(),
+            kit.marks.clone(),
             settings,
         )
         .with_debounce(DebounceChecks {
