@@ -473,26 +473,27 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           and resources_for(role["daemon-task"], get) == {runtime},
           "daemon task role: queue consume, runtime secret", str(sorted(daemon)))
     # The daemon's rows in the index table, under keys of their own: debounce
-    # checks (D#...) and partition leases (L#..., also read by Query); it may
-    # touch those rows and nothing else there. In the tenant directory it
-    # reads each tenant's contract (flow limits; /readyz) and lists the
-    # tenants whose delivery-event endpoints it serves: GetItem and Scan, no write.
+    # checks (D#...), partition leases (L#..., also read by Query) and work
+    # marks (W#...: events to send, read by Query); it may touch those rows
+    # and nothing else there. In the tenant directory it reads each tenant's
+    # contract (flow limits; /readyz): GetItem, no Scan, no write.
     dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])
               and s["resources"] != [table_arn]]
     check(resources_for(role["daemon-task"], "dynamodb:GetItem") == {index_arn, table_arn}
           and {a for s in role["daemon-task"] if table_arn in s["resources"] for a in s["actions"]}
-          == {"dynamodb:GetItem", "dynamodb:Scan"},
-          "daemon task role: GetItem and Scan on the tenant directory (contracts, event endpoints' tenants), no write")
+          == {"dynamodb:GetItem"},
+          "daemon task role: GetItem on the tenant directory (contracts), no Scan, no write")
     leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
     by_keys: dict[str, set[str]] = {}
     for s, k in zip(dynamo, leading):
         k = "unconditioned" if k is None else ",".join([k] if isinstance(k, str) else k)
         by_keys[k] = by_keys.get(k, set()) | s["actions"]
     check(by_keys == {"D#*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
-                      "L#*": {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"}}
+                      "L#*": {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"},
+                      "W#*": {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"}}
           and all(s["resources"] == [index_arn] for s in dynamo),
           "daemon task role: DynamoDB on the index table only on its debounce rows (D#*: Get/Put/DeleteItem) "
-          "and lease rows (L#*: PutItem, DeleteItem, Query)",
+          "lease rows (L#*: PutItem, DeleteItem, Query) and work marks (W#*: UpdateItem, DeleteItem, Query)",
           json.dumps({k: sorted(v) for k, v in by_keys.items()}))
     want_exec = {pre["slack"], pre["smtp"]} if full else set()
     check(resources_for(role["daemon-execution"], get) == want_exec,

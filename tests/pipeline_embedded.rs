@@ -367,6 +367,39 @@ async fn a_delivery_for_one_tenant_never_opens_another_tenants_database() {
     );
 }
 
+/// A process keeps at most `database.max_open_tenants` tenant databases
+/// open: opening one more lets the least recently used go, and an open
+/// store used again is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_tenant_stores_are_bounded_least_recently_used_first() {
+    use toki_ports::TenantStores;
+    let h = Harness::start(|_| {}).await;
+    let ids = [
+        h.tenant("alpha", true).await,
+        h.tenant("beta", true).await,
+        h.tenant("gamma", true).await,
+    ];
+    let dir = h.stop().await;
+    let mut config = toki_app::Config {
+        data_dir: dir,
+        ..toki_app::Config::default()
+    };
+    config.database.max_open_tenants = 2;
+    config.validate().unwrap();
+    let toki = toki_app::Toki::open(config).await.unwrap();
+    let [a, b, c] = &ids;
+    toki.stores.open(a).await.unwrap();
+    toki.stores.open(b).await.unwrap();
+    toki.stores.open(a).await.unwrap(); // a used again: b is now the oldest
+    toki.stores.open(c).await.unwrap();
+    assert_eq!(toki.stores.opened().await, vec![a.clone(), c.clone()]);
+    // A store let go opens again when asked for, and reads what it holds.
+    let again = toki.stores.open(b).await.unwrap();
+    let u0 = again.get_user(&"u0".parse().unwrap()).await.unwrap();
+    assert!(u0.is_some(), "its users are there");
+    assert_eq!(toki.stores.opened().await.len(), 2);
+}
+
 /// Slack refuses every connection: the reminder is retried, then dead-lettered,
 /// never deleted. `redrive` lists it by tenant, channel and the failure the
 /// delivery row recorded, leaves it on a dry run, and moves it back.

@@ -73,7 +73,8 @@ pub(crate) async fn open(
     };
     let stores = SqlTenantStores::with_locator(locator)
         .with_statement_cache(config.database.statement_cache)
-        .with_connection_budget(config.database.max_connections);
+        .with_connection_budget(config.database.max_connections)
+        .with_max_open(config.database.max_open_tenants);
     Ok(Ports {
         // SQS's retention bounds the dead letters, DynamoDB's TTL the index.
         control_purge: None,

@@ -34,7 +34,8 @@ pub(crate) async fn open(
         _ => SqlTenantStores::new(raw.clone()),
     }
     .with_statement_cache(config.database.statement_cache)
-    .with_connection_budget(config.database.max_connections);
+    .with_connection_budget(config.database.max_connections)
+    .with_max_open(config.database.max_open_tenants);
     // Every read of the directory keeps the open stores true to it.
     let directory: Arc<dyn TenantDirectory> = Arc::new(stores.checked(raw));
     Ok(Ports {

@@ -91,12 +91,23 @@ pub enum Locator {
 struct Opened {
     location: Option<String>,
     store: Arc<dyn TenantStore>,
+    /// When it was last opened through the port (the least recent goes first).
+    used: std::time::Instant,
 }
 
 /// The stores a process keeps open, per tenant: shared with the
 /// [`CheckedDirectory`] that drops the stale ones.
 #[derive(Clone, Default)]
 struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
+
+/// Tenant stores a process keeps open at most unless configured: past it
+/// the least recently used is let go (its pool closes once the tasks still
+/// using it are done).
+pub const DEFAULT_MAX_OPEN_TENANTS: usize = 256;
+
+/// How long a tenant database's connection stays open unused (SQLite: its
+/// file, WAL and shared-memory descriptors; Postgres: a server connection).
+pub const TENANT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Opened {
     /// Whether `record` (what the directory says now) contradicts this
@@ -111,6 +122,38 @@ impl Opened {
 }
 
 impl Handles {
+    /// `tenant`'s store, if open, marked as used now.
+    async fn get(&self, tenant: &TenantId) -> Option<Arc<dyn TenantStore>> {
+        let mut open = self.0.lock().await;
+        let o = open.get_mut(tenant)?;
+        o.used = std::time::Instant::now();
+        Some(o.store.clone())
+    }
+
+    /// Keeps `opened` for `tenant` (or the store another task kept first),
+    /// letting the least recently used go past `max_open`.
+    async fn keep(
+        &self,
+        tenant: &TenantId,
+        opened: Opened,
+        max_open: usize,
+    ) -> Arc<dyn TenantStore> {
+        let mut open = self.0.lock().await;
+        let kept = open.entry(tenant.clone()).or_insert(opened).store.clone();
+        while open.len() > max_open.max(1) {
+            let oldest = open
+                .iter()
+                .filter(|(t, _)| *t != tenant)
+                .min_by_key(|(_, o)| o.used)
+                .map(|(t, _)| t.clone());
+            match oldest {
+                Some(t) => drop(open.remove(&t)),
+                None => break,
+            }
+        }
+        kept
+    }
+
     /// Drops `tenant`'s store if `record` contradicts it.
     async fn observe(&self, tenant: &TenantId, record: Option<&TenantRecord>) {
         let mut open = self.0.lock().await;
@@ -142,6 +185,8 @@ impl Handles {
 pub struct SqlTenantStores {
     locator: Locator,
     open: Handles,
+    /// Stores kept open at most (LRU).
+    max_open: usize,
     /// Connections per tenant pool (Postgres).
     pub max_connections: u32,
     /// Idle Postgres connections are closed after this long.
@@ -164,8 +209,9 @@ impl SqlTenantStores {
         Self {
             locator,
             open: Handles::default(),
+            max_open: DEFAULT_MAX_OPEN_TENANTS,
             max_connections: 4,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: TENANT_IDLE_TIMEOUT,
             statement_cache: StatementCache::Auto,
             budget: ConnectionBudget::new(DEFAULT_CONNECTION_BUDGET),
         }
@@ -176,6 +222,13 @@ impl SqlTenantStores {
     pub fn with_connection_budget(mut self, connections: u32) -> Self {
         self.budget = ConnectionBudget::new(connections);
         self.max_connections = self.max_connections.min(connections.max(1));
+        self
+    }
+
+    /// At most `max_open` tenant stores kept open; past it the least
+    /// recently used is let go.
+    pub fn with_max_open(mut self, max_open: usize) -> Self {
+        self.max_open = max_open.max(1);
         self
     }
 
@@ -249,8 +302,8 @@ fn without_sqlite(database: &str) -> StoreError {
 #[async_trait]
 impl TenantStores for SqlTenantStores {
     async fn open(&self, tenant: &TenantId) -> StoreResult<Arc<dyn TenantStore>> {
-        if let Some(o) = self.open.0.lock().await.get(tenant) {
-            return Ok(o.store.clone());
+        if let Some(store) = self.open.get(tenant).await {
+            return Ok(store);
         }
         let (database, location) = match &self.locator {
             Locator::Directory(directory) => {
@@ -269,11 +322,12 @@ impl TenantStores for SqlTenantStores {
             }
         };
         let store = self.connect(&database).await?;
-        let mut open = self.open.0.lock().await;
-        let kept = open
-            .entry(tenant.clone())
-            .or_insert(Opened { location, store });
-        Ok(kept.store.clone())
+        let opened = Opened {
+            location,
+            store,
+            used: std::time::Instant::now(),
+        };
+        Ok(self.open.keep(tenant, opened, self.max_open).await)
     }
 }
 

@@ -40,15 +40,18 @@ fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
     )
 }
 
+/// One connection, opened at once (so a missing or corrupt file fails the
+/// open) and closed once idle for [`crate::stores::TENANT_IDLE_TIMEOUT`]:
+/// a tenant with nothing to do holds no file descriptor.
 async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
-    SqlitePoolOptions::new()
+    let pool = SqlitePoolOptions::new()
         .max_connections(1)
-        .min_connections(1)
-        .idle_timeout(None)
+        .min_connections(0)
+        .idle_timeout(Some(crate::stores::TENANT_IDLE_TIMEOUT))
         .max_lifetime(None)
-        .connect_with(options)
-        .await
-        .map_err(db_err)
+        .connect_lazy_with(options);
+    drop(pool.acquire().await.map_err(db_err)?);
+    Ok(pool)
 }
 
 /// Opens an existing tenant file; never creates one (a removed tenant's

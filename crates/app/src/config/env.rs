@@ -81,6 +81,9 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_DATABASE_MAX_CONNECTIONS", |c, v| {
         set(&mut c.database.max_connections, v.parse()?)
     }),
+    ("TOKI_DATABASE_MAX_OPEN_TENANTS", |c, v| {
+        set(&mut c.database.max_open_tenants, v.parse()?)
+    }),
     ("TOKI_CLAIM_LEASE_S", |c, v| {
         set(&mut c.pipeline.claim_lease_s, v.parse()?)
     }),

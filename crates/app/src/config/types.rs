@@ -177,6 +177,10 @@ pub struct DatabaseConfig {
     /// at once across all its tenants (behind RDS Proxy: the database
     /// connections it can hold, tasks × this at most).
     pub max_connections: u32,
+    /// TOKI_DATABASE_MAX_OPEN_TENANTS: tenant databases one process keeps
+    /// open at most (the least recently used is closed past it); each open
+    /// one idle for 30 s holds no connection.
+    pub max_open_tenants: usize,
 }
 
 impl Default for DatabaseConfig {
@@ -191,6 +195,7 @@ impl Default for DatabaseConfig {
             sslrootcert: None,
             statement_cache: toki_sql::StatementCache::Auto,
             max_connections: toki_sql::DEFAULT_CONNECTION_BUDGET,
+            max_open_tenants: toki_sql::DEFAULT_MAX_OPEN_TENANTS,
         }
     }
 }

@@ -270,6 +270,12 @@ fn databases(config: &Config) -> anyhow::Result<()> {
     if db.max_connections == 0 {
         bail!("database.max_connections (TOKI_DATABASE_MAX_CONNECTIONS): must be at least 1");
     }
+    if !(1..=100_000).contains(&db.max_open_tenants) {
+        bail!(
+            "database.max_open_tenants (TOKI_DATABASE_MAX_OPEN_TENANTS): {} is out of range 1..=100000",
+            db.max_open_tenants
+        );
+    }
     if db.host.is_some() && db.secret_arn.is_none() {
         bail!("database.secret_arn (TOKI_DATABASE_SECRET_ARN): needed with database.host, for the credentials");
     }
