@@ -225,6 +225,12 @@ fn summary(record: &TenantRecord) -> String {
 // `toki tenant list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The tenants after this id (the next page: the last id of this one).
+    #[arg(long, value_name = "TENANT")]
+    after: Option<TenantId>,
+    /// Tenants on one page, by id.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    limit: u32,
     #[command(flatten)]
     common: Common,
 }
@@ -232,10 +238,14 @@ pub struct ListArgs {
 impl ListArgs {
     async fn run(self, file: Option<&Path>) -> anyhow::Result<i32> {
         let toki = Toki::open(config_with(file, &self.common)?).await?;
-        let rows: Vec<Vec<String>> = toki
+        let page = toki
             .directory
-            .list()
-            .await?
+            .list_page(self.after.as_ref(), self.limit as usize)
+            .await?;
+        let next = (page.len() == self.limit as usize)
+            .then(|| page.last().map(|t| t.id.clone()))
+            .flatten();
+        let rows: Vec<Vec<String>> = page
             .into_iter()
             .map(|t| {
                 vec![
@@ -268,6 +278,9 @@ impl ListArgs {
                 &rows
             )
         );
+        if let Some(last) = next {
+            eprintln!("more: toki tenant list --after {last}");
+        }
         Ok(0)
     }
 }

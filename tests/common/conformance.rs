@@ -1106,6 +1106,46 @@ pub mod directory {
         d.put(&rec).await.unwrap();
         assert!(d.get(&id).await.unwrap().unwrap().limits.is_empty());
     }
+
+    /// Pages by id: each after the last of the one before, none twice,
+    /// none left out (other tests' tenants may share the directory).
+    pub async fn pages_by_id(d: Arc<dyn TenantDirectory>) {
+        let prefix = unique("pg");
+        let mut mine: Vec<TenantId> = (0..7)
+            .map(|i| format!("{prefix}-{i}").parse().unwrap())
+            .collect();
+        for id in mine.iter().rev() {
+            let rec = TenantRecord {
+                id: id.clone(),
+                reminders_enabled: true,
+                active: true,
+                database: "/tmp/x.sqlite".into(),
+                api_keys: Vec::new(),
+                change_notices: Default::default(),
+                limits: Default::default(),
+                retention: Default::default(),
+            };
+            d.put(&rec).await.unwrap();
+        }
+        mine.sort();
+        let mut seen = Vec::new();
+        let mut after: Option<TenantId> = None;
+        loop {
+            let page = d.list_page(after.as_ref(), 3).await.unwrap();
+            assert!(page.len() <= 3);
+            let ids: Vec<TenantId> = page.iter().map(|r| r.id.clone()).collect();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "by id: {ids:?}");
+            if let (Some(a), Some(first)) = (&after, ids.first()) {
+                assert!(first > a, "after the last");
+            }
+            seen.extend(ids.iter().filter(|i| mine.contains(i)).cloned());
+            match ids.last() {
+                Some(last) if page.len() == 3 => after = Some(last.clone()),
+                _ => break,
+            }
+        }
+        assert_eq!(seen, mine, "each once, in order");
+    }
 }
 
 #[macro_export]
@@ -1117,6 +1157,11 @@ macro_rules! directory_conformance {
             $(#[$meta])*
             async fn put_get_list_update() {
                 common::conformance::directory::put_get_list_update($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn pages_by_id() {
+                common::conformance::directory::pages_by_id($factory().await).await
             }
         }
     };

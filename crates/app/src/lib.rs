@@ -47,7 +47,7 @@ mod toki;
 pub use config::{BackendKind, Config};
 pub use logging::{init_lambda_tracing, init_tracing, shutdown_signal};
 pub use otel::{flush_traces, shutdown_traces};
-pub use toki::{new_api_key, Toki};
+pub use toki::{new_api_key, Toki, BULK_CREATE_CONCURRENCY};
 /// SES bounce and complaint notifications read into suppression entries.
 #[cfg(feature = "channels")]
 pub use toki_channels::mail::feedback as mail_feedback;

@@ -89,7 +89,7 @@ pub async fn run(config: Config, opts: DemoOptions) -> anyhow::Result<DemoReport
         opts.backend,
         opts.data_dir.display()
     ));
-    scenario::create_tenants(&toki, &tenants).await?;
+    scenario::create_tenants(&toki, &tenants, scenario::USERS_PER_TENANT).await?;
 
     // The pipeline runs before anything is registered, as in production.
     let (stop, shutdown) = watch::channel(false);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Utc};
-use futures::stream::{self, StreamExt};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 use toki_model::input::{RuleInput, ScheduleInput, UserInput};
 use toki_model::lateness::Lateness;
@@ -61,8 +61,9 @@ pub fn plan_meetings(
     let mut out = Vec::new();
     let mut left = deliveries;
     let mut i = 0;
+    let meeting = meeting_size(deliveries, tenants.len());
     while left > 0 {
-        let size = left.min(MEETING_SIZE);
+        let size = left.min(meeting);
         let tenant = tenants[i % tenants.len()].clone();
         let first = (i / tenants.len()) * 7;
         let participants = (0..size)
@@ -117,19 +118,40 @@ pub fn due_instant(lead: Duration) -> DateTime<Utc> {
     t.trunc_subsecs(0) + ChronoDuration::seconds(1)
 }
 
-/// Creates the tenants and their users.
-pub async fn create_tenants(toki: &Toki, tenants: &[TenantId]) -> anyhow::Result<()> {
+/// Creates the tenants (in bulk: [`Toki::create_tenants`]) and `users` users
+/// each, [`toki_app::BULK_CREATE_CONCURRENCY`] tenants at once.
+pub async fn create_tenants(toki: &Toki, tenants: &[TenantId], users: usize) -> anyhow::Result<()> {
+    toki.create_tenants(tenants, true).await?;
     let registrar = toki.registrar();
-    for t in tenants {
-        toki.create_tenant(t, true).await?;
-        for j in 0..USERS_PER_TENANT {
-            registrar
-                .put_user(t, &format!("user{j}").parse()?, &user_input(t, j))
-                .await
-                .with_context(|| format!("registering user{j} of {t}"))?;
-        }
-    }
+    let registrar = &registrar;
+    stream::iter(tenants)
+        .map(|t| async move {
+            for j in 0..users {
+                registrar
+                    .put_user(t, &format!("user{j}").parse()?, &user_input(t, j))
+                    .await
+                    .with_context(|| format!("registering user{j} of {t}"))?;
+            }
+            anyhow::Ok(())
+        })
+        .buffer_unordered(toki_app::BULK_CREATE_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(())
+}
+
+/// People in one meeting of a plan of `deliveries` over `tenants`: up to
+/// [`MEETING_SIZE`], fewer so that every tenant has a meeting (the shape a
+/// SaaS has at 09:00: a few meetings in each of many tenants).
+pub fn meeting_size(deliveries: usize, tenants: usize) -> usize {
+    MEETING_SIZE.min(deliveries.div_ceil(tenants.max(1))).max(1)
+}
+
+/// Users each tenant needs for [`plan_meetings`] of `deliveries` over `tenants`.
+pub fn users_needed(deliveries: usize, tenants: usize) -> usize {
+    let size = meeting_size(deliveries, tenants);
+    let rounds = deliveries.div_ceil(size).div_ceil(tenants.max(1)).max(1);
+    ((rounds - 1) * 7 + size).min(USERS_PER_TENANT)
 }
 
 /// Meetings per registrar call: one tenant's schedules go in batches.

@@ -496,6 +496,21 @@ pub trait TenantDirectory: Send + Sync {
     async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>>;
     async fn put(&self, record: &TenantRecord) -> StoreResult<()>;
     async fn list(&self) -> StoreResult<Vec<TenantRecord>>;
+    /// Up to `limit` tenants after `after` (from the first if None), by id:
+    /// one page of `toki tenant list`. The default reads the whole listing.
+    async fn list_page(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> StoreResult<Vec<TenantRecord>> {
+        let mut all = self.list().await?;
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(all
+            .into_iter()
+            .filter(|t| after.is_none_or(|a| &t.id > a))
+            .take(limit)
+            .collect())
+    }
     /// Removes a tenant's entry (offboarding, its last step); false if there was none.
     async fn delete(&self, tenant: &TenantId) -> StoreResult<bool>;
 }

@@ -118,6 +118,20 @@ impl TenantDirectory for SqliteTenantDirectory {
             .map_err(db_err)?;
         rows.iter().map(record).collect()
     }
+
+    async fn list_page(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> StoreResult<Vec<TenantRecord>> {
+        let rows = sqlx::query("SELECT * FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after.map_or("", TenantId::as_str))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_err)?;
+        rows.iter().map(record).collect()
+    }
 }
 
 #[cfg(all(test, feature = "sqlite"))]

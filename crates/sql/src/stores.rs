@@ -360,6 +360,18 @@ impl TenantDirectory for CheckedDirectory {
         Ok(records)
     }
 
+    async fn list_page(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> StoreResult<Vec<TenantRecord>> {
+        let records = self.inner.list_page(after, limit).await?;
+        for r in &records {
+            self.handles.observe(&r.id, Some(r)).await;
+        }
+        Ok(records)
+    }
+
     async fn delete(&self, tenant: &TenantId) -> StoreResult<bool> {
         let deleted = self.inner.delete(tenant).await?;
         self.handles.observe(tenant, None).await;

@@ -200,7 +200,13 @@ async fn bench_tenants(toki: &Toki, opts: &BenchOptions) -> anyhow::Result<Vec<T
             toki_sql::drop_tenant_database(&toki.databases.admin_url(t)?).await?;
         }
     }
-    scenario::create_tenants(toki, &tenants).await?;
+    // As many users as the largest run's meetings name (all for a large tenant).
+    let most = opts.deliveries.iter().copied().max().unwrap_or(0);
+    let users = match opts.large {
+        Some(_) => scenario::USERS_PER_TENANT,
+        None => scenario::users_needed(most, tenants.len()),
+    };
+    scenario::create_tenants(toki, &tenants, users).await?;
     if let Some(limits) = &opts.large_limits {
         let mut record = toki
             .directory
