@@ -72,7 +72,7 @@ async fn pool(path: &std::path::Path) -> SqlitePool {
 }
 
 /// Old and young rows of each kind, written around `toki` (as if they had
-/// aged in place).
+/// aged in place), and the retention mark their writes would have left.
 async fn age_rows(data: &std::path::Path) {
     let control = pool(&data.join("control.sqlite")).await;
     let (database,): (String,) = sqlx::query_as("SELECT database FROM tenants WHERE id = 'acme'")
@@ -110,6 +110,13 @@ async fn age_rows(data: &std::path::Path) {
         .await
         .unwrap();
     }
+    // Written through toki, the rows would have marked the tenant for the purge.
+    sqlx::query(
+        "INSERT INTO work_marks (kind, tenant, due_ms, revision) VALUES ('retention', 'acme', 0, 1)",
+    )
+    .execute(&control)
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO reminder_index (partition, sort_key, tenant, schedule_id, occurrence,
            minutes_before, due_at, version, channels, status, expires_at)

@@ -43,10 +43,11 @@ pub async fn run(toki: Toki, listen: Listeners) -> anyhow::Result<()> {
     let (stop, shutdown) = watch::channel(false);
     let daemon = toki.daemon().await?;
     let registrar = Arc::new(toki.registrar());
-    // Mirrors left unfinished by a previous run are repaired first (one
-    // pass, within its budget: a stalled tenant does not hold the start).
+    // Mirrors left unfinished by a previous run are repaired first: the
+    // tenants whose repair mark is due (every write marks its tenant before
+    // it begins), within the pass's budget.
     let repaired = registrar
-        .repair_pass(None)
+        .repair_marked(None)
         .await
         .context("repairing index mirrors")?;
     toki.metrics.observe_repair(&repaired);

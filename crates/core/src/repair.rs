@@ -7,9 +7,9 @@
 //!   ([`crate::work`]): a write marks its tenant before it begins, a failed
 //!   mirror marks it now, and each repair settles the mark at the tenant's
 //!   next series extension. A tenant with nothing to repair is not opened.
-//! - Once a day (at [`SWEEP_MINUTE`] UTC) and when `toki serve` starts, a
-//!   pass over every tenant: what a lost mark would have hidden is found,
-//!   and each tenant's mark is set from what its database holds.
+//! - Once a day (at [`SWEEP_MINUTE`] UTC), a pass over every tenant: what a
+//!   lost mark would have hidden (or a database from before the marks) is
+//!   found, and each tenant's mark is set from what its database holds.
 //!
 //! - At most [`RepairSettings::concurrency`] tenants at once.
 //! - Each tenant cut at [`RepairSettings::tenant_deadline`]: counted as timed

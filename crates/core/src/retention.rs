@@ -10,8 +10,7 @@
 //! after), and each visit settles the mark at the next time something of
 //! the tenant's could be purged (its oldest row's age past its retention),
 //! a day at the latest (a month for a tenant holding no rows). Once a day
-//! (and when `toki serve` starts) every tenant without a mark is given one,
-//! so none is forgotten.
+//! every tenant without a mark is given one, so none is forgotten.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -177,9 +176,8 @@ pub struct Purger {
 }
 
 impl Purger {
-    /// Marks every tenant, then runs a pass every `settings.period` until `shutdown`.
+    /// Runs a pass every `settings.period` until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
-        self.sweep().await;
         crate::periodic::run_every(self.settings.period, shutdown, || {
             let purger = self.clone();
             async move {

@@ -91,8 +91,26 @@ pub enum Locator {
 struct Opened {
     location: Option<String>,
     store: Arc<dyn TenantStore>,
+    /// Closes the store's connections when it is let go (a held batch that
+    /// still has it connects again).
+    release: Release,
     /// When it was last opened through the port (the least recent goes first).
     used: std::time::Instant,
+}
+
+/// What letting a store go does to its connections.
+type Release = Box<dyn Fn() + Send + Sync>;
+
+/// A store as the port hands it out, and how to close its connections.
+fn releasable<DB: sqlx::Database>(
+    store: crate::tenant_store::SqlTenantStore<DB>,
+) -> (Arc<dyn TenantStore>, Release)
+where
+    crate::tenant_store::SqlTenantStore<DB>: TenantStore,
+{
+    let store = Arc::new(store);
+    let kept = store.clone();
+    (store, Box::new(move || kept.release()))
 }
 
 /// The stores a process keeps open, per tenant: shared with the
@@ -101,9 +119,11 @@ struct Opened {
 struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
 
 /// Tenant stores a process keeps open at most unless configured: past it
-/// the least recently used is let go (its pool closes once the tasks still
-/// using it are done).
-pub const DEFAULT_MAX_OPEN_TENANTS: usize = 256;
+/// the least recently used is let go, its connections closed once the
+/// operations on them end. A burst over more tenants than this reconnects
+/// those let go (BENCHMARKS.md, "Tenants": 1,000 tenants at 256 cost
+/// 30 ms of p99); each open one costs about 400 KB and three descriptors.
+pub const DEFAULT_MAX_OPEN_TENANTS: usize = 1024;
 
 /// How long a tenant database's connection stays open unused (SQLite: its
 /// file, WAL and shared-memory descriptors; Postgres: a server connection).
@@ -146,8 +166,8 @@ impl Handles {
                 .filter(|(t, _)| *t != tenant)
                 .min_by_key(|(_, o)| o.used)
                 .map(|(t, _)| t.clone());
-            match oldest {
-                Some(t) => drop(open.remove(&t)),
+            match oldest.and_then(|t| open.remove(&t)) {
+                Some(gone) => (gone.release)(),
                 None => break,
             }
         }
@@ -259,7 +279,7 @@ impl SqlTenantStores {
         v
     }
 
-    async fn connect(&self, database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+    async fn connect(&self, database: &str) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
         if is_postgres(database) {
             let options = PgConnectOptions::from_str(database)
                 .map_err(|e| StoreError::backend("parsing a tenant database URL", e))?
@@ -272,7 +292,7 @@ impl SqlTenantStores {
                 .idle_timeout(Some(self.idle_timeout))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_lazy_with(options);
-            Ok(Arc::new(
+            Ok(releasable(
                 PostgresTenantStore::new(pool).with_budget(self.budget.clone()),
             ))
         } else {
@@ -282,13 +302,13 @@ impl SqlTenantStores {
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite_store(database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+async fn open_sqlite_store(database: &str) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
     let pool = open_tenant_file(std::path::Path::new(database)).await?;
-    Ok(Arc::new(SqliteTenantStore::new(pool)))
+    Ok(releasable(SqliteTenantStore::new(pool)))
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn open_sqlite_store(database: &str) -> StoreResult<Arc<dyn TenantStore>> {
+async fn open_sqlite_store(database: &str) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
     Err(without_sqlite(database))
 }
 
@@ -321,10 +341,11 @@ impl TenantStores for SqlTenantStores {
                 )))
             }
         };
-        let store = self.connect(&database).await?;
+        let (store, release) = self.connect(&database).await?;
         let opened = Opened {
             location,
             store,
+            release,
             used: std::time::Instant::now(),
         };
         Ok(self.open.keep(tenant, opened, self.max_open).await)

@@ -24,6 +24,11 @@ use crate::{begin_write, db_err};
 /// removed database by it.
 pub(crate) const REMOVED: &str = "toki: this tenant database was removed";
 
+/// Prepared statements a tenant connection keeps (sqlx's default is 100):
+/// each costs memory for as long as the connection is open, and a process
+/// has hundreds open, each running the same few statements of a batch.
+const STATEMENT_CACHE: usize = 16;
+
 /// The connection settings of a tenant file: those of the control database
 /// (WAL, one connection), and `secure_delete`: deleted content is
 /// overwritten with zeros, so an erased person is not left in free pages.
@@ -36,7 +41,8 @@ fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
-            .pragma("secure_delete", "ON"),
+            .pragma("secure_delete", "ON")
+            .statement_cache_capacity(STATEMENT_CACHE),
     )
 }
 

@@ -33,15 +33,18 @@ pub enum RecordError {
     WriterStopped,
 }
 
-/// Outcomes waiting to be written, and who waits for the write.
-type Write = (
-    Vec<DeliveryOutcome>,
-    oneshot::Sender<Result<(), RecordError>>,
-);
-
-/// A tenant's writer, and the store it writes to.
-struct Writer {
+/// Outcomes waiting to be written, the store they go to (the batch's: a
+/// writer holds no store between writes, so a quiet tenant's database can
+/// close), and who waits for the write.
+struct Write {
+    outcomes: Vec<DeliveryOutcome>,
     store: Arc<dyn TenantStore>,
+    done: oneshot::Sender<Result<(), RecordError>>,
+}
+
+/// A tenant's writer, and the store it writes to (not kept alive by it).
+struct Writer {
+    store: std::sync::Weak<dyn TenantStore>,
     tx: mpsc::UnboundedSender<Write>,
 }
 
@@ -86,36 +89,34 @@ impl Recorder {
             // what it was given.
             let current = writers
                 .get(tenant)
-                .filter(|w| Arc::ptr_eq(&w.store, store))
+                .filter(|w| std::ptr::addr_eq(w.store.as_ptr(), Arc::as_ptr(store)))
                 .map(|w| w.tx.clone());
             let tx = match current {
                 Some(tx) => tx,
                 None => {
-                    let tx = self.spawn_writer(tenant, store.clone());
-                    let store = store.clone();
+                    let tx = self.spawn_writer(tenant);
                     let writer = Writer {
-                        store,
+                        store: Arc::downgrade(store),
                         tx: tx.clone(),
                     };
                     writers.insert(tenant.clone(), writer);
                     tx
                 }
             };
-            tx.send((outcomes, done))
-                .map_err(|_| RecordError::WriterStopped)?;
+            let write = Write {
+                outcomes,
+                store: store.clone(),
+                done,
+            };
+            tx.send(write).map_err(|_| RecordError::WriterStopped)?;
         }
         wait.await.map_err(|_| RecordError::WriterStopped)?
     }
 
-    fn spawn_writer(
-        &self,
-        tenant: &TenantId,
-        store: Arc<dyn TenantStore>,
-    ) -> mpsc::UnboundedSender<Write> {
+    fn spawn_writer(&self, tenant: &TenantId) -> mpsc::UnboundedSender<Write> {
         let (tx, rx) = mpsc::unbounded_channel::<Write>();
         let writer = TenantWriter {
             tenant: tenant.clone(),
-            store,
             marker: self.marker.clone(),
             writers: self.writers.clone(),
             own: tx.clone(),
@@ -128,7 +129,6 @@ impl Recorder {
 /// One tenant's writer task.
 struct TenantWriter {
     tenant: TenantId,
-    store: Arc<dyn TenantStore>,
     marker: Marker,
     writers: Writers,
     /// Its own sender: how it knows its entry among the writers.
@@ -175,15 +175,18 @@ impl TenantWriter {
     async fn write(&self, mut waiting: Vec<Write>) {
         let all: Vec<DeliveryOutcome> = waiting
             .iter_mut()
-            .flat_map(|(o, _)| std::mem::take(o))
+            .flat_map(|w| std::mem::take(&mut w.outcomes))
             .collect();
-        let result = self.store.record_outcomes(&all).await;
+        // One store for all: a batch for another is given another writer.
+        let store = waiting[0].store.clone();
+        let result = store.record_outcomes(&all).await;
         let logged = *result.as_ref().unwrap_or(&0);
         let result = result
             .map(|_| ())
             .map_err(|e| RecordError::Store(Arc::new(e)));
-        for (_, done) in waiting {
-            let _ = done.send(result.clone());
+        drop(store);
+        for w in waiting {
+            let _ = w.done.send(result.clone());
         }
         if result.is_ok() {
             if logged > 0 {

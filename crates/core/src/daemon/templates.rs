@@ -14,6 +14,10 @@ use toki_ports::TenantStore;
 /// How long a tenant's compiled templates are used before they are read again.
 const FRESH: Duration = Duration::from_secs(1);
 
+/// Tenants kept before the stale ones are swept out (a sweep per insert
+/// past it, each over the tenants of the last second).
+const FORGET_ABOVE: usize = 64;
+
 #[derive(Default)]
 pub(super) struct TemplateCache {
     tenants: Mutex<HashMap<TenantId, (tokio::time::Instant, Arc<Templates>)>>,
@@ -34,7 +38,13 @@ impl TemplateCache {
             }
         }
         let templates = Arc::new(Templates::compile(&store.templates().await?));
-        self.lock().insert(tenant.clone(), (now, templates.clone()));
+        let mut kept = self.lock();
+        // Those read over a second ago are of no use: forgotten, so the
+        // cache holds the tenants sending now, not every tenant ever seen.
+        if kept.len() >= FORGET_ABOVE {
+            kept.retain(|_, (read_at, _)| now.duration_since(*read_at) < FRESH);
+        }
+        kept.insert(tenant.clone(), (now, templates.clone()));
         Ok(templates)
     }
 

@@ -117,7 +117,7 @@ async fn over_six_hours_of_every_pass_only_the_busy_tenant_is_opened() {
         }),
     ];
     // The first minutes: each tenant's first visits (its new endpoint, the
-    // repair marked by its writes, the purge's first sweep) set its marks.
+    // repair marked by its writes) settle its marks.
     tokio::time::sleep(Duration::from_secs(10 * 60)).await;
     kit.stores.forget_opened();
 

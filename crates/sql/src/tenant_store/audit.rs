@@ -67,7 +67,7 @@ where
             return Ok(());
         }
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let mut s = Statement::new("UPDATE audit_sequence SET last = last + ");
         s.bind(entries.len() as i64)
             .push(" WHERE id = 1 RETURNING last");
@@ -115,7 +115,7 @@ where
             .bind(i64::try_from(limit).unwrap_or(i64::MAX));
         let rows: Vec<AuditRow> = s
             .query_as::<DB, AuditRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         rows.into_iter().map(StoredAuditEntry::try_from).collect()
@@ -132,7 +132,7 @@ where
             .push(") RETURNING seq");
         let rows: Vec<(i64,)> = s
             .query_as::<DB, (i64,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(rows.len() as u64)

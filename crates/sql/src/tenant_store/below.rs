@@ -90,7 +90,7 @@ where
         let _slot = self.connection_slot().await;
         // One row: (busy, frames in the WAL, frames checkpointed).
         let row = sqlx::raw_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         let busy = row.try_get::<i64, usize>(0).map_err(db_err)?;
@@ -118,7 +118,7 @@ where
         // The table names are this module's own: no input reaches the text.
         let sql = format!("VACUUM {}", tables.join(", "));
         sqlx::raw_sql(&sql)
-            .execute(&self.pool)
+            .execute(&self.pool())
             .await
             .map_err(db_err)?;
         *covered = starting;

@@ -363,7 +363,7 @@ where
         now: Instant,
     ) -> StoreResult<ErasureReport> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let mut report = ErasureReport::default();
         // Participants first: they reference the user row.
         leave_schedules::<DB>(&mut tx, user, now, &mut report).await?;

@@ -215,7 +215,7 @@ where
 {
     async fn append_events(&self, events: &[NewEvent]) -> StoreResult<usize> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let kinds = subscribed::<DB>(&mut tx).await?;
         let kept = append::<DB>(&mut tx, kinds, events).await?;
         tx.commit().await.map_err(db_err)?;
@@ -231,7 +231,7 @@ where
             .bind(limit as i64);
         let rows: Vec<EventRow> = s
             .query_as::<DB, EventRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         rows.into_iter().map(StoredEvent::try_from).collect()
@@ -241,7 +241,7 @@ where
         let _slot = self.connection_slot().await;
         let (last,): (i64,) = Statement::new("SELECT last FROM event_sequence WHERE id = 1")
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(last as u64)
@@ -255,7 +255,7 @@ where
         s.bind(since.timestamp_millis());
         let (seq,): (i64,) = s
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(seq as u64)
@@ -295,7 +295,10 @@ where
                last_error = excluded.last_error, replay_through = excluded.replay_through,
                revision = event_endpoints.revision + 1",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -307,7 +310,7 @@ where
         s.bind(id.as_str());
         let row: Option<EndpointRow> = s
             .query_as::<DB, EndpointRow>()
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await
             .map_err(db_err)?;
         row.map(EndpointRow::into_endpoint).transpose()
@@ -319,7 +322,7 @@ where
             "SELECT {ENDPOINT_COLUMNS} FROM event_endpoints ORDER BY id"
         ))
         .query_as::<DB, EndpointRow>()
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         rows.into_iter().map(EndpointRow::into_endpoint).collect()
@@ -329,7 +332,7 @@ where
         let _slot = self.connection_slot().await;
         let mut s = Statement::new("DELETE FROM event_endpoints WHERE id = ");
         s.bind(id.as_str()).push(" RETURNING id");
-        Ok(changed::<DB>(&self.pool, s).await? > 0)
+        Ok(changed::<DB>(&self.pool(), s).await? > 0)
     }
 
     async fn set_endpoint_progress(&self, w: ProgressWrite<'_>) -> StoreResult<bool> {
@@ -352,7 +355,7 @@ where
             .push(" AND revision = ")
             .bind(w.read_revision as i64)
             .push(" RETURNING id");
-        Ok(changed::<DB>(&self.pool, s).await? > 0)
+        Ok(changed::<DB>(&self.pool(), s).await? > 0)
     }
 
     async fn hold_endpoint(
@@ -374,7 +377,7 @@ where
             .push(" OR held_until <= ")
             .bind(now.timestamp_millis())
             .push(") RETURNING id");
-        Ok(changed::<DB>(&self.pool, s).await? > 0)
+        Ok(changed::<DB>(&self.pool(), s).await? > 0)
     }
 }
 

@@ -59,7 +59,9 @@ const CHUNK: usize = 500;
 /// A tenant's database on engine `DB`.
 #[derive(Clone)]
 pub struct SqlTenantStore<DB: Database> {
-    pool: Pool<DB>,
+    /// Replaced by a fresh one (no connection until used) when the process
+    /// lets the store go while batches still hold it ([`Self::release`]).
+    pool: Arc<std::sync::RwLock<Pool<DB>>>,
     /// The process's connection budget, shared with every other tenant's
     /// store (none: only the pool's own limit).
     budget: Option<ConnectionBudget>,
@@ -87,7 +89,7 @@ pub type PostgresTenantStore = SqlTenantStore<sqlx::Postgres>;
 impl<DB: Database> SqlTenantStore<DB> {
     pub fn new(pool: Pool<DB>) -> Self {
         Self {
-            pool,
+            pool: Arc::new(std::sync::RwLock::new(pool)),
             budget: None,
             vacuums: Default::default(),
         }
@@ -112,8 +114,21 @@ impl<DB: Database> SqlTenantStore<DB> {
         )
     }
 
-    pub fn pool(&self) -> &Pool<DB> {
-        &self.pool
+    /// The pool now (a handle: cheap to clone).
+    pub fn pool(&self) -> Pool<DB> {
+        self.pool.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Closes the store's connections once the operations running on them
+    /// end, and leaves it a fresh pool that connects when next used: a
+    /// process lets go of a store (its open databases are bounded) that a
+    /// held batch may still use; the batch then connects again.
+    pub fn release(&self) {
+        let mut pool = self.pool.write().unwrap_or_else(|e| e.into_inner());
+        let options = pool.options().clone();
+        let connect = (*pool.connect_options()).clone();
+        let old = std::mem::replace(&mut *pool, options.connect_lazy_with(connect));
+        tokio::spawn(async move { old.close().await });
     }
 }
 
@@ -124,7 +139,7 @@ where
 {
     pub async fn migrate(&self) -> StoreResult<()> {
         TENANT_MIGRATIONS
-            .run(&self.pool)
+            .run(&self.pool())
             .await
             .map_err(|e| StoreError::backend("migrating a tenant database", e))
     }
@@ -184,7 +199,7 @@ where
 {
     async fn put_user(&self, u: &User, now: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         // An erased person's address given again: suppressed again.
         suppression::restore_erased::<DB>(&mut conn, u).await?;
         let mut s = Statement::new(
@@ -220,7 +235,7 @@ where
         s.bind(id.as_str());
         let row = s
             .query_as::<DB, UserRow>()
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await
             .map_err(db_err)?;
         row.map(User::try_from).transpose()
@@ -236,7 +251,7 @@ where
             s.list(chunk.iter().map(UserId::as_str));
             let rows = s
                 .query_as::<DB, UserRow>()
-                .fetch_all(&self.pool)
+                .fetch_all(&self.pool())
                 .await
                 .map_err(db_err)?;
             for row in rows {
@@ -253,7 +268,7 @@ where
         now: Instant,
     ) -> StoreResult<Vec<Result<Schedule, ValidationError>>> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         // Every participant must be a user of this tenant.
         let known = schedule_write::known_users::<DB>(&mut tx, schedules).await?;
         let verdicts = writable_schedules(schedules, |u| known.contains(u.as_str()));
@@ -280,13 +295,13 @@ where
 
     async fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Option<Schedule>> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         load_schedule::<DB>(&mut conn, id).await
     }
 
     async fn delete_schedule(&self, id: &ScheduleId, now: Instant) -> StoreResult<Option<i64>> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let mut s = Statement::new("DELETE FROM schedules WHERE id = ");
         s.bind(id.as_str()).push(" RETURNING id");
         let deleted = s
@@ -313,7 +328,7 @@ where
 
     async fn unmirrored(&self, extend_before: Instant) -> StoreResult<Vec<MirrorWork>> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         let mut s = Statement::new(
             "SELECT schedule_id, version, deleted, mirrored FROM schedule_mirror
              WHERE mirrored = FALSE OR (deleted = FALSE AND mirrored_until < ",
@@ -350,7 +365,7 @@ where
         let (ms,): (Option<i64>,) =
             Statement::new("SELECT MIN(mirrored_until) FROM schedule_mirror WHERE deleted = FALSE")
                 .query_as::<DB, (Option<i64>,)>()
-                .fetch_one(&self.pool)
+                .fetch_one(&self.pool())
                 .await
                 .map_err(db_err)?;
         ms.map(|ms| {
@@ -383,7 +398,7 @@ where
                 .or_default()
                 .push((id, *version));
         }
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         for (until, marks) in by_until {
             for chunk in marks.chunks(CHUNK) {
                 let mut s =
@@ -451,7 +466,7 @@ where
         suppression::context_parts(&mut s, ids());
         let rows: Vec<ContextRow> = s
             .query_as::<DB, ContextRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         let mut participants: Vec<(ScheduleId, i64, UserId)> = Vec::new();
@@ -492,7 +507,7 @@ where
         let token = claim_token(now);
         let mut out = Claims::default();
         // All chunks or none: a half-made claim would strand `sending` rows.
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         for chunk in claims.chunks(CHUNK) {
             let owned =
                 claim::claim_chunk::<DB>(&mut tx, chunk, &out.owned, &token, now, takeover_before)
@@ -520,7 +535,10 @@ where
             s.bind(now.timestamp_millis());
             s.push(" WHERE status = 'sending' AND claim_token IN ");
             s.list(chunk.iter().map(String::as_str));
-            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+            s.query::<DB>()
+                .execute(&self.pool())
+                .await
+                .map_err(db_err)?;
         }
         Ok(())
     }
@@ -536,7 +554,7 @@ where
             s.list(chunk.iter().map(ScheduleId::as_str));
             let rows: Vec<(String, i64)> = s
                 .query_as::<DB, (String, i64)>()
-                .fetch_all(&self.pool)
+                .fetch_all(&self.pool())
                 .await
                 .map_err(db_err)?;
             for (id, version) in rows {
@@ -548,7 +566,7 @@ where
 
     async fn record_outcomes(&self, outcomes: &[DeliveryOutcome]) -> StoreResult<usize> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         let kinds = events::subscribed::<DB>(&mut conn).await?;
         if kinds.is_empty() {
             for chunk in outcomes.chunks(CHUNK) {
@@ -558,7 +576,7 @@ where
         }
         drop(conn);
         // The outcomes and their events together, or neither.
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let mut made = Vec::new();
         for chunk in outcomes.chunks(CHUNK) {
             let changed = outcomes::record_chunk::<DB>(&mut tx, chunk).await?;
@@ -575,7 +593,7 @@ where
             "SELECT default_url, secret, previous_secret, previous_until FROM webhook_settings",
         )
         .query_as::<DB, WebhookRow>()
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await
         .map_err(db_err)?;
         row.map(|r| {
@@ -612,7 +630,10 @@ where
                secret = excluded.secret, previous_secret = excluded.previous_secret,
                previous_until = excluded.previous_until, updated_at = excluded.updated_at",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -620,7 +641,10 @@ where
         let _slot = self.connection_slot().await;
         for chunk in messages.chunks(CHUNK) {
             let mut s = outcomes::insert_chat::<DB>(chunk);
-            s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+            s.query::<DB>()
+                .execute(&self.pool())
+                .await
+                .map_err(db_err)?;
         }
         Ok(())
     }
@@ -631,7 +655,7 @@ where
             "SELECT channel, status, COUNT(*) AS n FROM deliveries
              GROUP BY channel, status ORDER BY channel, status",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         rows.into_iter().map(DeliveryCount::try_from).collect()
@@ -643,7 +667,7 @@ where
             "SELECT claim_token, COUNT(*) FROM deliveries
              WHERE status = 'delivered' AND claim_token IS NOT NULL GROUP BY claim_token",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         let mut by_holder: HashMap<String, u64> = HashMap::new();
@@ -662,7 +686,7 @@ where
                     status, due_at, COALESCE(finished_at, claimed_at, due_at) AS at, detail
              FROM deliveries",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         rows.into_iter().map(DeliveryOutcome::try_from).collect()
@@ -685,7 +709,7 @@ where
             .bind(i64::from(reminder.minutes_before));
         let rows: Vec<DeliveryRow> = s
             .query_as::<DB, DeliveryRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         rows.into_iter().map(DeliveryOutcome::try_from).collect()
@@ -701,7 +725,7 @@ where
         s.bind(user.as_str()).push(" ORDER BY created_at");
         let rows: Vec<ChatRow> = s
             .query_as::<DB, ChatRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         rows.into_iter().map(ChatMessage::try_from).collect()
@@ -724,7 +748,10 @@ where
             " ON CONFLICT (channel, locale) DO UPDATE SET subject = excluded.subject,
                text = excluded.text, html = excluded.html, updated_at = excluded.updated_at",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -737,7 +764,7 @@ where
             .push(" RETURNING channel");
         let gone: Vec<(String,)> = s
             .query_as::<DB, (String,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(!gone.is_empty())
@@ -750,7 +777,7 @@ where
              ORDER BY channel, locale",
         )
         .query_as::<DB, TemplateRow>()
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         rows.into_iter().map(ReminderTemplate::try_from).collect()
@@ -760,7 +787,7 @@ where
         let _slot = self.connection_slot().await;
         let (n,): (i64,) = Statement::new(counted::count_of(what))
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         u64::try_from(n).map_err(|_| StoreError::corrupt("a row count", format!("{n} rows")))
@@ -775,7 +802,7 @@ where
         if schedules.is_empty() {
             return Ok(existing);
         }
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         for chunk in schedules.chunks(CHUNK) {
             let ids = || chunk.iter().map(ScheduleId::as_str);
             let mut s = Statement::new("SELECT id FROM schedules WHERE id IN ");
@@ -836,7 +863,7 @@ where
         now: Instant,
     ) -> StoreResult<Option<ChangeNotice>> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         // The row lock first: a concurrent freeze of this schedule waits here
         // and then reads the baseline this one leaves.
         let mut s = Statement::new(
@@ -905,7 +932,7 @@ where
 
     async fn clear_change_baselines(&self) -> StoreResult<u64> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let (n,): (i64,) = Statement::new("SELECT COUNT(*) FROM change_baselines")
             .query_as::<DB, (i64,)>()
             .fetch_one(&mut *tx)
@@ -929,7 +956,7 @@ where
         s.bind(schedule.as_str()).push(" ORDER BY at");
         let rows: Vec<NoticeRow> = s
             .query_as::<DB, NoticeRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         rows.into_iter().map(ChangeNotice::try_from).collect()
@@ -937,7 +964,7 @@ where
 
     async fn start_idempotent(&self, start: &IdempotentStart<'_>) -> StoreResult<KeyedRequest> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let keyed = idempotency::start::<DB>(&mut tx, start).await?;
         tx.commit().await.map_err(db_err)?;
         Ok(keyed)
@@ -951,14 +978,20 @@ where
     ) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
         let mut s = idempotency::finish(key, started, answer);
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
     async fn release_idempotent(&self, key: &IdempotencyKey, started: Instant) -> StoreResult<()> {
         let _slot = self.connection_slot().await;
         let mut s = idempotency::release(key, started);
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -966,7 +999,7 @@ where
         let _slot = self.connection_slot().await;
         let gone: Vec<(String,)> = idempotency::purge(before, limit)
             .query_as::<DB, (String,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(gone.len() as u64)

@@ -72,7 +72,7 @@ where
         let _slot = self.connection_slot().await;
         let tables: Vec<(String,)> = Statement::new(tables_query::<DB>())
             .query_as::<DB, (String,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         let mut out = Vec::with_capacity(tables.len());
@@ -81,7 +81,7 @@ where
             let sql = format!("SELECT COUNT(*) FROM \"{}\"", table.replace('"', "\"\""));
             let (n,): (i64,) = Statement::new(&sql)
                 .query_as::<DB, (i64,)>()
-                .fetch_one(&self.pool)
+                .fetch_one(&self.pool())
                 .await
                 .map_err(db_err)?;
             out.push(Holding::new(format!("tenant.{table}"), n as u64));
@@ -91,7 +91,7 @@ where
 
     async fn fence(&self) -> StoreResult<Fenced> {
         let _slot = self.connection_slot().await;
-        let mut tx = begin_write(&self.pool).await?;
+        let mut tx = begin_write(&self.pool()).await?;
         let mut fenced = Fenced::default();
         for (table, part) in FENCED {
             let (n,): (i64,) = Statement::new(&format!("SELECT COUNT(*) FROM {table}"))
@@ -118,7 +118,7 @@ where
         s.bind(renewed_since.timestamp_millis());
         let (n,): (i64,) = s
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(n as u64)

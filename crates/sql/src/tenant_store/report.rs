@@ -85,7 +85,7 @@ where
         let mut s =
             Statement::new("SELECT channel AS key, MIN(l) AS a, MAX(l) AS b, COUNT(*) AS n FROM ");
         s.push(DELIVERED).bind(since).push(") d GROUP BY channel");
-        let mut channels = aggregate(&self.pool, s)
+        let mut channels = aggregate(&self.pool(), s)
             .await?
             .into_iter()
             .map(|r| {
@@ -107,7 +107,7 @@ where
             .push(DELIVERED)
             .bind(since)
             .push(") d) x GROUP BY channel, bucket");
-        let mut lateness = aggregate(&self.pool, s)
+        let mut lateness = aggregate(&self.pool(), s)
             .await?
             .into_iter()
             .map(|r| {
@@ -127,7 +127,7 @@ where
         s.bind(since)
             .push(" GROUP BY due_at ORDER BY n DESC, due_at LIMIT ")
             .bind(window.busiest as i64);
-        let busiest = aggregate(&self.pool, s)
+        let busiest = aggregate(&self.pool(), s)
             .await?
             .into_iter()
             .map(|r| {
@@ -144,7 +144,7 @@ where
         s.bind(since);
         let (due_instants,): (i64,) = s
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(DeliverySummary {
@@ -179,7 +179,7 @@ where
         );
         s.list(due_at.iter().map(|d| d.0.timestamp_millis()))
             .push(") d) x GROUP BY due_at, b");
-        let mut seconds = aggregate(&self.pool, s)
+        let mut seconds = aggregate(&self.pool(), s)
             .await?
             .into_iter()
             .map(|r| {

@@ -160,7 +160,7 @@ where
         let _slot = self.connection_slot().await;
         let gone: Vec<(String,)> = purge(rows, before, limit)
             .query_as::<DB, (String,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(gone.len() as u64)
@@ -175,7 +175,7 @@ where
         s.push(&format!(" ORDER BY {} LIMIT 1", p.age));
         let oldest: Option<(i64,)> = s
             .query_as::<DB, (i64,)>()
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await
             .map_err(db_err)?;
         oldest
@@ -187,7 +187,7 @@ where
         let _slot = self.connection_slot().await;
         let (have,): (i64,) = count_rows(rows)
             .query_as::<DB, (i64,)>()
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(db_err)?;
         let beyond = (have.max(0) as u64).saturating_sub(keep);
@@ -197,7 +197,7 @@ where
         let n = batch_limit(limit).min(u32::try_from(beyond).unwrap_or(u32::MAX));
         let gone: Vec<(String,)> = trim(rows, n)
             .query_as::<DB, (String,)>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?;
         Ok(gone.len() as u64)
@@ -220,7 +220,10 @@ where
                cutoff = excluded.cutoff, last_purged = excluded.last_purged,
                total_purged = purge_log.total_purged + excluded.last_purged",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 
@@ -230,7 +233,7 @@ where
             "SELECT kind, last_pass_at, cutoff, last_purged, total_purged FROM purge_log ORDER BY kind",
         )
         .query_as::<DB, PurgeRow>()
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(db_err)?;
         rows.into_iter().map(PurgeRecord::try_from).collect()

@@ -98,7 +98,7 @@ where
             s.push(" ON CONFLICT (address) DO NOTHING RETURNING address");
             let rows: Vec<(String,)> = s
                 .query_as::<DB, (String,)>()
-                .fetch_all(&self.pool)
+                .fetch_all(&self.pool())
                 .await
                 .map_err(db_err)?;
             added += rows.len() as u64;
@@ -120,7 +120,7 @@ where
                 Statement::new("SELECT id, email FROM users WHERE email IS NOT NULL AND id IN ");
             s.list(refused.iter().map(|r| r.user.as_str()));
             s.query_as::<DB, (String, String)>()
-                .fetch_all(&self.pool)
+                .fetch_all(&self.pool())
                 .await
                 .map_err(db_err)?
         };
@@ -141,7 +141,7 @@ where
 
     async fn unsuppress(&self, address: &ListedAddress) -> StoreResult<bool> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         let mut s = Statement::new("DELETE FROM suppressed_addresses WHERE address = ");
         s.bind(address.as_str()).push(" RETURNING address");
         let rows: Vec<(String,)> = s
@@ -156,7 +156,7 @@ where
 
     async fn suppression(&self, address: &ListedAddress) -> StoreResult<Option<Suppression>> {
         let _slot = self.connection_slot().await;
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let mut conn = self.pool().acquire().await.map_err(db_err)?;
         let mut s = Statement::new(COLUMNS);
         s.push(" WHERE address = ").bind(address.as_str());
         let listed = s
@@ -185,7 +185,7 @@ where
             .push(" ORDER BY address LIMIT ")
             .bind(limit as i64);
         s.query_as::<DB, SuppressionRow>()
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(db_err)?
             .into_iter()
@@ -199,7 +199,7 @@ where
             "SELECT unsubscribe_url, unsubscribe_mailto FROM mail_settings WHERE id = 1",
         )
         .query_as::<DB, (Option<String>, Option<String>)>()
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.pool())
         .await
         .map_err(db_err)?;
         let (url, mailto) = row.unwrap_or_default();
@@ -225,7 +225,10 @@ where
             " ON CONFLICT (id) DO UPDATE SET unsubscribe_url = excluded.unsubscribe_url,
                unsubscribe_mailto = excluded.unsubscribe_mailto, updated_at = excluded.updated_at",
         );
-        s.query::<DB>().execute(&self.pool).await.map_err(db_err)?;
+        s.query::<DB>()
+            .execute(&self.pool())
+            .await
+            .map_err(db_err)?;
         Ok(())
     }
 }
