@@ -50,6 +50,10 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
     }
 }
 
+/// How long a tenant database's connection stays open unused (SQLite: its
+/// file, WAL and shared-memory descriptors; Postgres: a server connection).
+pub const TENANT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A database error as a store error: transient (worth retrying) or not, with
 /// the driver's error as its source.
 pub(crate) fn db_err(e: sqlx::Error) -> StoreError {

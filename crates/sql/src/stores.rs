@@ -125,10 +125,6 @@ struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
 /// 30 ms of p99); each open one costs about 400 KB and three descriptors.
 pub const DEFAULT_MAX_OPEN_TENANTS: usize = 1024;
 
-/// How long a tenant database's connection stays open unused (SQLite: its
-/// file, WAL and shared-memory descriptors; Postgres: a server connection).
-pub const TENANT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
 impl Opened {
     /// Whether `record` (what the directory says now) contradicts this
     /// store: the tenant is gone, or its database is elsewhere (it was
@@ -231,7 +227,7 @@ impl SqlTenantStores {
             open: Handles::default(),
             max_open: DEFAULT_MAX_OPEN_TENANTS,
             max_connections: 4,
-            idle_timeout: TENANT_IDLE_TIMEOUT,
+            idle_timeout: crate::TENANT_IDLE_TIMEOUT,
             statement_cache: StatementCache::Auto,
             budget: ConnectionBudget::new(DEFAULT_CONNECTION_BUDGET),
         }

@@ -47,13 +47,13 @@ fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
 }
 
 /// One connection, opened at once (so a missing or corrupt file fails the
-/// open) and closed once idle for [`crate::stores::TENANT_IDLE_TIMEOUT`]:
+/// open) and closed once idle for [`crate::TENANT_IDLE_TIMEOUT`]:
 /// a tenant with nothing to do holds no file descriptor.
 async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(0)
-        .idle_timeout(Some(crate::stores::TENANT_IDLE_TIMEOUT))
+        .idle_timeout(Some(crate::TENANT_IDLE_TIMEOUT))
         .max_lifetime(None)
         .connect_lazy_with(options);
     drop(pool.acquire().await.map_err(db_err)?);
