@@ -457,13 +457,16 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     # Which calls each component makes, on which resources, is enforced by the
     # IAM gate's test (infra/iam_gate.py, tests/least_privilege.rs); here the
     # deployed shape: the GSI is read through its own ARN, no batch writes.
+    # The repair also reads the work marks due (W#..., a Query on the table).
+    queried = {"registrar": {f"{index_arn}/index/by_schedule"},
+               "repair": {f"{index_arn}/index/by_schedule", index_arn}}
     for fn in ("registrar", "repair"):
         acts = actions(role[fn])
         check({"dynamodb:PutItem", "dynamodb:Query", "sqs:SendMessage"} <= acts
               and "dynamodb:BatchWriteItem" not in acts
-              and resources_for(role[fn], "dynamodb:Query") == {f"{index_arn}/index/by_schedule"}
+              and resources_for(role[fn], "dynamodb:Query") == queried[fn]
               and "sqs:ReceiveMessage" not in acts and resources_for(role[fn], get) == {runtime},
-              f"{fn} role: index writes, Query on the GSI only, SendMessage, GetSecretValue on the runtime secret only",
+              f"{fn} role: index writes, Query on the GSI (repair: and on the work marks), SendMessage, GetSecretValue on the runtime secret only",
               json.dumps({"actions": sorted(acts), "secrets": sorted(resources_for(role[fn], get))}))
     check(resources_for(role["repair"], "dynamodb:Scan") == {table_arn}
           and "dynamodb:Scan" not in actions(role["registrar"]),

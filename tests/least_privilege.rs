@@ -508,9 +508,13 @@ async fn every_component_does_its_work_within_its_role() {
         format_args!("the repair run: {repaired:?}"),
     )
     .await;
-    // Its retention purge (every 5 minutes in the Lambda; here at once):
-    // the directory's scan and deletes in the tenant database, nothing more.
-    let purged = repair.purger().pass(None).await;
+    // Its retention purge (every 5 minutes in the Lambda; here at once), with
+    // the day's sweep first (the directory's scan, the marks' Query, a mark
+    // for each tenant without one): then the marks due, deletes in the
+    // tenant database and its mark settled, nothing more.
+    let purger = repair.purger();
+    purger.sweep().await;
+    let purged = purger.pass(None).await;
     gate.check(
         purged.tenants == 1 && purged.failed_tenants == 0,
         format_args!("the repair Lambda's purge pass: {purged:?}"),

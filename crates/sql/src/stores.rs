@@ -211,7 +211,14 @@ pub struct SqlTenantStores {
     pub statement_cache: StatementCache,
     /// Postgres connections in use at once across all tenants of this process.
     budget: ConnectionBudget,
+    /// SQLite connections in use at once across all tenants: with the
+    /// bound on stores kept open, what bounds the descriptors in a burst
+    /// over more tenants than that.
+    sqlite_budget: ConnectionBudget,
 }
+
+/// SQLite tenant connections in use at once in a process.
+pub const SQLITE_IN_USE: u32 = 64;
 
 /// Postgres connections a process uses at once across all its tenants, unless configured.
 pub const DEFAULT_CONNECTION_BUDGET: u32 = 16;
@@ -230,6 +237,7 @@ impl SqlTenantStores {
             idle_timeout: crate::TENANT_IDLE_TIMEOUT,
             statement_cache: StatementCache::Auto,
             budget: ConnectionBudget::new(DEFAULT_CONNECTION_BUDGET),
+            sqlite_budget: ConnectionBudget::new(SQLITE_IN_USE),
         }
     }
 
@@ -292,19 +300,25 @@ impl SqlTenantStores {
                 PostgresTenantStore::new(pool).with_budget(self.budget.clone()),
             ))
         } else {
-            open_sqlite_store(database).await
+            open_sqlite_store(database, self.sqlite_budget.clone()).await
         }
     }
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite_store(database: &str) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
+async fn open_sqlite_store(
+    database: &str,
+    budget: ConnectionBudget,
+) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
     let pool = open_tenant_file(std::path::Path::new(database)).await?;
-    Ok(releasable(SqliteTenantStore::new(pool)))
+    Ok(releasable(SqliteTenantStore::new(pool).with_budget(budget)))
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn open_sqlite_store(database: &str) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
+async fn open_sqlite_store(
+    database: &str,
+    _: ConnectionBudget,
+) -> StoreResult<(Arc<dyn TenantStore>, Release)> {
     Err(without_sqlite(database))
 }
 

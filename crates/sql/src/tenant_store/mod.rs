@@ -120,13 +120,16 @@ impl<DB: Database> SqlTenantStore<DB> {
     }
 
     /// Closes the store's connections once the operations running on them
-    /// end, and leaves it a fresh pool that connects when next used: a
-    /// process lets go of a store (its open databases are bounded) that a
-    /// held batch may still use; the batch then connects again.
+    /// end, and leaves it a fresh pool that connects when next used and
+    /// closes each connection after its use: a process lets go of a store
+    /// (its open databases are bounded) that a held batch may still use.
     pub fn release(&self) {
         let mut pool = self.pool.write().unwrap_or_else(|e| e.into_inner());
         let options = pool.options().clone();
         let connect = (*pool.connect_options()).clone();
+        // Its connections close after each use: the process no longer
+        // counts this store among those it keeps open.
+        let options = options.after_release(|_, _| Box::pin(async { Ok(false) }));
         let old = std::mem::replace(&mut *pool, options.connect_lazy_with(connect));
         tokio::spawn(async move { old.close().await });
     }
