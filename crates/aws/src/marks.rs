@@ -70,6 +70,19 @@ fn pk(kind: WorkKind) -> AttributeValue {
     s(format!("{PK_PREFIX}{}", kind.as_str()))
 }
 
+/// Every item a Query finds, page after page.
+async fn all_items(
+    query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+) -> Result<Vec<HashMap<String, AttributeValue>>, AwsError> {
+    query
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .map_err(|e| sdk("Query(work marks)", e))
+}
+
 fn corrupt((field, problem): (&'static str, String)) -> AwsError {
     AwsError::service(
         "work marks",
@@ -125,31 +138,21 @@ impl WorkMarks for DynamoWorkMarks {
     }
 
     async fn due(&self, kind: WorkKind, now: Instant, limit: usize) -> StoreResult<Vec<WorkMark>> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let resp = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :p")
-                .filter_expression("#d <= :now")
-                .expression_attribute_names("#d", "due_ms")
-                .expression_attribute_values(":p", pk(kind))
-                .expression_attribute_values(":now", n(now.timestamp_millis()))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk("Query(work marks)", e))?;
-            for item in resp.items() {
-                out.push(mark_of(kind, item)?);
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :p")
+            .filter_expression("#d <= :now")
+            .expression_attribute_names("#d", "due_ms")
+            .expression_attribute_values(":p", pk(kind))
+            .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .consistent_read(true);
+        let mut out = all_items(query)
+            .await?
+            .iter()
+            .map(|item| mark_of(kind, item))
+            .collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| (a.due, &a.tenant).cmp(&(b.due, &b.tenant)));
         out.truncate(limit);
         Ok(out)
@@ -197,33 +200,23 @@ impl WorkMarks for DynamoWorkMarks {
     }
 
     async fn marked(&self, kind: WorkKind) -> StoreResult<Vec<TenantId>> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let resp = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :p")
-                .expression_attribute_values(":p", pk(kind))
-                .projection_expression("sk")
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| sdk("Query(work marks)", e))?;
-            for item in resp.items() {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :p")
+            .expression_attribute_values(":p", pk(kind))
+            .projection_expression("sk")
+            .consistent_read(true);
+        all_items(query)
+            .await?
+            .iter()
+            .map(|item| {
                 let tenant = get_s(item, "sk").map_err(corrupt)?;
-                out.push(
-                    tenant
-                        .parse()
-                        .map_err(|e: toki_model::ValidationError| corrupt(("sk", e.problem)))?,
-                );
-            }
-            match resp.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+                tenant
+                    .parse()
+                    .map_err(|e: toki_model::ValidationError| corrupt(("sk", e.problem)).into())
+            })
+            .collect()
     }
 }
