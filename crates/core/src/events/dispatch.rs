@@ -79,14 +79,19 @@ pub struct Dispatcher {
     /// Names this process in endpoint holds.
     holder: String,
     settings: DispatchSettings,
-    /// Tenants whose endpoints are being sent to now.
-    busy: Mutex<HashSet<TenantId>>,
+    /// Tenants whose endpoints are being listed now (one look at a time).
+    looking: Mutex<HashSet<TenantId>>,
+    /// Endpoints being sent to now, each by a task of its own.
+    busy: Arc<Mutex<HashSet<(TenantId, EndpointId)>>>,
     /// Each tenant's replayed events, paced.
     pace: ReplayPace,
     /// Tenants whose database cannot be read, reported once.
     pub failing: FailingTenants,
     pub stats: DispatchStats,
 }
+
+/// An endpoint's sending, and when it asks to be looked at again.
+type EndpointTask = tokio::task::JoinHandle<Option<toki_model::domain::Instant>>;
 
 /// Polls after which a tenant that could not be read is looked at again.
 const RETRY_POLLS: u32 = 5;
@@ -121,7 +126,8 @@ impl Dispatcher {
             holder,
             pace: ReplayPace::new(settings.replay_rate, settings.replay_burst),
             settings,
-            busy: Mutex::default(),
+            looking: Mutex::default(),
+            busy: Arc::default(),
             failing: FailingTenants::default(),
             stats: DispatchStats::default(),
         })
@@ -140,7 +146,7 @@ impl Dispatcher {
         }
     }
 
-    /// Starts a task for every marked tenant not already being served.
+    /// Starts a task for every marked tenant not being looked at now.
     async fn start_due(self: Arc<Self>) -> Result<(), toki_ports::StoreError> {
         let now = self.clock.now();
         let due = self
@@ -148,19 +154,15 @@ impl Dispatcher {
             .due(WorkKind::Events, now, self.settings.tenants_per_poll)
             .await?;
         for mark in due {
-            if !self
-                .busy
-                .lock()
-                .expect("busy lock")
-                .insert(mark.tenant.clone())
-            {
+            let mut looking = self.looking.lock().expect("looking lock");
+            if !looking.insert(mark.tenant.clone()) {
                 continue;
             }
+            drop(looking);
             let this = self.clone();
             tokio::spawn(async move {
-                let next = this.serve_tenant(&mark.tenant).await;
+                let next = this.serve_tenant(&mark).await;
                 this.settle(&mark, next).await;
-                this.busy.lock().expect("busy lock").remove(&mark.tenant);
             });
         }
         Ok(())
@@ -174,47 +176,81 @@ impl Dispatcher {
         }
     }
 
-    /// Sends to each of the tenant's enabled endpoints what it has not had;
-    /// when it should be looked at again (None: everything is through).
-    async fn serve_tenant(&self, tenant: &TenantId) -> Option<toki_model::domain::Instant> {
+    /// Starts a task for each of the tenant's enabled endpoints not being
+    /// sent to already, then waits for them: when the tenant should be looked
+    /// at again (None: everything is through). The tenant is open to the
+    /// next look once its tasks are started, so a slow endpoint holds up
+    /// only itself.
+    async fn serve_tenant(
+        self: &Arc<Self>,
+        mark: &WorkMark,
+    ) -> Option<toki_model::domain::Instant> {
+        let tenant = &mark.tenant;
+        let started = self.start_endpoints(tenant).await;
+        self.looking.lock().expect("looking lock").remove(tenant);
+        let (mut next, tasks) = match started {
+            Ok(started) => started,
+            Err(retry) => return Some(retry),
+        };
+        for task in tasks {
+            next = match (next, task.await.unwrap_or(None)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
+    }
+
+    /// The tasks of the tenant's endpoints that are due and free, and the
+    /// earliest look the others ask for; Err: when to look again, the
+    /// tenant's database could not be read.
+    async fn start_endpoints(
+        self: &Arc<Self>,
+        tenant: &TenantId,
+    ) -> Result<(Option<toki_model::domain::Instant>, Vec<EndpointTask>), toki_model::domain::Instant>
+    {
         let retry = self.clock.now() + self.retry_after();
-        let store = match self.stores.open(tenant).await {
-            Ok(store) => store,
-            Err(e) => {
-                let why = chain(&e);
-                self.failing
-                    .failed(tenant, "opening the tenant's database", &why);
-                return Some(retry);
-            }
-        };
+        let store = self.stores.open(tenant).await.map_err(|e| {
+            let why = chain(&e);
+            self.failing
+                .failed(tenant, "opening the tenant's database", &why);
+            retry
+        })?;
         // Old events are purged by the retention pass (`crate::retention`).
-        let endpoints = match store.event_endpoints().await {
-            Ok(endpoints) => endpoints,
-            Err(e) => {
-                let why = chain(&e);
-                self.failing.failed(tenant, "reading the endpoints", &why);
-                return Some(retry);
-            }
-        };
+        let endpoints = store.event_endpoints().await.map_err(|e| {
+            let why = chain(&e);
+            self.failing.failed(tenant, "reading the endpoints", &why);
+            retry
+        })?;
         self.failing.read(tenant);
         let now = self.clock.now();
-        let sends = endpoints
-            .into_iter()
-            .filter(|(e, _)| e.progress.status == EndpointStatus::Enabled)
-            .map(|(endpoint, revision)| {
-                let store = store.as_ref();
-                async move {
-                    match endpoint.progress.next_attempt_at {
-                        later if later > now => Some(later),
-                        _ => self.serve(tenant, store, endpoint, revision).await,
-                    }
-                }
-            });
-        futures::future::join_all(sends)
-            .await
-            .into_iter()
-            .flatten()
-            .min()
+        let (mut next, mut tasks) = (None, Vec::new());
+        for (endpoint, revision) in endpoints {
+            if endpoint.progress.status != EndpointStatus::Enabled {
+                continue;
+            }
+            let later = endpoint.progress.next_attempt_at;
+            let key = (tenant.clone(), endpoint.id.clone());
+            let ask = if later > now {
+                Some(later)
+            } else if !self.busy.lock().expect("busy lock").insert(key.clone()) {
+                // Its own task is sending: looked at again after it.
+                Some(retry)
+            } else {
+                let (this, store) = (self.clone(), store.clone());
+                tasks.push(tokio::spawn(async move {
+                    let next = this.serve(&key.0, store.as_ref(), endpoint, revision).await;
+                    this.busy.lock().expect("busy lock").remove(&key);
+                    next
+                }));
+                None
+            };
+            next = match (next, ask) {
+                (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok((next, tasks))
     }
 
     /// When a tenant whose database or endpoint could not be read is looked at again.

@@ -25,6 +25,8 @@ use toki_ports::{Clock, TenantStores, WorkKind, WorkMarks};
 #[derive(Default)]
 struct Receiver {
     down_until: Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Addresses that take a minute to answer each request.
+    slow: Mutex<std::collections::HashSet<String>>,
     got: Mutex<HashMap<String, Vec<SignedPost>>>,
 }
 
@@ -47,6 +49,9 @@ impl Receiver {
 #[async_trait]
 impl EventPoster for Receiver {
     async fn post(&self, url: &EndpointUrl, request: &SignedPost) -> Result<(), PostError> {
+        if self.slow.lock().unwrap().contains(url.as_str()) {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
         let down = self.down_until.lock().unwrap().get(url.as_str()).copied();
         if down.is_some_and(|until| tokio::time::Instant::now() < until) {
             return Err(PostError("HTTP 503".into()));
@@ -368,6 +373,56 @@ async fn replays_are_paced_per_tenant() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let got = s.receiver.got(victim);
     assert!(got.len() >= 400, "{}", got.len());
+    let _ = s.shutdown.send(true);
+}
+
+/// A tenant's slow endpoint (a minute a request) holds up only itself: its
+/// other endpoint gets each batch of events within seconds of its mark,
+/// the second batch too, while the slow one is still sending the first.
+#[tokio::test(start_paused = true)]
+async fn a_slow_endpoint_holds_up_none_of_its_tenants_other_endpoints() {
+    let s = setup(&["acme"]).await;
+    let (slow, fast) = ("https://slow.example/events", "https://fast.example/events");
+    s.receiver.slow.lock().unwrap().insert(slow.into());
+    for (id, at) in [("slow", slow), ("fast", fast)] {
+        register_at(
+            &s,
+            "acme",
+            id,
+            at,
+            EventKinds::all(),
+            EventOrdering::InOrder,
+        )
+        .await;
+    }
+    let acme: TenantId = "acme".parse().unwrap();
+    record(&s, "acme", 3).await;
+    s.kit
+        .marks
+        .mark(WorkKind::Events, &acme, s.kit.now())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.receiver.got(fast).len(), 5, "the first batch");
+    assert!(s.receiver.got(slow).is_empty(), "still sending its first");
+
+    let store = s.kit.stores.open(&acme).await.unwrap();
+    let now = s.kit.now();
+    store
+        .record_outcomes(&[outcome(10, DeliveryStatus::Delivered, now)])
+        .await
+        .unwrap();
+    s.kit
+        .marks
+        .mark(WorkKind::Events, &acme, now)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.receiver.got(fast).len(), 6, "the second batch, at once");
+    assert!(s.receiver.got(slow).is_empty());
+    // The slow one gets everything in the end, once each.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(s.receiver.got(slow).len(), 6);
     let _ = s.shutdown.send(true);
 }
 
