@@ -508,13 +508,11 @@ async fn every_component_does_its_work_within_its_role() {
         format_args!("the repair run: {repaired:?}"),
     )
     .await;
-    // Its retention purge (every 5 minutes in the Lambda; here at once), with
-    // the day's sweep first (the directory's scan, the marks' Query, a mark
-    // for each tenant without one). The registration marked the tenant 5
-    // minutes ahead; here it is due at once. Then the marks due, deletes in
-    // the tenant database and its mark settled, nothing more.
+    // Its retention purge (every 5 minutes in the Lambda; here at once). The
+    // registration marked the tenant 5 minutes ahead; here it is due at
+    // once. Then the marks due (Query), deletes in the tenant database and
+    // its mark settled, nothing more.
     let purger = repair.purger();
-    purger.sweep().await;
     let tenant: TenantId = TENANT.parse().unwrap();
     repair
         .marks

@@ -10,3 +10,10 @@ CREATE TABLE work_marks (
     PRIMARY KEY (kind, tenant)
 ) WITHOUT ROWID;
 CREATE INDEX work_marks_due ON work_marks (kind, due_ms);
+
+-- Tenants from before the marks: each is looked at once by the repair and
+-- the retention purge, which settle its marks from what it holds.
+INSERT INTO work_marks (kind, tenant, due_ms, revision)
+    SELECT 'repair', id, 0, 1 FROM tenants;
+INSERT INTO work_marks (kind, tenant, due_ms, revision)
+    SELECT 'retention', id, 0, 1 FROM tenants;

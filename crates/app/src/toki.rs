@@ -112,7 +112,7 @@ impl Toki {
     }
 
     /// Migrates every tenant's database (`toki migrate`, before a rollout),
-    /// telling `progress` (done, of, tenant) before each. Returns the tenants migrated.
+    /// and marks each for the repair and the retention purge, telling `progress` (done, of, tenant) before each. Returns the tenants migrated.
     pub async fn migrate_all(
         &self,
         mut progress: impl FnMut(usize, usize, &TenantId),
@@ -124,6 +124,17 @@ impl Toki {
             self.provision(&t.id, &t.database)
                 .await
                 .with_context(|| format!("migrating the database of {}", t.id))?;
+            // Looked at once by the repair and the purge, which then keep
+            // its marks (a database from before the marks has none).
+            let now = self.clock.now();
+            for kind in [
+                toki_ports::WorkKind::Repair,
+                toki_ports::WorkKind::Retention,
+            ] {
+                self.marks.mark(kind, &t.id, now).await.with_context(|| {
+                    format!("marking tenant {} for the repair and the purge", t.id)
+                })?;
+            }
             done.push(t.id.clone());
         }
         Ok(done)

@@ -431,7 +431,7 @@ impl Registrar {
         // would cross the cap is refused whole.
         self.check_schedule_cap(&record, store.as_ref(), &schedules)
             .await?;
-        self.marker.repair_after_write(tenant).await;
+        self.marker.repair_after_write(tenant).await?;
         let notices = self.notices_for(&record);
         let edits = match notices {
             Some(_) => {
@@ -795,7 +795,7 @@ impl Registrar {
     ) -> Result<Deleted, RegistrarError> {
         let record = self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
-        self.marker.repair_after_write(tenant).await;
+        self.marker.repair_after_write(tenant).await?;
         let notices = self.notices_for(&record);
         if notices.is_some() {
             store

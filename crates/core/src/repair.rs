@@ -7,9 +7,10 @@
 //!   ([`crate::work`]): a write marks its tenant before it begins, a failed
 //!   mirror marks it now, and each repair settles the mark at the tenant's
 //!   next series extension. A tenant with nothing to repair is not opened.
-//! - Once a day (at [`SWEEP_MINUTE`] UTC), a pass over every tenant: what a
-//!   lost mark would have hidden (or a database from before the marks) is
-//!   found, and each tenant's mark is set from what its database holds.
+//! - No pass visits every tenant on a timer. A database from before the
+//!   marks is marked by its migration (`toki migrate`; the embedded control
+//!   database's own migration); [`Registrar::repair_pass`] over every
+//!   tenant stays for an operator's or a test's one-off use.
 //!
 //! - At most [`RepairSettings::concurrency`] tenants at once.
 //! - Each tenant cut at [`RepairSettings::tenant_deadline`]: counted as timed
@@ -130,26 +131,10 @@ pub fn next_cursor(order: &[TenantId], outcomes: &[TenantRepair]) -> Option<Tena
         .cloned()
 }
 
-/// The minute of the day (UTC) at which the daily pass over every tenant runs.
-pub const SWEEP_MINUTE: i64 = 2 * 60 + 17;
-
 /// Marked tenants one pass takes at most (the earliest due first).
 pub const MARKED_PER_PASS: usize = 1000;
 
 impl Registrar {
-    /// The pass due at this minute: over every tenant at [`SWEEP_MINUTE`],
-    /// over the marked ones otherwise.
-    pub async fn repair_tick(
-        &self,
-        deadline: Option<TokioInstant>,
-    ) -> Result<RepairSummary, RegistrarError> {
-        let minute_of_day = (self.clock.now().timestamp() / 60).rem_euclid(24 * 60);
-        if minute_of_day == SWEEP_MINUTE {
-            return self.repair_pass(deadline).await;
-        }
-        self.repair_marked(deadline).await
-    }
-
     /// One repair pass over every tenant (see the module), ending by
     /// `deadline` if one is given, and within the settings' pass budget in
     /// any case. Fails only if the tenants cannot be listed.
@@ -201,7 +186,7 @@ impl Registrar {
     ) {
         let on_pass = &on_pass;
         crate::periodic::run_every(every, shutdown, || async move {
-            match self.repair_tick(None).await {
+            match self.repair_marked(None).await {
                 Ok(summary) => on_pass(&summary),
                 Err(e) => {
                     warn!(error = %chain(&e), "repair: reading the tenants or their marks failed")

@@ -6,11 +6,12 @@
 //! AWS the repair Lambda runs it (`lambdas/repair`).
 //!
 //! A pass visits the tenants whose retention mark is due ([`crate::work`]):
-//! writes mark their tenant a few minutes ahead (caps are trimmed soon
-//! after), and each visit settles the mark at the next time something of
-//! the tenant's could be purged (its oldest row's age past its retention),
-//! a day at the latest (a month for a tenant holding no rows). Once a day
-//! every tenant without a mark is given one, so none is forgotten.
+//! a write marks its tenant before it writes, a few minutes ahead (caps are
+//! trimmed soon after; a crash between the two leaves the mark), and each
+//! visit settles the mark at the next time something of the tenant's could
+//! be purged (its oldest row's age past its retention), a day at the latest
+//! (none for a tenant holding no rows: its next write marks it). A database from before the marks
+//! is marked by its migration.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -155,10 +156,6 @@ impl Budget {
 /// an events mark lost in a crash is found ([`Purger::events_behind`]).
 pub const REVISIT_AT_MOST: Duration = Duration::from_secs(86_400);
 
-/// A tenant visited that holds no rows at all keeps a mark this far out (so
-/// the daily sweep passes it by); a write marks it sooner.
-pub const REVISIT_EMPTY: Duration = Duration::from_secs(30 * 86_400);
-
 /// Marked tenants one pass takes at most (the earliest due first).
 pub const MARKED_PER_PASS: usize = 1000;
 
@@ -194,43 +191,10 @@ impl Purger {
         (now.timestamp() / 60).rem_euclid(minutes) == 0
     }
 
-    /// Whether the pass at `now` is the day's first after
-    /// [`crate::repair::SWEEP_MINUTE`] (the one that sweeps).
-    fn sweeps(&self, now: Instant) -> bool {
-        let period = (self.settings.period.as_secs() / 60).max(1) as i64;
-        let minute = (now.timestamp() / 60).rem_euclid(24 * 60);
-        (crate::repair::SWEEP_MINUTE..crate::repair::SWEEP_MINUTE + period).contains(&minute)
-    }
-
-    /// Gives every tenant without a retention mark one, due now: one read
-    /// of the directory and of the marks.
-    pub async fn sweep(&self) {
-        let (tenants, marked) = match (
-            self.directory.list().await,
-            self.marks.marked(WorkKind::Retention).await,
-        ) {
-            (Ok(t), Ok(m)) => (t, m),
-            (Err(e), _) | (_, Err(e)) => {
-                warn!(error = %chain(&e), "retention: reading the tenants or their marks failed");
-                return;
-            }
-        };
-        let marked: std::collections::HashSet<_> = marked.into_iter().collect();
-        let now = self.clock.now();
-        for tenant in tenants.iter().filter(|t| !marked.contains(&t.id)) {
-            if let Err(e) = self.marks.mark(WorkKind::Retention, &tenant.id, now).await {
-                warn!(tenant = %tenant.id, error = %chain(&e), "retention: marking the tenant failed");
-            }
-        }
-    }
-
     /// One pass over the tenants whose mark is due, earliest first, ending
     /// at the cap or `deadline`; a tenant not finished keeps its mark.
     pub async fn pass(&self, deadline: Option<tokio::time::Instant>) -> PurgeSummary {
         let now = self.clock.now();
-        if self.sweeps(now) {
-            self.sweep().await;
-        }
         let mut summary = PurgeSummary::default();
         let mut budget = Budget {
             rows: self.settings.per_pass,
@@ -300,7 +264,7 @@ impl Purger {
                 return;
             }
         };
-        self.settle(mark, Some(next)).await;
+        self.settle(mark, next).await;
     }
 
     async fn settle(&self, mark: &WorkMark, next: Option<Instant>) {
@@ -311,14 +275,14 @@ impl Purger {
     }
 
     /// When something of the tenant's could next be purged: its oldest row
-    /// of each kind past that kind's retention, within [`REVISIT_AT_MOST`]
-    /// ([`REVISIT_EMPTY`] if it holds none).
+    /// of each kind past that kind's retention, within [`REVISIT_AT_MOST`];
+    /// None if it holds none (its next write marks it again).
     async fn next_visit(
         &self,
         tenant: &TenantRecord,
         store: &dyn TenantStore,
         now: Instant,
-    ) -> Instant {
+    ) -> Option<Instant> {
         let mut oldest_due: Option<Instant> = None;
         for rows in TenantRows::ALL {
             match store.oldest_row(rows).await {
@@ -330,15 +294,12 @@ impl Purger {
                 Ok(None) => {}
                 Err(e) => {
                     warn!(tenant = %tenant.id, error = %chain(&e), "retention: reading the oldest rows failed; visited again next pass");
-                    return now;
+                    return Some(now);
                 }
             }
         }
-        let next = match oldest_due {
-            Some(due) => due.min(now + toki_model::time::to_chrono(REVISIT_AT_MOST)),
-            None => now + toki_model::time::to_chrono(REVISIT_EMPTY),
-        };
-        next.max(now)
+        let at_most = now + toki_model::time::to_chrono(REVISIT_AT_MOST);
+        oldest_due.map(|due| due.min(at_most).max(now))
     }
 
     /// The cutoff for `kind` at `now`: the tenant's retention, events

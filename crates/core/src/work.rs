@@ -9,7 +9,7 @@
 //!   the repair pass comes for it then; a write mirrored in time leaves the
 //!   pass nothing to do. The repair settles the mark at the tenant's next
 //!   series extension.
-//! - **Retention**: marked when rows that age or have a cap are written,
+//! - **Retention**: marked before rows that age or have a cap are written,
 //!   due [`RETENTION_AFTER_ACTIVITY`] later; the purge settles it at the
 //!   next time something of the tenant's could be purged.
 //!
@@ -25,7 +25,7 @@ use tracing::warn;
 
 use toki_model::domain::{Instant, TenantId};
 use toki_model::error::chain;
-use toki_ports::{Clock, WorkKind, WorkMarks};
+use toki_ports::{Clock, StoreError, WorkKind, WorkMarks};
 
 /// How long after a schedule write its repair mark falls due: longer than
 /// any write and its mirror take (an API request is cut at a minute).
@@ -97,9 +97,18 @@ impl Marker {
         self.write(WorkKind::Events, tenant, now).await;
     }
 
-    /// A schedule of `tenant` is about to be written (see the module).
-    pub async fn repair_after_write(&self, tenant: &TenantId) {
-        self.cached(WorkKind::Repair, tenant, REPAIR_GRACE).await;
+    /// A schedule of `tenant` is about to be written (see the module). An
+    /// error means no mark could be written: the write must not begin (a
+    /// mirror it then failed to finish would be found by nothing).
+    pub async fn repair_after_write(&self, tenant: &TenantId) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        if self.cache.covers(WorkKind::Repair, tenant, now) {
+            return Ok(());
+        }
+        let due = now + toki_model::time::to_chrono(REPAIR_GRACE);
+        self.marks.mark(WorkKind::Repair, tenant, due).await?;
+        self.cache.remember(WorkKind::Repair, tenant, due);
+        Ok(())
     }
 
     /// A mirror of `tenant`'s failed: the repair pass comes now.

@@ -29,8 +29,7 @@ pub async fn open(config: Config) -> anyhow::Result<Toki> {
 const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 /// One invocation: the pass due this minute (`toki_core::repair`): over
-/// the tenants whose repair mark is due, or once a day over every tenant
-/// from where the last such pass stopped; ending within the pass budget and before the
+/// the tenants whose repair mark is due; ending within the pass budget and before the
 /// function's deadline. A pass in which some tenant failed or passed its
 /// deadline is an error (the `Errors` alarm sees it); the next pass, a
 /// minute later, retries. Deferred tenants are no error: the next pass
@@ -41,7 +40,7 @@ pub async fn handle(
 ) -> Result<RepairSummary, Error> {
     let (_, context) = event.into_parts();
     let deadline = deadline_of(context.deadline, toki.clock.now().timestamp_millis());
-    let summary = toki.registrar().repair_tick(deadline).await?;
+    let summary = toki.registrar().repair_marked(deadline).await?;
     println!(
         "{}",
         toki_app::emf::line(

@@ -190,10 +190,10 @@ impl Daemon {
             outcomes.push(held_back_row(stamp, key, now, &mut message));
         }
         message.busy = !claimed.busy.is_empty();
+        self.marker.activity(&n.tenant).await;
         if store.record_outcomes(&outcomes).await? > 0 {
             self.marker.events(&n.tenant).await;
         }
-        self.marker.activity(&n.tenant).await;
         self.stats.add(&self.stats.notices_delivered, delivered);
         info!(tenant = %n.tenant, schedule = %n.schedule, edge = n.edge.as_str(), delivered, "change notice delivered");
         Ok(message.fate())

@@ -1,6 +1,7 @@
 //! Recording outcomes: one writer per tenant gathers the rows of batches that
-//! finish together and writes them in one statement, then marks the tenant's
-//! waiting work ([`crate::work`]): its events now, its retention later. A
+//! finish together and writes them in one statement, marking the tenant's
+//! waiting work ([`crate::work`]): its retention before the rows, its
+//! events after them. A
 //! writer ends once its tenant has been quiet for [`WRITER_IDLE`], so the
 //! writers (and the stores they hold) are those of tenants active now.
 
@@ -179,6 +180,8 @@ impl TenantWriter {
             .collect();
         // One store for all: a batch for another is given another writer.
         let store = waiting[0].store.clone();
+        // Before the rows: a crash after them leaves the purge its mark.
+        self.marker.activity(&self.tenant).await;
         let result = store.record_outcomes(&all).await;
         let logged = *result.as_ref().unwrap_or(&0);
         let result = result
@@ -188,11 +191,8 @@ impl TenantWriter {
         for w in waiting {
             let _ = w.done.send(result.clone());
         }
-        if result.is_ok() {
-            if logged > 0 {
-                self.marker.events(&self.tenant).await;
-            }
-            self.marker.activity(&self.tenant).await;
+        if result.is_ok() && logged > 0 {
+            self.marker.events(&self.tenant).await;
         }
     }
 }

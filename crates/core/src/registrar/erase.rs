@@ -32,7 +32,7 @@ impl Registrar {
     ) -> Result<Erased, RegistrarError> {
         self.tenant(tenant).await?;
         let store = self.stores.open(tenant).await?;
-        self.marker.repair_after_write(tenant).await;
+        self.marker.repair_after_write(tenant).await?;
         let report = store.erase_user(id, &pseudonym(), self.clock.now()).await?;
         if report.total() == 0 {
             return Err(RegistrarError::NotFound(format!("user {id}")));

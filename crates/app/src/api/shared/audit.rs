@@ -201,14 +201,15 @@ pub(crate) async fn record_write(state: &ApiState, tenant: &TenantId, entries: V
     if entries.is_empty() {
         return;
     }
+    // Audit rows age and have a cap: the retention pass comes for them
+    // (marked first, so a crash after the rows leaves the mark).
+    state.registrar.marker.activity(tenant).await;
     let appended = match state.registrar.stores.open(tenant).await {
         Ok(store) => store.append_audit(&entries).await,
         Err(e) => Err(e),
     };
-    match appended {
-        // Audit rows age and have a cap: the retention pass comes for them.
-        Ok(()) => state.registrar.marker.activity(tenant).await,
-        Err(e) => failed(tenant, &toki_model::error::chain(&e), ""),
+    if let Err(e) = appended {
+        failed(tenant, &toki_model::error::chain(&e), "");
     }
 }
 
