@@ -514,8 +514,10 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     check(resources_for(mig, get) == {runtime, admin}
           and {"dynamodb:Scan", "dynamodb:GetItem"} <= actions(mig)
           and resources_for(mig, "dynamodb:Scan") == {table_arn}
-          and not any(index_arn in s["resources"] for s in mig),
-          "migrate task role: admin + runtime secrets, Scan/GetItem on the directory, nothing on the index",
+          and all(s["actions"] == {"dynamodb:UpdateItem"}
+                  and ((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") in ("W#*", ["W#*"])
+                  for s in mig if index_arn in s["resources"]),
+          "migrate task role: admin + runtime secrets, Scan/GetItem on the directory, on the index only UpdateItem of work marks (W#*)",
           json.dumps({"secrets": sorted(resources_for(mig, get)), "actions": sorted(actions(mig))}))
     # tenant create / key create --key-secret: the new API key goes to a
     # secret under toki/<env>/tenant-keys/, written by the migrate task alone,
