@@ -477,7 +477,8 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
           "daemon task role: queue consume, runtime secret", str(sorted(daemon)))
     # The daemon's rows in the index table, under keys of their own: debounce
     # checks (D#...), partition leases (L#..., also read by Query) and work
-    # marks (W#...: events to send, read by Query); it may touch those rows
+    # marks (W#...: events to send, read by Query), and reads the schedules'
+    # version markers (V#...: BatchGetItem, the last look); it may touch those rows
     # and nothing else there. In the tenant directory it reads each tenant's
     # contract (flow limits; /readyz): GetItem, no Scan, no write.
     dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])
@@ -493,10 +494,12 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
         by_keys[k] = by_keys.get(k, set()) | s["actions"]
     check(by_keys == {"D#*": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"},
                       "L#*": {"dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Query"},
-                      "W#*": {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"}}
+                      "W#*": {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"},
+                      "V#*": {"dynamodb:BatchGetItem"}}
           and all(s["resources"] == [index_arn] for s in dynamo),
           "daemon task role: DynamoDB on the index table only on its debounce rows (D#*: Get/Put/DeleteItem) "
-          "lease rows (L#*: PutItem, DeleteItem, Query) and work marks (W#*: UpdateItem, DeleteItem, Query)",
+          "lease rows (L#*: PutItem, DeleteItem, Query), work marks (W#*: UpdateItem, DeleteItem, Query) "
+          "and version markers (V#*: BatchGetItem)",
           json.dumps({k: sorted(v) for k, v in by_keys.items()}))
     want_exec = {pre["slack"], pre["smtp"]} if full else set()
     check(resources_for(role["daemon-execution"], get) == want_exec,

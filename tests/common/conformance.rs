@@ -581,6 +581,7 @@ macro_rules! queue_conformance {
 
 pub mod index {
     use super::*;
+    use toki_ports::TenantSchedule;
 
     async fn all_in_window(ix: &dyn ReminderIndex, shards: u16) -> Vec<IndexedReminder> {
         let w = Window::at(
@@ -796,6 +797,61 @@ pub mod index {
         assert_eq!(left, 0);
     }
 
+    /// The versions the index was last mirrored at, for several tenants in
+    /// one call (more than a DynamoDB batch): a newer write and a delete
+    /// show, an older write late does not, and what was never mirrored is
+    /// not in the answer.
+    pub async fn mirrored_versions_answer_for_every_tenant(ix: Arc<dyn ReminderIndex>) {
+        let (a, b) = (unique("a"), unique("b"));
+        let key = |t: &str, s: &str| TenantSchedule {
+            tenant: t.parse().unwrap(),
+            schedule: s.parse().unwrap(),
+        };
+        let mut asked = Vec::new();
+        for i in 0..120 {
+            let r = reminder(&a, &format!("s{i}"), ChronoDuration::minutes(2), 1);
+            assert!(ix
+                .replace_schedule(&r.key.tenant, &r.key.schedule, 1, std::slice::from_ref(&r))
+                .await
+                .unwrap());
+            asked.push(key(&a, &format!("s{i}")));
+        }
+        let moved = reminder(&b, "m", ChronoDuration::minutes(2), 2);
+        ix.replace_schedule(
+            &moved.key.tenant,
+            &moved.key.schedule,
+            2,
+            std::slice::from_ref(&moved),
+        )
+        .await
+        .unwrap();
+        // Late: an older version's write changes nothing.
+        let old = reminder(&b, "m", ChronoDuration::minutes(3), 1);
+        ix.replace_schedule(
+            &old.key.tenant,
+            &old.key.schedule,
+            1,
+            std::slice::from_ref(&old),
+        )
+        .await
+        .unwrap();
+        ix.replace_schedule(&b.parse().unwrap(), &"gone".parse().unwrap(), 5, &[])
+            .await
+            .unwrap();
+        asked.extend([
+            key(&b, "m"),
+            key(&b, "gone"),
+            key(&b, "never"),
+            key(&a, "never"),
+        ]);
+        let held = ix.mirrored_versions(&asked).await.unwrap();
+        assert_eq!(held.len(), 122, "{held:?}");
+        assert!((0..120).all(|i| held.get(&key(&a, &format!("s{i}"))) == Some(&1)));
+        assert_eq!(held.get(&key(&b, "m")), Some(&2));
+        assert_eq!(held.get(&key(&b, "gone")), Some(&5));
+        assert!(ix.mirrored_versions(&[]).await.unwrap().is_empty());
+    }
+
     /// A series' horizon extended (the repair pass): the same version again,
     /// without the rows now behind it and with new ones ahead. The rows
     /// already there stay as they are (an enqueued one is not claimable
@@ -1006,6 +1062,14 @@ macro_rules! index_conformance {
             $(#[$meta])*
             async fn query_respects_the_due_range() {
                 common::conformance::index::query_respects_the_due_range($factory(4).await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn mirrored_versions_answer_for_every_tenant() {
+                common::conformance::index::mirrored_versions_answer_for_every_tenant(
+                    $factory(4).await,
+                )
+                .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             $(#[$meta])*

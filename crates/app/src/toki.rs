@@ -485,6 +485,7 @@ mod delivery {
             })
             .with_flow(self.flow())
             .with_directory(self.directory.clone())
+            .with_index(self.index.clone())
             .with_observer(self.metrics.clone());
             // The daemon's counters, in-flight messages and flow keys, read at each scrape.
             self.metrics

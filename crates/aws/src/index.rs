@@ -24,7 +24,7 @@ use toki_model::{
     ReminderKey, ScheduleId, TenantId,
 };
 use toki_ports::StoreResult;
-use toki_ports::{Clock, ReminderIndex};
+use toki_ports::{Clock, ReminderIndex, TenantSchedule};
 
 use crate::error::{sdk, AwsError};
 
@@ -585,6 +585,65 @@ impl ReminderIndex for DynamoReminderIndex {
             .await
             .map_err(|e| sdk("PutItem(repair cursor)", e))?;
         Ok(())
+    }
+
+    /// The version markers, read 100 at a time (BatchGetItem's bound),
+    /// consistently. Keys DynamoDB leaves unprocessed (throttled) are not
+    /// in the answer: a caller reads those where they are kept.
+    async fn mirrored_versions(
+        &self,
+        schedules: &[TenantSchedule],
+    ) -> StoreResult<HashMap<TenantSchedule, i64>> {
+        let reads = schedules.chunks(100).map(|chunk| self.markers(chunk));
+        let mut out = HashMap::with_capacity(schedules.len());
+        for read in futures::future::join_all(reads).await {
+            out.extend(read?);
+        }
+        Ok(out)
+    }
+}
+
+impl DynamoReminderIndex {
+    /// The versions of up to 100 schedules' markers, in one BatchGetItem.
+    async fn markers(
+        &self,
+        chunk: &[TenantSchedule],
+    ) -> Result<HashMap<TenantSchedule, i64>, AwsError> {
+        let by_pk: HashMap<String, &TenantSchedule> = chunk
+            .iter()
+            .map(|k| (format!("V#{}", sched_key(&k.tenant, &k.schedule)), k))
+            .collect();
+        let keys = chunk
+            .iter()
+            .map(|k| Self::marker_key(&k.tenant, &k.schedule))
+            .collect();
+        let read = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(true)
+            .projection_expression("pk, #v")
+            .expression_attribute_names("#v", "version")
+            .build()
+            .map_err(|e| AwsError::service("BatchGetItem(versions)", e.to_string()))?;
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.table, read)
+            .send()
+            .await
+            .map_err(|e| sdk("BatchGetItem(versions)", e))?;
+        let items = out
+            .responses()
+            .and_then(|r| r.get(&self.table))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let pk = item.get("pk")?.as_s().ok()?;
+                let version = get_n::<i64>(item, "version").ok()?;
+                Some(((*by_pk.get(pk.as_str())?).clone(), version))
+            })
+            .collect())
     }
 }
 

@@ -168,6 +168,24 @@ pub trait ReminderIndex: Send + Sync {
 
     /// Records where the next repair pass starts.
     async fn set_repair_cursor(&self, next: &TenantId) -> StoreResult<()>;
+
+    /// The version each of `schedules` was last mirrored at (a deletion
+    /// too): the version whose rows the index holds. A schedule the index
+    /// knows no version of (never mirrored, or its marker expired) is not
+    /// in the answer. A strongly consistent read: a mirror that finished
+    /// before it began is in it. Held deliveries look here before firing,
+    /// so that a tenant whose schedules did not change is not opened.
+    async fn mirrored_versions(
+        &self,
+        schedules: &[TenantSchedule],
+    ) -> StoreResult<HashMap<TenantSchedule, i64>>;
+}
+
+/// A schedule of a tenant: what the index keeps a version of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantSchedule {
+    pub tenant: TenantId,
+    pub schedule: ScheduleId,
 }
 
 /// What a store may write of a batch of schedules: each one whose id is new

@@ -2,7 +2,7 @@
 //! DynamoDB table: (partition = due minute + shard, sort key = due + identity).
 
 use async_trait::async_trait;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
@@ -12,7 +12,7 @@ use toki_model::{
     from_millis, ChannelSet, DueAt, IndexStatus, IndexedReminder, Instant, Occurrence, Reminder,
     ReminderKey, ScheduleId, TenantId,
 };
-use toki_ports::{IndexWrite, ReminderIndex};
+use toki_ports::{IndexWrite, ReminderIndex, TenantSchedule};
 use toki_ports::{StoreError, StoreResult};
 
 use crate::db_err;
@@ -365,5 +365,44 @@ impl ReminderIndex for SqliteReminderIndex {
         .await
         .map_err(db_err)?;
         Ok(())
+    }
+
+    /// One query for every tenant's schedules (a row value each).
+    async fn mirrored_versions(
+        &self,
+        schedules: &[TenantSchedule],
+    ) -> StoreResult<HashMap<TenantSchedule, i64>> {
+        let mut out = HashMap::with_capacity(schedules.len());
+        for chunk in schedules.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "SELECT tenant, schedule_id, version FROM index_versions
+                 WHERE (tenant, schedule_id) IN (VALUES ",
+            );
+            let mut pairs = qb.separated(", ");
+            for k in chunk {
+                pairs
+                    .push("(")
+                    .push_bind_unseparated(k.tenant.as_str())
+                    .push_unseparated(", ")
+                    .push_bind_unseparated(k.schedule.as_str())
+                    .push_unseparated(")");
+            }
+            qb.push(")");
+            let rows: Vec<(String, String, i64)> = qb
+                .build_query_as()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?;
+            for (tenant, schedule, version) in rows {
+                let key = TenantSchedule {
+                    tenant: TenantId::parse_field("tenant", &tenant)
+                        .map_err(|e| bad("tenant", e))?,
+                    schedule: ScheduleId::parse_field("schedule", &schedule)
+                        .map_err(|e| bad("schedule", e))?,
+                };
+                out.insert(key, version);
+            }
+        }
+        Ok(out)
     }
 }

@@ -1,6 +1,6 @@
 //! Firing: wait for each due instant, looking at the schedules once a second
-//! on the way and a last time just before it (a change committed up to the
-//! cut-off is honoured), then send
+//! on the way and a last time just before it (a change answered up to the
+//! cut-off is honoured; see `looks`), then send
 //! every notification due at it, each channel's share as one batch, all
 //! channels at once; and warm the channels up while there is time before it.
 
@@ -12,7 +12,7 @@ use futures::future::join_all;
 use tracing::{warn, Span};
 
 use crate::trace;
-use toki_model::domain::{Channel, DueAt, ScheduleId, TenantId};
+use toki_model::domain::{Channel, DueAt, TenantId};
 use toki_model::error::chain;
 use toki_model::flow_key::FlowKind;
 use toki_model::time::wait_between;
@@ -20,7 +20,7 @@ use toki_ports::channel::{ChannelSender, Notification, SendError, SendResult};
 use toki_ports::TenantStore;
 
 use super::breaker::probe_until_closed;
-use super::looks::Versions;
+use super::looks::{Claimed, Versions};
 use super::plan::{PlannedMessage, ToSend};
 use super::prepare::Prepared;
 use super::settle::Sent;
@@ -127,14 +127,18 @@ pub(super) fn channel_runs(
 /// only if it came within this long (and the store's delay) of it.
 const LOOK_WHILE_HELD_EVERY: Duration = Duration::from_secs(1);
 
-/// The schedules of `group`'s messages (each once).
-fn schedules_of(messages: &[PlannedMessage], group: &[ToSend]) -> Vec<ScheduleId> {
+/// The schedules of `group`'s messages with the versions they were
+/// claimed at (each once).
+fn claimed_of(messages: &[PlannedMessage], group: &[ToSend]) -> Vec<Claimed> {
     group
         .iter()
         .map(|t| t.message)
         .collect::<BTreeSet<usize>>()
         .into_iter()
-        .map(|m| messages[m].reminder.schedule.clone())
+        .map(|m| Claimed {
+            schedule: messages[m].reminder.schedule.clone(),
+            version: messages[m].version,
+        })
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
@@ -181,7 +185,7 @@ const WARM_EVERY: Duration = Duration::from_secs(20);
 
 impl Daemon {
     /// The tokio instant `due` falls on by the daemon's clock.
-    fn tokio_instant(&self, due: DueAt) -> tokio::time::Instant {
+    pub(super) fn tokio_instant(&self, due: DueAt) -> tokio::time::Instant {
         let ahead = wait_between(self.clock.now(), due.0);
         tokio::time::Instant::now() + ahead
     }
@@ -256,7 +260,7 @@ impl Daemon {
             let next = look_at + LOOK_WHILE_HELD_EVERY;
             let looked = self
                 .looks
-                .versions(tenant, store, schedules_of(messages, group));
+                .versions(tenant, store, claimed_of(messages, group));
             if let Ok(Ok(versions)) = tokio::time::timeout_at(next, looked).await {
                 let found = changed(messages, group, &versions);
                 revoke(group, &found);
@@ -280,7 +284,7 @@ impl Daemon {
     ) -> Vec<(usize, String)> {
         let looked = self
             .looks
-            .versions(tenant, store, schedules_of(messages, group));
+            .versions(tenant, store, claimed_of(messages, group));
         match tokio::time::timeout_at(deadline, looked).await {
             Ok(Ok(versions)) => changed(messages, group, &versions),
             Ok(Err(e)) => {

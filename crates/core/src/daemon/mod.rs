@@ -208,6 +208,12 @@ impl Daemon {
         }
     }
 
+    /// Held groups look at `index`'s versions before their tenants' databases.
+    pub fn with_index(mut self, index: Arc<dyn toki_ports::ReminderIndex>) -> Self {
+        self.looks = looks::Looks::with_index(index);
+        self
+    }
+
     /// Disposes of the messages of tenants `directory` no longer has.
     pub fn with_directory(mut self, directory: Arc<dyn TenantDirectory>) -> Self {
         self.directory = Some(directory);

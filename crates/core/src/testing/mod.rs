@@ -217,7 +217,8 @@ impl TestKit {
             settings: Default::default(),
             action: notices.action,
         })
-        .with_directory(self.directory.clone());
+        .with_directory(self.directory.clone())
+        .with_index(self.index.clone());
         let daemon = match &self.flow {
             Some(settings) => {
                 let leases: Arc<dyn toki_ports::LeaseStore> = self.leases.clone();

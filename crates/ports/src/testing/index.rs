@@ -1,14 +1,14 @@
 //! The reminder index and the tenant directory in memory, keyed like the real
 //! ones: (partition = due minute + shard, sort key = due + identity).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 
 use crate::error::{StoreError, StoreResult};
-use crate::{ReminderIndex, TenantDirectory};
+use crate::{ReminderIndex, TenantDirectory, TenantSchedule};
 use toki_model::domain::{IndexStatus, IndexedReminder, Instant, Reminder, ScheduleId, TenantId};
 use toki_model::index::{sort_key, Partition};
 use toki_model::TenantRecord;
@@ -181,6 +181,21 @@ impl ReminderIndex for MemoryIndex {
         self.check_up()?;
         *self.repair_cursor.lock().expect("index lock") = Some(next.clone());
         Ok(())
+    }
+
+    async fn mirrored_versions(
+        &self,
+        schedules: &[TenantSchedule],
+    ) -> StoreResult<HashMap<TenantSchedule, i64>> {
+        self.check_up()?;
+        let versions = self.versions.lock().expect("index lock");
+        Ok(schedules
+            .iter()
+            .filter_map(|k| {
+                let v = versions.get(&(k.tenant.clone(), k.schedule.clone()))?;
+                Some((k.clone(), *v))
+            })
+            .collect())
     }
 }
 

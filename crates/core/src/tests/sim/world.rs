@@ -556,7 +556,8 @@ impl World {
             debouncer: notices.debouncer,
             settings: Default::default(),
             action: notices.action,
-        });
+        })
+        .with_index(kit.index.clone());
         let flow = self.scenario.slack_limit.map(|(rate, burst)| {
             let settings = FlowSettings {
                 limits: [("slack:*".to_owned(), Limit::rate(f64::from(rate), burst))].into(),
