@@ -55,9 +55,40 @@ async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
         .min_connections(0)
         .idle_timeout(Some(crate::TENANT_IDLE_TIMEOUT))
         .max_lifetime(None)
+        .after_connect(|conn, _| Box::pin(keep_wal_files(conn)))
         .connect_lazy_with(options);
     drop(pool.acquire().await.map_err(db_err)?);
     Ok(pool)
+}
+
+/// Keeps the file's WAL and shared-memory files when its last connection
+/// closes. SQLite otherwise deletes both then and creates them at the next
+/// open: a tenant database closed and opened again in a burst over more
+/// tenants than are kept open paid two file creations and deletions each
+/// time (BENCHMARKS.md, "Tenants"). The WAL is still checkpointed at close,
+/// so that the next open does not read it back whole (closing without
+/// the checkpoint left every open reading the tenant's schema from it).
+async fn keep_wal_files(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
+    use libsqlite3_sys as ffi;
+    let mut handle = conn.lock_handle().await?;
+    let db = handle.as_raw_handle().as_ptr();
+    let mut on: std::ffi::c_int = 1;
+    // SAFETY: `db` is the connection's open handle, held locked for the
+    // call; PERSIST_WAL reads and writes one int through its pointer.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            db,
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&mut on as *mut std::ffi::c_int).cast(),
+        )
+    };
+    match rc {
+        ffi::SQLITE_OK => Ok(()),
+        rc => Err(sqlx::Error::Protocol(format!(
+            "keeping a tenant file's WAL at close failed (code {rc})"
+        ))),
+    }
 }
 
 /// Opens an existing tenant file; never creates one (a removed tenant's
@@ -131,6 +162,35 @@ pub async fn remove_tenant_file(path: &Path) -> StoreResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Closing the last connection leaves the WAL and shared-memory files
+    /// (SQLite's default deletes them), and the file opens again with its
+    /// rows.
+    #[tokio::test]
+    async fn the_wal_files_outlive_the_last_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.abc.sqlite");
+        let pool = create_tenant_file(&path).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t VALUES (7)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        for suffix in ["-wal", "-shm"] {
+            let file = format!("{}{suffix}", path.display());
+            assert!(std::path::Path::new(&file).exists(), "{file} was deleted");
+        }
+        let again = open_tenant_file(&path).await.unwrap();
+        let (v,): (i64,) = sqlx::query_as("SELECT v FROM t")
+            .fetch_one(&again)
+            .await
+            .unwrap();
+        assert_eq!(v, 7);
+    }
 
     /// A handle opened before the fence cannot write after it (a process
     /// that kept its handle while another deleted the tenant), and the
