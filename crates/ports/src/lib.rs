@@ -663,7 +663,9 @@ pub trait TenantStore:
     /// Claims deliveries for sending, in one transaction: inserts `sending`
     /// rows, or takes over rows that `failed`, were `throttled`, are `stale`
     /// (an older version's verdict), or whose claim was last renewed before
-    /// `takeover_before` (its holder stopped: marked `taken_over`).
+    /// `takeover_before` (its holder stopped: marked `taken_over`). The
+    /// claims' lease runs from `now`, which a claim made ahead of its
+    /// instant puts later than the clock.
     async fn claim_deliveries(
         &self,
         claims: &[DeliveryClaim],

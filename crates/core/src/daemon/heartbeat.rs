@@ -13,10 +13,15 @@ use toki_model::error::chain;
 
 use super::Daemon;
 
+/// How often the heartbeat beats, for a lease of `visibility`.
+pub(super) fn beat_every(visibility: Duration) -> Duration {
+    (visibility / 3).max(Duration::from_millis(100))
+}
+
 impl Daemon {
     pub(super) async fn heartbeat(self: std::sync::Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let visibility = self.settings.visibility;
-        let every = (visibility / 3).max(Duration::from_millis(100));
+        let every = beat_every(visibility);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}

@@ -110,7 +110,7 @@ impl Daemon {
             message.parked(c);
         }
         // As the reminders' path: nothing to claim (every channel open), no claim.
-        let claimed = self.claim(store.as_ref(), &claims, now).await?;
+        let claimed = self.claim(store.as_ref(), &claims, now, now).await?;
         // Held like a reminder batch: the heartbeat keeps the message hidden
         // and the claims renewed however long the channels take.
         let held = self.holdings.hold(Held {

@@ -193,22 +193,42 @@ impl Daemon {
         let ctx = store.delivery_context(&reads_for(work)).await?;
         let templates = self.templates.get(tenant, store.as_ref()).await?;
         let claims = claims_for(work, &ctx, channels);
-        let claimed = self.claim(store.as_ref(), &claims, now).await?;
+        let stamp = self.claim_stamp(work, now);
+        let claimed = self.claim(store.as_ref(), &claims, now, stamp).await?;
         Ok((store, ctx, claimed, templates))
     }
 
-    /// Claims `claims` (nothing to claim: no claim, no round trip). A claim
-    /// not renewed for a lease is its holder's no more: it stopped.
+    /// When the claims `work` makes at `now` are stamped: their lease runs
+    /// from then. Made ahead of their instant (the lead), they are stamped
+    /// one heartbeat before it, so that the heartbeat first renews them
+    /// after the instant, if they are still held: renewing every claim of
+    /// a burst over thousands of tenants just before its instant opened
+    /// each tenant's database once more, then. Their lease still ends two
+    /// beats after the instant, as a claim renewed at the last beat before
+    /// it would; a holder that dies before the instant is overtaken that
+    /// much later than a lease from the receive (docs/failures.md).
+    pub(super) fn claim_stamp(&self, work: &[Work], now: Instant) -> Instant {
+        let every = to_chrono(super::heartbeat::beat_every(self.settings.visibility));
+        work.iter()
+            .map(|w| w.reminder.due_at.0 - every)
+            .min()
+            .map_or(now, |stamp| stamp.max(now))
+    }
+
+    /// Claims `claims` at `now`, stamped `stamp` (nothing to claim: no
+    /// claim, no round trip). A claim not renewed for a lease is its
+    /// holder's no more: it stopped.
     pub(super) async fn claim(
         &self,
         store: &dyn TenantStore,
         claims: &[toki_model::domain::DeliveryClaim],
         now: Instant,
+        stamp: Instant,
     ) -> Result<Claims, StoreError> {
         if claims.is_empty() {
             return Ok(Claims::default());
         }
         let takeover_before = now - to_chrono(self.settings.visibility);
-        store.claim_deliveries(claims, now, takeover_before).await
+        store.claim_deliveries(claims, stamp, takeover_before).await
     }
 }

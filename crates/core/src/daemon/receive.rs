@@ -114,8 +114,23 @@ impl Daemon {
                 true => Vec::new(),
                 false => vec![(prepared.plan.tenant.clone(), prepared.token.clone())],
             },
-            // The claims' lease runs from about the receive, not from now.
-            renewed: Some(hidden_until - self.settings.visibility),
+            renewed: Some(self.lease_from(prepared, hidden_until)),
         })
+    }
+
+    /// When a held part's claims were stamped, as the heartbeat counts: the
+    /// receive (not now), or a beat before its first instant if that is
+    /// later ([`Daemon::claim_stamp`]).
+    fn lease_from(
+        &self,
+        prepared: &Prepared,
+        hidden_until: tokio::time::Instant,
+    ) -> tokio::time::Instant {
+        let received = hidden_until - self.settings.visibility;
+        let every = super::heartbeat::beat_every(self.settings.visibility);
+        let first_due = prepared.plan.messages.iter().map(|m| m.due_at).min();
+        first_due
+            .and_then(|due| self.tokio_instant(due).checked_sub(every))
+            .map_or(received, |stamp| stamp.max(received))
     }
 }

@@ -546,6 +546,46 @@ async fn the_heartbeat_waits_while_an_instant_sends() {
     run.stop().await;
 }
 
+/// Claims made a lead ahead are stamped a beat before their instant: the
+/// heartbeat does not renew them while they wait (at a burst over
+/// thousands of tenants that opened each tenant's database once more just
+/// before the instant), and renews them after it while they are held.
+/// Four tenants' instants a second apart fall at every phase of the 3.3 s
+/// beat (with claims counted from the receive, two were renewed ahead).
+#[tokio::test(start_paused = true)]
+async fn claims_made_ahead_are_first_renewed_after_their_instant() {
+    let kit = TestKit::new();
+    let run = kit.run();
+    kit.slack.hold(true);
+    let first = kit.now() + mins(2);
+    let mut tenants = Vec::new();
+    for i in 0..4 {
+        let t = kit.tenant(&format!("t{i}")).await;
+        let due = first + ChronoDuration::seconds(i);
+        let at = meeting(due + mins(5), 5, &["u0"], &[Channel::Slack]);
+        register(&kit, &t, "review", &at).await;
+        tenants.push((t, due));
+    }
+    kit.slack.attempted(4).await;
+    let release = first + ChronoDuration::seconds(15);
+    tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
+    kit.slack.hold(false);
+    run.daemon.stats.wait_for(WAIT, |s| s.acked >= 4).await;
+    for (t, due) in &tenants {
+        let renewals = kit.stores.get(t).unwrap().renewals();
+        assert!(
+            renewals.iter().all(|r| r >= due),
+            "{t} renewed before its instant {due}: {renewals:?}"
+        );
+        assert!(
+            renewals.len() >= 2,
+            "{t} held 12 s past its instant, a beat every 3.3 s: {renewals:?}"
+        );
+    }
+    assert_eq!(kit.slack.sent().len(), 4, "none overtaken");
+    run.stop().await;
+}
+
 /// A live holder that is slow (a send that takes a minute) is never
 /// overtaken: its heartbeat keeps the message hidden and the claims renewed.
 #[tokio::test(start_paused = true)]
