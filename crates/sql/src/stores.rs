@@ -120,10 +120,14 @@ struct Handles(Arc<Mutex<HashMap<TenantId, Opened>>>);
 
 /// Tenant stores a process keeps open at most unless configured: past it
 /// the least recently used is let go, its connections closed once the
-/// operations on them end. A burst over more tenants than this reconnects
-/// those let go (BENCHMARKS.md, "Tenants": 1,000 tenants at 256 cost
-/// 30 ms of p99); each open one costs about 400 KB and three descriptors.
-pub const DEFAULT_MAX_OPEN_TENANTS: usize = 1024;
+/// operations on them end. Each open one costs about 400 KB (a thread, the
+/// schema, caches) and three descriptors, so few are kept: a burst over
+/// many tenants opens each one to claim and once more to record, and
+/// nothing in between (held deliveries look at the index; claims made
+/// ahead are not renewed before their instant). BENCHMARKS.md, "Tenants":
+/// at 1,000 tenants 32 kept open gave the lowest p99 and RSS of 32, 64,
+/// 128 and 1,024.
+pub const DEFAULT_MAX_OPEN_TENANTS: usize = 32;
 
 impl Opened {
     /// Whether `record` (what the directory says now) contradicts this
