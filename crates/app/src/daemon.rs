@@ -39,7 +39,7 @@ pub struct Observability {
 /// Runs the daemon until a signal, showing itself as `seen` says.
 pub async fn run(config: Config, seen: Observability) -> anyhow::Result<()> {
     let metrics_listen = seen.metrics_listen;
-    let files = crate::open_files::raise();
+    let files = crate::open_files::raise(crate::open_files::wanted(&config));
     tracing::info!(?files, "open-file limit");
     let toki = Toki::open(config).await?;
     let daemon = toki.daemon().await?;

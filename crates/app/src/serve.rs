@@ -38,7 +38,7 @@ pub async fn run(toki: Toki, listen: Listeners) -> anyhow::Result<()> {
             listen.api
         );
     }
-    let files = crate::open_files::raise();
+    let files = crate::open_files::raise(crate::open_files::wanted(&toki.config));
     info!(?files, "open-file limit");
     let (stop, shutdown) = watch::channel(false);
     let daemon = toki.daemon().await?;

@@ -155,7 +155,7 @@ pub use queue::SqliteDelayQueue;
 pub use stores::{
     create_tenant_database, database_for, drop_tenant_database, grant_runtime_role,
     CheckedDirectory, Locator, SqlTenantStores, StatementCache, DEFAULT_CONNECTION_BUDGET,
-    DEFAULT_MAX_OPEN_TENANTS,
+    DEFAULT_MAX_OPEN_TENANTS, SQLITE_IN_USE,
 };
 #[cfg(feature = "sqlite")]
 pub use tenant_store::SqliteTenantStore;
