@@ -29,6 +29,13 @@ pub(crate) const REMOVED: &str = "toki: this tenant database was removed";
 /// has hundreds open, each running the same few statements of a batch.
 const STATEMENT_CACHE: usize = 16;
 
+/// The WAL's size kept after a checkpoint, in bytes (`journal_size_limit`).
+/// Set at all, it also has the last connection's close truncate the kept
+/// WAL to nothing ([`keep_wal_files`]); unset (SQLite's -1), the WAL is
+/// kept whole, and every open reads and checksums it back, and every close
+/// copies its pages to the database again.
+const WAL_SIZE_LIMIT: &str = "4194304";
+
 /// The connection settings of a tenant file: those of the control database
 /// (WAL, one connection), and `secure_delete`: deleted content is
 /// overwritten with zeros, so an erased person is not left in free pages.
@@ -42,6 +49,7 @@ fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("secure_delete", "ON")
+            .pragma("journal_size_limit", WAL_SIZE_LIMIT)
             .statement_cache_capacity(STATEMENT_CACHE),
     )
 }
@@ -65,9 +73,10 @@ async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
 /// closes. SQLite otherwise deletes both then and creates them at the next
 /// open: a tenant database closed and opened again in a burst over more
 /// tenants than are kept open paid two file creations and deletions each
-/// time (BENCHMARKS.md, "Tenants"). The WAL is still checkpointed at close,
-/// so that the next open does not read it back whole (closing without
-/// the checkpoint left every open reading the tenant's schema from it).
+/// time (BENCHMARKS.md, "Tenants"). The WAL is still checkpointed at close
+/// and truncated to nothing ([`WAL_SIZE_LIMIT`]), so that the next open
+/// has nothing to read back (closing without the checkpoint left every open
+/// reading the tenant's schema from it; keeping it whole, its frames).
 async fn keep_wal_files(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
     use libsqlite3_sys as ffi;
     let mut handle = conn.lock_handle().await?;
@@ -164,8 +173,8 @@ mod tests {
     use super::*;
 
     /// Closing the last connection leaves the WAL and shared-memory files
-    /// (SQLite's default deletes them), and the file opens again with its
-    /// rows.
+    /// (SQLite's default deletes them), the WAL emptied, and the file opens
+    /// again with its rows.
     #[tokio::test]
     async fn the_wal_files_outlive_the_last_connection() {
         let dir = tempfile::tempdir().unwrap();
@@ -184,6 +193,8 @@ mod tests {
             let file = format!("{}{suffix}", path.display());
             assert!(std::path::Path::new(&file).exists(), "{file} was deleted");
         }
+        let wal = std::fs::metadata(format!("{}-wal", path.display())).unwrap();
+        assert_eq!(wal.len(), 0, "the kept WAL was not emptied at close");
         let again = open_tenant_file(&path).await.unwrap();
         let (v,): (i64,) = sqlx::query_as("SELECT v FROM t")
             .fetch_one(&again)
