@@ -200,17 +200,16 @@ impl Daemon {
 
     /// When the claims `work` makes at `now` are stamped: their lease runs
     /// from then. Made ahead of their instant (the lead), they are stamped
-    /// one heartbeat before it, so that the heartbeat first renews them
-    /// after the instant, if they are still held: renewing every claim of
-    /// a burst over thousands of tenants just before its instant opened
-    /// each tenant's database once more, then. Their lease still ends two
-    /// beats after the instant, as a claim renewed at the last beat before
-    /// it would; a holder that dies before the instant is overtaken that
-    /// much later than a lease from the receive (docs/failures.md).
+    /// at the instant, so that the heartbeat first renews them a beat after
+    /// it, if they are still held. Stamped earlier, a burst's claims came
+    /// due for renewal at its instant, and the beat that followed its sends
+    /// (it waits for them) opened each tenant's database once more, beside
+    /// the outcomes' writes: at 1,000 tenants, 968 of 1,000. A holder that
+    /// dies before the instant is overtaken a lease after it
+    /// (docs/failures.md).
     pub(super) fn claim_stamp(&self, work: &[Work], now: Instant) -> Instant {
-        let every = to_chrono(super::heartbeat::beat_every(self.settings.visibility));
         work.iter()
-            .map(|w| w.reminder.due_at.0 - every)
+            .map(|w| w.reminder.due_at.0)
             .min()
             .map_or(now, |stamp| stamp.max(now))
     }

@@ -119,18 +119,15 @@ impl Daemon {
     }
 
     /// When a held part's claims were stamped, as the heartbeat counts: the
-    /// receive (not now), or a beat before its first instant if that is
-    /// later ([`Daemon::claim_stamp`]).
+    /// receive (not now), or its first instant if that is later
+    /// ([`Daemon::claim_stamp`]).
     fn lease_from(
         &self,
         prepared: &Prepared,
         hidden_until: tokio::time::Instant,
     ) -> tokio::time::Instant {
         let received = hidden_until - self.settings.visibility;
-        let every = super::heartbeat::beat_every(self.settings.visibility);
         let first_due = prepared.plan.messages.iter().map(|m| m.due_at).min();
-        first_due
-            .and_then(|due| self.tokio_instant(due).checked_sub(every))
-            .map_or(received, |stamp| stamp.max(received))
+        first_due.map_or(received, |due| self.tokio_instant(due).max(received))
     }
 }

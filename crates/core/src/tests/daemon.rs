@@ -516,20 +516,20 @@ async fn a_dead_holders_deliveries_are_taken_over_within_the_lease() {
 }
 
 /// The heartbeat does not renew claims while an instant's batches send: it
-/// waits until they are done (a quarter beat at most). With the 5 s lead a
-/// burst's claims, made a lead ahead, came due for renewal at about their
-/// instant, and their writes went beside the sends.
+/// waits until they are done (a quarter beat at most). A burst's claims
+/// due for renewal while it sends had their writes beside the sends.
 #[tokio::test(start_paused = true)]
 async fn the_heartbeat_waits_while_an_instant_sends() {
     let kit = TestKit::new();
     let t = kit.tenant("acme").await;
     let run = kit.run();
-    // Beats every third of the 10 s visibility from the run's start: the
-    // 36th falls at about the instant (without the wait it renewed 24 ms
-    // after it), when the claim (made 5 s ahead) is due for renewal and
-    // the batch is sending (from its last look, 200 ms before).
+    // Beats a third of the 10 s visibility after the last: the 36th falls
+    // 24 ms after the instant and waits its quarter beat for the sends
+    // (833 ms), the 37th falls 4,190 ms after the instant, when the claim
+    // (stamped at the instant) is due for renewal and the batch is still
+    // sending (from its last look, 200 ms before the instant).
     let due = a_send_held_at_its_instant(&kit, &t, &["u0"]).await;
-    let release = due + ChronoDuration::milliseconds(300);
+    let release = due + ChronoDuration::milliseconds(4_400);
     tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
     kit.slack.hold(false);
     run.daemon.stats.wait_for(WAIT, |s| s.acked >= 1).await;
@@ -541,19 +541,20 @@ async fn the_heartbeat_waits_while_an_instant_sends() {
     );
     assert!(
         renewals.contains(&release),
-        "the beat of the instant renews once the sends are done: {renewals:?}"
+        "the beat after the instant renews once the sends are done: {renewals:?}"
     );
     run.stop().await;
 }
 
-/// Claims made a lead ahead are stamped a beat before their instant: the
-/// heartbeat does not renew them while they wait (at a burst over
-/// thousands of tenants that opened each tenant's database once more just
-/// before the instant), and renews them after it while they are held.
-/// Four tenants' instants a second apart fall at every phase of the 3.3 s
-/// beat (with claims counted from the receive, two were renewed ahead).
+/// Claims made a lead ahead are stamped at their instant: the heartbeat
+/// does not renew them while they wait, nor at the beat right after the
+/// instant, which follows a burst's sends and came before its outcomes'
+/// writes (at 1,000 tenants it opened 968 tenants' databases once more);
+/// it renews them a beat after the instant while they are held. Four
+/// tenants' instants a second apart fall at every phase of the 3.3 s beat
+/// (with claims counted from the receive, two were renewed ahead).
 #[tokio::test(start_paused = true)]
-async fn claims_made_ahead_are_first_renewed_after_their_instant() {
+async fn claims_made_ahead_are_first_renewed_a_beat_after_their_instant() {
     let kit = TestKit::new();
     let run = kit.run();
     kit.slack.hold(true);
@@ -571,11 +572,12 @@ async fn claims_made_ahead_are_first_renewed_after_their_instant() {
     tokio::time::sleep((release - kit.now()).to_std().unwrap()).await;
     kit.slack.hold(false);
     run.daemon.stats.wait_for(WAIT, |s| s.acked >= 4).await;
+    let beat = ChronoDuration::milliseconds(3_333);
     for (t, due) in &tenants {
         let renewals = kit.stores.get(t).unwrap().renewals();
         assert!(
-            renewals.iter().all(|r| r >= due),
-            "{t} renewed before its instant {due}: {renewals:?}"
+            renewals.iter().all(|r| *r >= *due + beat),
+            "{t} renewed within a beat of its instant {due}: {renewals:?}"
         );
         assert!(
             renewals.len() >= 2,
