@@ -258,9 +258,30 @@ impl Dispatcher {
         chrono::Duration::from_std(self.settings.poll * RETRY_POLLS).expect("fits")
     }
 
-    /// Sends what the endpoint has not had yet, if this process holds it;
-    /// when it should be looked at again (None: it is through).
+    /// Sends what the endpoint has not had yet, if this process holds it,
+    /// then lets the hold go: kept, it made the next look by another
+    /// process (its dispatcher took the tenant's next mark) wait out the
+    /// hold, a minute, though nothing was being sent. When the endpoint
+    /// should be looked at again (None: it is through).
     async fn serve(
+        &self,
+        tenant: &TenantId,
+        store: &dyn TenantStore,
+        endpoint: EventEndpoint,
+        revision: u64,
+    ) -> Option<toki_model::domain::Instant> {
+        let id = endpoint.id.clone();
+        let next = self.serve_held(tenant, store, endpoint, revision).await;
+        // Held until now: free to any process (none if another holds it).
+        let now = self.clock.now();
+        if let Err(e) = store.hold_endpoint(&id, &self.holder, now, now).await {
+            warn!(%tenant, endpoint = %id, error = %chain(&e), "delivery events: letting the endpoint's hold go failed; another process waits for it to end");
+        }
+        next
+    }
+
+    /// [`Self::serve`]'s passes, while this process holds the endpoint.
+    async fn serve_held(
         &self,
         tenant: &TenantId,
         store: &dyn TenantStore,
@@ -269,6 +290,8 @@ impl Dispatcher {
     ) -> Option<toki_model::domain::Instant> {
         let mut progress = endpoint.progress.clone();
         let mut revision = revision;
+        let mut endpoint = endpoint;
+        let mut first = true;
         let later = |this: &Self| Some(this.clock.now() + this.retry_after());
         loop {
             // Held again each pass: a long catch-up (a paced replay) keeps it.
@@ -276,6 +299,20 @@ impl Dispatcher {
                 // Another process sends (and settles); looked at again once its hold ends.
                 let hold = chrono::Duration::from_std(self.settings.hold).expect("fits");
                 return Some(self.clock.now() + hold);
+            }
+            // Read again once held: read before, it may be a pass behind
+            // (read while the last holder's pass ended, its hold let go).
+            if std::mem::take(&mut first) {
+                match self.read_held(store, &endpoint.id).await {
+                    Ok(Some((fresh, at))) => {
+                        (endpoint, progress, revision) = (fresh.clone(), fresh.progress, at)
+                    }
+                    Ok(None) => return None,
+                    Err(e) => {
+                        warn!(%tenant, endpoint = %endpoint.id, error = %chain(&e), "delivery events: reading the endpoint failed");
+                        return later(self);
+                    }
+                }
             }
             let pass = match self.pass(tenant, store, &endpoint, &progress).await {
                 Ok(pass) => pass,
@@ -321,6 +358,20 @@ impl Dispatcher {
                 };
             }
         }
+    }
+
+    /// The endpoint and its revision as stored now; None if it is gone or
+    /// no longer enabled.
+    async fn read_held(
+        &self,
+        store: &dyn TenantStore,
+        id: &EndpointId,
+    ) -> Result<Option<(EventEndpoint, u64)>, toki_ports::StoreError> {
+        Ok(store
+            .event_endpoints()
+            .await?
+            .into_iter()
+            .find(|(e, _)| &e.id == id && e.progress.status == EndpointStatus::Enabled))
     }
 
     /// Takes (or renews) this process's hold on the endpoint; whether it has it.

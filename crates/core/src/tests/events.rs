@@ -426,6 +426,46 @@ async fn a_slow_endpoint_holds_up_none_of_its_tenants_other_endpoints() {
     let _ = s.shutdown.send(true);
 }
 
+/// A process that looked at an endpoint and had nothing to send lets its
+/// hold go: another process's dispatcher, taking the tenant's next mark,
+/// sends at once (before, it waited out the first one's minute-long hold).
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_looked_at_with_nothing_to_send_is_free_to_another_process() {
+    let s = setup(&["acme"]).await;
+    register(&s, "acme", EventKinds::all(), EventOrdering::InOrder).await;
+    // The first process looks (the endpoint's creation marks the tenant),
+    // finds nothing to send, and stops.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = s.shutdown.send(true);
+    let other = Dispatcher::new(
+        s.kit.stores.clone(),
+        s.kit.marks.clone(),
+        s.receiver.clone(),
+        s.kit.clock.clone(),
+        "other".into(),
+        DispatchSettings::default(),
+    );
+    let (_stop_other, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(other.run(stop));
+    record(&s, "acme", 2).await;
+    let acme: TenantId = "acme".parse().unwrap();
+    let now = s.kit.now();
+    s.kit
+        .marks
+        .mark(WorkKind::Events, &acme, now)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let store = s.kit.stores.open(&acme).await.unwrap();
+    let logged = store.events_after(0, 100).await.unwrap().len();
+    assert!(logged > 0);
+    assert_eq!(
+        s.receiver.got(&url("acme")).len(),
+        logged,
+        "sent by the other process at once"
+    );
+}
+
 /// A tenant whose database is gone is reported once, however many polls
 /// pass (before: a warning a second for each such tenant), and is news
 /// again once it was read and fails anew.
