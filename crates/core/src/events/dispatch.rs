@@ -368,10 +368,9 @@ impl Dispatcher {
         id: &EndpointId,
     ) -> Result<Option<(EventEndpoint, u64)>, toki_ports::StoreError> {
         Ok(store
-            .event_endpoints()
+            .event_endpoint(id)
             .await?
-            .into_iter()
-            .find(|(e, _)| &e.id == id && e.progress.status == EndpointStatus::Enabled))
+            .filter(|(e, _)| e.progress.status == EndpointStatus::Enabled))
     }
 
     /// Takes (or renews) this process's hold on the endpoint; whether it has it.

@@ -178,6 +178,18 @@ async fn record(s: &Setup, tenant: &str, n: u32) {
         .unwrap();
 }
 
+/// Marks `tenant`'s events due now, as an outcome's writer does, and
+/// gives the dispatcher three seconds (three polls).
+async fn mark_events_now(s: &Setup, tenant: &TenantId) {
+    let now = s.kit.now();
+    s.kit
+        .marks
+        .mark(WorkKind::Events, tenant, now)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
 /// Each request's signature verifies; the bodies' types in order.
 fn verified_types(got: &[SignedPost], secret: &WebhookSecret) -> Vec<String> {
     got.iter()
@@ -397,12 +409,7 @@ async fn a_slow_endpoint_holds_up_none_of_its_tenants_other_endpoints() {
     }
     let acme: TenantId = "acme".parse().unwrap();
     record(&s, "acme", 3).await;
-    s.kit
-        .marks
-        .mark(WorkKind::Events, &acme, s.kit.now())
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    mark_events_now(&s, &acme).await;
     assert_eq!(s.receiver.got(fast).len(), 5, "the first batch");
     assert!(s.receiver.got(slow).is_empty(), "still sending its first");
 
@@ -412,12 +419,7 @@ async fn a_slow_endpoint_holds_up_none_of_its_tenants_other_endpoints() {
         .record_outcomes(&[outcome(10, DeliveryStatus::Delivered, now)])
         .await
         .unwrap();
-    s.kit
-        .marks
-        .mark(WorkKind::Events, &acme, now)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    mark_events_now(&s, &acme).await;
     assert_eq!(s.receiver.got(fast).len(), 6, "the second batch, at once");
     assert!(s.receiver.got(slow).is_empty());
     // The slow one gets everything in the end, once each.
@@ -449,13 +451,7 @@ async fn an_endpoint_looked_at_with_nothing_to_send_is_free_to_another_process()
     tokio::spawn(other.run(stop));
     record(&s, "acme", 2).await;
     let acme: TenantId = "acme".parse().unwrap();
-    let now = s.kit.now();
-    s.kit
-        .marks
-        .mark(WorkKind::Events, &acme, now)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    mark_events_now(&s, &acme).await;
     let store = s.kit.stores.open(&acme).await.unwrap();
     let logged = store.events_after(0, 100).await.unwrap().len();
     assert!(logged > 0);
