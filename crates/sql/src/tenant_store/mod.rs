@@ -128,8 +128,15 @@ impl<DB: Database> SqlTenantStore<DB> {
         let options = pool.options().clone();
         let connect = (*pool.connect_options()).clone();
         // Its connections close after each use: the process no longer
-        // counts this store among those it keeps open.
-        let options = options.after_release(|_, _| Box::pin(async { Ok(false) }));
+        // counts this store among those it keeps open. With nothing idle to
+        // time out, no maintenance task either: a burst over 10,000
+        // tenants holds that many let-go stores until their outcomes are
+        // written, and a task apiece was a tenth of the daemon's heap.
+        let options = options
+            .after_release(|_, _| Box::pin(async { Ok(false) }))
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .min_connections(0);
         let old = std::mem::replace(&mut *pool, options.connect_lazy_with(connect));
         tokio::spawn(async move { old.close().await });
     }
