@@ -1,16 +1,18 @@
-//! Recording outcomes: one writer per tenant gathers the rows of batches that
-//! finish together and writes them in one statement, marking the tenant's
-//! waiting work ([`crate::work`]): its retention before the rows, its
-//! events after them. A
-//! writer ends once its tenant has been quiet for [`WRITER_IDLE`], so the
-//! writers (and the stores they hold) are those of tenants active now.
+//! Recording outcomes: the batches of a tenant that finish together are
+//! written in one statement, marking the tenant's waiting work
+//! ([`crate::work`]): its retention before the rows, its events after them.
+//! A bounded number of writer tasks ([`MAX_WRITERS`]) take the tenants with
+//! outcomes waiting, one tenant at a time each, in the order their first
+//! outcome arrived. What waits is a few hundred bytes a tenant: a burst over
+//! 10,000 tenants records them all at once, and a task and a channel for
+//! each of them was a fifth of the daemon's heap.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use toki_model::domain::{DeliveryOutcome, TenantId};
 use toki_ports::error::StoreError;
@@ -18,13 +20,17 @@ use toki_ports::TenantStore;
 
 use crate::work::Marker;
 
-/// How long a tenant's writer gathers batches before one write: batches fired
-/// at the same due instant finish together, and one statement for all of them
-/// costs the burst far less than one per batch.
+/// How long a tenant's first outcomes wait for more before one write: batches
+/// fired at the same due instant finish together, and one statement for all
+/// of them costs the burst far less than one per batch.
 const COALESCE: Duration = Duration::from_millis(5);
 
-/// How long a writer waits for more before it ends.
-pub const WRITER_IDLE: Duration = Duration::from_secs(30);
+/// Writer tasks at most. More than the tenant databases a process uses at
+/// once (`toki_sql`'s 64 SQLite connections in use, 16 Postgres ones by
+/// default), so that those budgets, not the writers, decide how many
+/// tenants are written at once: a tenant whose database stalls holds up
+/// one writer and one connection, not the others' outcomes.
+pub const MAX_WRITERS: usize = 256;
 
 #[derive(Debug, Clone, Error)]
 pub enum RecordError {
@@ -34,8 +40,8 @@ pub enum RecordError {
     WriterStopped,
 }
 
-/// Outcomes waiting to be written, the store they go to (the batch's: a
-/// writer holds no store between writes, so a quiet tenant's database can
+/// Outcomes waiting to be written, the store they go to (the batch's: the
+/// recorder holds no store between writes, so a quiet tenant's database can
 /// close), and who waits for the write.
 struct Write {
     outcomes: Vec<DeliveryOutcome>,
@@ -43,31 +49,48 @@ struct Write {
     done: oneshot::Sender<Result<(), RecordError>>,
 }
 
-/// A tenant's writer, and the store it writes to (not kept alive by it).
-struct Writer {
-    store: std::sync::Weak<dyn TenantStore>,
-    tx: mpsc::UnboundedSender<Write>,
+/// A tenant's outcomes waiting, since when, and whether a writer has them.
+struct Waiting {
+    since: tokio::time::Instant,
+    writes: Vec<Write>,
+    writing: bool,
 }
 
-type Writers = Arc<Mutex<HashMap<TenantId, Writer>>>;
+/// The tenants with outcomes waiting, in turn, and the writers running.
+#[derive(Default)]
+struct Queue {
+    tenants: HashMap<TenantId, Waiting>,
+    /// Tenants with writes no writer has taken yet, first come first.
+    turn: VecDeque<TenantId>,
+    writers: usize,
+}
+
+type Shared = Arc<Mutex<Queue>>;
 
 pub struct Recorder {
-    writers: Writers,
+    queue: Shared,
     marker: Marker,
 }
 
 impl Recorder {
     pub fn new(marker: Marker) -> Self {
         Recorder {
-            writers: Writers::default(),
+            queue: Shared::default(),
             marker,
         }
     }
 
-    /// Tenants with a writer now (for tests of what the daemon holds).
+    /// Tenants with outcomes waiting or being written (for tests of what
+    /// the daemon holds).
     #[cfg(test)]
-    pub fn writers(&self) -> usize {
-        self.writers.lock().expect("writers lock").len()
+    pub fn waiting(&self) -> usize {
+        lock(&self.queue).tenants.len()
+    }
+
+    /// Writer tasks running now (for tests of the bound).
+    #[cfg(test)]
+    pub fn writers_running(&self) -> usize {
+        lock(&self.queue).writers
     }
 
     /// Resolves once `outcomes` are stored in the tenant's database.
@@ -81,121 +104,159 @@ impl Recorder {
             return Ok(());
         }
         let (done, wait) = oneshot::channel();
-        {
-            // Sent under the lock: a writer ending checks for more under it.
-            let mut writers = self.writers.lock().expect("writers lock");
-            // The store the outcomes were claimed in: if the writer has
-            // another, the tenant's database was replaced (deleted and
-            // created again). A new writer for it; the old one ends with
-            // what it was given.
-            let current = writers
-                .get(tenant)
-                .filter(|w| std::ptr::addr_eq(w.store.as_ptr(), Arc::as_ptr(store)))
-                .map(|w| w.tx.clone());
-            let tx = match current {
-                Some(tx) => tx,
-                None => {
-                    let tx = self.spawn_writer(tenant);
-                    let writer = Writer {
-                        store: Arc::downgrade(store),
-                        tx: tx.clone(),
-                    };
-                    writers.insert(tenant.clone(), writer);
-                    tx
-                }
-            };
-            let write = Write {
-                outcomes,
-                store: store.clone(),
-                done,
-            };
-            tx.send(write).map_err(|_| RecordError::WriterStopped)?;
-        }
+        let write = Write {
+            outcomes,
+            store: store.clone(),
+            done,
+        };
+        self.enqueue(tenant, write);
+        // A writer answers every write; a runtime that stops may not.
         wait.await.map_err(|_| RecordError::WriterStopped)?
     }
 
-    fn spawn_writer(&self, tenant: &TenantId) -> mpsc::UnboundedSender<Write> {
-        let (tx, rx) = mpsc::unbounded_channel::<Write>();
-        let writer = TenantWriter {
-            tenant: tenant.clone(),
-            marker: self.marker.clone(),
-            writers: self.writers.clone(),
-            own: tx.clone(),
-        };
-        tokio::spawn(writer.run(rx));
-        tx
-    }
-}
-
-/// One tenant's writer task.
-struct TenantWriter {
-    tenant: TenantId,
-    marker: Marker,
-    writers: Writers,
-    /// Its own sender: how it knows its entry among the writers.
-    own: mpsc::UnboundedSender<Write>,
-}
-
-impl TenantWriter {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Write>) {
-        loop {
-            let first = match tokio::time::timeout(WRITER_IDLE, rx.recv()).await {
-                Ok(Some(first)) => first,
-                Ok(None) => return,
-                Err(_) => match self.end_if_quiet(&mut rx) {
-                    Some(first) => first,
-                    None => return,
-                },
+    /// Adds `write` to its tenant's, and starts a writer if one is free.
+    fn enqueue(&self, tenant: &TenantId, write: Write) {
+        let mut queue = lock(&self.queue);
+        let queue = &mut *queue;
+        let waiting = queue
+            .tenants
+            .entry(tenant.clone())
+            .or_insert_with(|| Waiting {
+                since: tokio::time::Instant::now(),
+                writes: Vec::new(),
+                writing: false,
+            });
+        if waiting.writes.is_empty() && !waiting.writing {
+            waiting.since = tokio::time::Instant::now();
+            queue.turn.push_back(tenant.clone());
+        }
+        waiting.writes.push(write);
+        if queue.writers < MAX_WRITERS && queue.writers < queue.turn.len() {
+            queue.writers += 1;
+            let writer = Writer {
+                queue: self.queue.clone(),
+                marker: self.marker.clone(),
             };
-            tokio::time::sleep(COALESCE).await;
-            let mut waiting = vec![first];
-            while let Ok(more) = rx.try_recv() {
-                waiting.push(more);
-            }
-            self.write(waiting).await;
-        }
-    }
-
-    /// After a quiet spell: leaves the writers, unless something arrived
-    /// meanwhile (returned). Under the writers' lock, which senders hold.
-    fn end_if_quiet(&self, rx: &mut mpsc::UnboundedReceiver<Write>) -> Option<Write> {
-        let mut writers = self.writers.lock().expect("writers lock");
-        if let Ok(more) = rx.try_recv() {
-            return Some(more);
-        }
-        if writers
-            .get(&self.tenant)
-            .is_some_and(|w| w.tx.same_channel(&self.own))
-        {
-            writers.remove(&self.tenant);
-        }
-        rx.close();
-        None
-    }
-
-    async fn write(&self, mut waiting: Vec<Write>) {
-        let all: Vec<DeliveryOutcome> = waiting
-            .iter_mut()
-            .flat_map(|w| std::mem::take(&mut w.outcomes))
-            .collect();
-        // One store for all: a batch for another is given another writer.
-        let store = waiting[0].store.clone();
-        // Before the rows: a crash after them leaves the purge its mark.
-        self.marker.activity(&self.tenant).await;
-        let result = store.record_outcomes(&all).await;
-        let logged = *result.as_ref().unwrap_or(&0);
-        let result = result
-            .map(|_| ())
-            .map_err(|e| RecordError::Store(Arc::new(e)));
-        drop(store);
-        for w in waiting {
-            let _ = w.done.send(result.clone());
-        }
-        if result.is_ok() && logged > 0 {
-            self.marker.events(&self.tenant).await;
+            tokio::spawn(writer.run());
         }
     }
 }
+
+fn lock(queue: &Shared) -> std::sync::MutexGuard<'_, Queue> {
+    // A panic elsewhere cannot leave the queue half-written: use it as is.
+    queue.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A writer task: takes tenants in turn until none is waiting.
+struct Writer {
+    queue: Shared,
+    marker: Marker,
+}
+
+impl Writer {
+    async fn run(self) {
+        while let Some((tenant, since)) = self.next() {
+            tokio::time::sleep_until(since + COALESCE).await;
+            let writes = {
+                let mut queue = lock(&self.queue);
+                let waiting = queue
+                    .tenants
+                    .get_mut(&tenant)
+                    .expect("a tenant in turn waits");
+                waiting.writing = true;
+                std::mem::take(&mut waiting.writes)
+            };
+            let answers = self.write(&tenant, writes).await;
+            self.done_with(&tenant);
+            for (done, result) in answers {
+                let _ = done.send(result);
+            }
+        }
+    }
+
+    /// The next tenant in turn, or none (the writer ends, under the lock
+    /// that starts writers).
+    fn next(&self) -> Option<(TenantId, tokio::time::Instant)> {
+        let mut queue = lock(&self.queue);
+        match queue.turn.pop_front() {
+            Some(tenant) => {
+                let since = queue.tenants[&tenant].since;
+                Some((tenant, since))
+            }
+            None => {
+                queue.writers -= 1;
+                None
+            }
+        }
+    }
+
+    /// `tenant` written: forgotten, or in turn again if more came meanwhile.
+    fn done_with(&self, tenant: &TenantId) {
+        let mut queue = lock(&self.queue);
+        let waiting = queue
+            .tenants
+            .get_mut(tenant)
+            .expect("a tenant being written");
+        waiting.writing = false;
+        if waiting.writes.is_empty() {
+            queue.tenants.remove(tenant);
+        } else {
+            waiting.since = tokio::time::Instant::now();
+            queue.turn.push_back(tenant.clone());
+        }
+    }
+
+    /// Writes `writes`, one statement per store (a tenant deleted and
+    /// created again has batches for its old store and its new one), and
+    /// what to answer each.
+    async fn write(&self, tenant: &TenantId, writes: Vec<Write>) -> Vec<Answer> {
+        let mut by_store: Vec<(Arc<dyn TenantStore>, Vec<Write>)> = Vec::new();
+        for w in writes {
+            match by_store
+                .iter_mut()
+                .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(&w.store)))
+            {
+                Some((_, group)) => group.push(w),
+                None => by_store.push((w.store.clone(), vec![w])),
+            }
+        }
+        let mut answers = Vec::new();
+        for (store, group) in by_store {
+            let result = self.write_one(tenant, store, &group).await;
+            answers.extend(group.into_iter().map(|w| (w.done, result.clone())));
+        }
+        answers
+    }
+
+    async fn write_one(
+        &self,
+        tenant: &TenantId,
+        store: Arc<dyn TenantStore>,
+        group: &[Write],
+    ) -> Result<(), RecordError> {
+        let all: Vec<DeliveryOutcome> = group
+            .iter()
+            .flat_map(|w| w.outcomes.iter().cloned())
+            .collect();
+        // Before the rows: a crash after them leaves the purge its mark.
+        self.marker.activity(tenant).await;
+        let result = store.record_outcomes(&all).await;
+        drop(store);
+        let logged = *result.as_ref().unwrap_or(&0);
+        if result.is_ok() && logged > 0 {
+            self.marker.events(tenant).await;
+        }
+        result
+            .map(|_| ())
+            .map_err(|e| RecordError::Store(Arc::new(e)))
+    }
+}
+
+/// Who waits for a write, and what to tell them.
+type Answer = (
+    oneshot::Sender<Result<(), RecordError>>,
+    Result<(), RecordError>,
+);
 
 #[cfg(test)]
 mod tests {
@@ -233,9 +294,9 @@ mod tests {
         (Recorder::new(Marker::new(marks.clone(), clock)), marks)
     }
 
-    /// A tenant's writer ends once it has been quiet a while, and what it
-    /// wrote left a retention mark (rows to purge later) and no events mark
-    /// (no endpoint: nothing logged).
+    /// Once a tenant's outcomes are written, the recorder holds nothing of
+    /// it, and what it wrote left a retention mark (rows to purge later) and
+    /// no events mark (no endpoint: nothing logged).
     #[tokio::test(start_paused = true)]
     async fn a_quiet_tenants_writer_ends_and_its_work_is_marked() {
         let at: toki_model::domain::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
@@ -246,15 +307,13 @@ mod tests {
             .record(&tenant, &store, vec![delivered(at)])
             .await
             .unwrap();
-        assert_eq!(recorder.writers(), 1);
-        tokio::time::sleep(super::WRITER_IDLE + std::time::Duration::from_secs(1)).await;
-        assert_eq!(recorder.writers(), 0, "the writer ended");
+        assert_eq!(recorder.waiting(), 0, "the tenant is forgotten");
         assert_eq!(
             marks.marked(WorkKind::Retention).await.unwrap(),
             vec![tenant.clone()]
         );
         assert!(marks.marked(WorkKind::Events).await.unwrap().is_empty());
-        // A new write gets a new writer.
+        // A new write is written as well.
         recorder
             .record(
                 &tenant,
@@ -263,7 +322,7 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(recorder.writers(), 1);
+        assert_eq!(recorder.waiting(), 0);
     }
 
     /// A tenant deleted and created again while the daemon runs: its
@@ -307,5 +366,44 @@ mod tests {
         let in_new = new.deliveries().await.unwrap();
         assert_eq!(in_new.len(), 1, "the new store has its outcome");
         assert_eq!(in_new[0].key.occurrence, Occurrence(later));
+    }
+
+    /// More tenants stalled than there are writers: the writers are all
+    /// taken, and a quick tenant's outcomes wait their turn, no more; once
+    /// the stalls end, everything is written and nothing is held.
+    #[tokio::test(start_paused = true)]
+    async fn stalled_tenants_hold_up_their_writers_only() {
+        let at: toki_model::domain::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
+        let recorder = Arc::new(recorder_at(at).0);
+        let stall = std::time::Duration::from_secs(60);
+        let mut stalled = Vec::new();
+        for i in 0..super::MAX_WRITERS + 3 {
+            let store = Arc::new(MemoryTenantStore::default());
+            store.set_stall(Some(stall));
+            let store: Arc<dyn TenantStore> = store;
+            let tenant: toki_model::domain::TenantId = format!("slow{i}").parse().unwrap();
+            let recorder = recorder.clone();
+            stalled.push(tokio::spawn(async move {
+                recorder.record(&tenant, &store, vec![delivered(at)]).await
+            }));
+        }
+        // Until every stalled tenant waits: the writers all taken, the rest in turn.
+        while recorder.waiting() < super::MAX_WRITERS + 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(recorder.writers_running(), super::MAX_WRITERS);
+        let quick: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
+        let started = tokio::time::Instant::now();
+        recorder
+            .record(&"quick".parse().unwrap(), &quick, vec![delivered(at)])
+            .await
+            .unwrap();
+        // Its turn came once the first stalled writers were done, not later.
+        assert_eq!(started.elapsed(), stall + super::COALESCE);
+        for s in stalled {
+            s.await.unwrap().unwrap();
+        }
+        assert_eq!(recorder.waiting(), 0);
+        assert_eq!(recorder.writers_running(), 0);
     }
 }
