@@ -44,6 +44,9 @@ pub struct Toki {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// What the control stores hold of a tenant (offboarding).
     pub footprints: Vec<Arc<dyn toki_ports::TenantFootprint>>,
+    /// The tenants this process enqueued for each instant to come, shared
+    /// by its registrar and scanner (`toki_core::crowd`).
+    pub crowds: Arc<toki_core::crowd::Crowds>,
 }
 
 /// Tenant databases [`Toki::create_tenants`] makes at once.
@@ -92,6 +95,7 @@ impl Toki {
             footprints: ports.footprints,
             clock,
             metrics: crate::metrics::Metrics::new(),
+            crowds: Arc::default(),
         })
     }
 
@@ -176,6 +180,7 @@ impl Toki {
             settings: self.config.pipeline_settings(),
             notices: Some(self.change_notices()),
             marker: self.marker(),
+            crowds: self.crowds.clone(),
         }
     }
 
@@ -206,6 +211,7 @@ impl Toki {
             clock: self.clock.clone(),
             settings: self.config.pipeline_settings(),
             observer: Some(self.metrics.clone()),
+            crowds: self.crowds.clone(),
         }
     }
 

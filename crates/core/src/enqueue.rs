@@ -10,6 +10,7 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tracing::{warn, Span};
 
+use crate::crowd::Crowds;
 use crate::settings::PipelineSettings;
 use crate::trace;
 use toki_model::domain::{Instant, Reminder, ReminderKey};
@@ -43,13 +44,13 @@ impl EnqueueSummary {
 pub(crate) fn message_for(
     r: &Reminder,
     now: Instant,
-    settings: &PipelineSettings,
+    lead: std::time::Duration,
 ) -> OutgoingMessage {
     OutgoingMessage {
         id: r.key.to_string(),
         body: r.key.to_string(),
         attributes: message::encode(r),
-        delay: delay_for(r.due_at, now, settings.lead),
+        delay: delay_for(r.due_at, now, lead),
         group: Some(r.key.tenant.to_string()),
     }
 }
@@ -64,18 +65,34 @@ pub struct Enqueued {
     pub sent: Vec<ReminderKey>,
 }
 
+/// Where [`enqueue`] sends, and what it knows.
+pub struct Enqueuer<'a> {
+    pub index: &'a dyn ReminderIndex,
+    pub queue: &'a dyn DelayQueue,
+    pub clock: &'a dyn Clock,
+    pub settings: &'a PipelineSettings,
+    /// The tenants enqueued for each instant to come ([`crate::crowd`]).
+    pub crowds: &'a Crowds,
+}
+
 /// Enqueues `reminders`. No new row is claimed once `deadline` has passed
 /// (a Lambda's end, less a margin): those stay pending for the next run.
 /// Each message's delay is taken from `clock` when the messages are built,
-/// after the claims: a slow index must not make them visible late.
+/// after the claims: a slow index must not make them visible late. Each
+/// tenant's messages for an instant are visible earlier the more tenants
+/// were enqueued for it before ([`PipelineSettings::lead_at`]).
 pub async fn enqueue(
-    index: &dyn ReminderIndex,
-    queue: &dyn DelayQueue,
+    to: Enqueuer<'_>,
     reminders: Vec<Reminder>,
-    clock: &dyn Clock,
-    settings: &PipelineSettings,
     deadline: Option<tokio::time::Instant>,
 ) -> Enqueued {
+    let Enqueuer {
+        index,
+        queue,
+        clock,
+        settings,
+        crowds,
+    } = to;
     let mut summary = EnqueueSummary::default();
     let now = clock.now();
     let lease_until = now + to_chrono(settings.claim_lease);
@@ -108,7 +125,13 @@ pub async fn enqueue(
     let messages: Vec<OutgoingMessage> = claimed
         .iter()
         .map(|r| {
-            let mut m = message_for(r, sent_at, settings);
+            let place = crowds.place(
+                r.due_at,
+                &r.key.tenant,
+                sent_at,
+                settings.remembered_places(),
+            );
+            let mut m = message_for(r, sent_at, settings.lead_at(place));
             if trace::enabled() {
                 let span = trace::enqueue_span(&r.key, r.due_at);
                 trace::inject(&span, &mut m.attributes);

@@ -3,6 +3,7 @@
 //! an [`observe::Observer`]; no storage, AWS, network or metrics library
 //! lives here.
 
+pub mod crowd;
 pub mod daemon;
 pub mod debounce;
 pub mod enqueue;

@@ -151,6 +151,9 @@ pub struct Registrar {
     /// Marks the work a write leaves: a repair in case its mirror is never
     /// finished, rows for the retention pass ([`crate::work`]).
     pub marker: crate::work::Marker,
+    /// The tenants enqueued for each instant to come, shared with the
+    /// scanner in the same process ([`crate::crowd`]).
+    pub crowds: Arc<crate::crowd::Crowds>,
 }
 
 impl Registrar {
@@ -955,15 +958,14 @@ impl Registrar {
         };
         let mut enqueued: HashMap<ScheduleId, usize> = HashMap::new();
         if !direct.is_empty() {
-            let done = enqueue(
-                self.index.as_ref(),
-                self.queue.as_ref(),
-                direct,
-                self.clock.as_ref(),
-                &self.settings,
-                None,
-            )
-            .await;
+            let to = crate::enqueue::Enqueuer {
+                index: self.index.as_ref(),
+                queue: self.queue.as_ref(),
+                clock: self.clock.as_ref(),
+                settings: &self.settings,
+                crowds: &self.crowds,
+            };
+            let done = enqueue(to, direct, None).await;
             if done.summary.failed > 0 {
                 // They stay pending in the index; the next scan enqueues them.
                 warn!(%tenant, failed = done.summary.failed, "direct enqueue failed; left to the scanner");

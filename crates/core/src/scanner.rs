@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures::stream::{self, StreamExt};
 use tracing::{info, warn, Instrument};
 
-use crate::enqueue::{enqueue, EnqueueSummary};
+use crate::crowd::Crowds;
+use crate::enqueue::{enqueue, EnqueueSummary, Enqueuer};
 use crate::settings::PipelineSettings;
 use toki_model::domain::{IndexStatus, IndexedReminder, Instant, Reminder, TenantId};
 use toki_model::error::chain;
@@ -25,6 +26,9 @@ pub struct Scanner {
     pub settings: PipelineSettings,
     /// Where each run is reported (none: nowhere).
     pub observer: Option<Arc<dyn crate::observe::Observer>>,
+    /// The tenants enqueued for each instant to come, shared with the
+    /// registrar's direct path in the same process ([`crate::crowd`]).
+    pub crowds: Arc<Crowds>,
 }
 
 impl Scanner {
@@ -84,11 +88,14 @@ impl Scanner {
             failed,
             deferred,
         } = enqueue(
-            self.index.as_ref(),
-            self.queue.as_ref(),
+            Enqueuer {
+                index: self.index.as_ref(),
+                queue: self.queue.as_ref(),
+                clock: self.clock.as_ref(),
+                settings: &self.settings,
+                crowds: &self.crowds,
+            },
             to_send,
-            self.clock.as_ref(),
-            &self.settings,
             deadline,
         )
         .await

@@ -13,6 +13,12 @@ pub struct PipelineSettings {
     /// Messages become visible this long before due, so the daemon can load
     /// and render ahead and fire at the due instant.
     pub lead: Duration,
+    /// How much earlier each further tenant enqueued for one instant has
+    /// its messages visible ([`crate::crowd`]): about what the daemon spends
+    /// opening one tenant's database to claim.
+    pub lead_per_tenant: Duration,
+    /// The longest a crowded instant's lead grows to.
+    pub max_lead: Duration,
     /// How long a scanner's or registrar's claim on an index row lasts.
     pub claim_lease: Duration,
     /// Index rows are kept this long after their due instant (TTL).
@@ -66,6 +72,8 @@ impl Default for PipelineSettings {
             window: Duration::from_secs(15 * 60),
             look_back: Duration::from_secs(5 * 60),
             lead: Duration::from_secs(5),
+            lead_per_tenant: Duration::from_millis(2),
+            max_lead: Duration::from_secs(30),
             // Longer than a scanner run can last (the Lambda's 60 s timeout).
             claim_lease: Duration::from_secs(180),
             retention: Duration::from_secs(24 * 3600),
@@ -74,6 +82,25 @@ impl Default for PipelineSettings {
             egress: toki_model::egress::EgressPolicy::default(),
             repair: RepairSettings::default(),
             batch: BatchBudget::default(),
+        }
+    }
+}
+
+impl PipelineSettings {
+    /// The lead of the messages of the tenant at `place` among those
+    /// enqueued for one instant: the plain lead for the first, then
+    /// `lead_per_tenant` more for each place, up to `max_lead`.
+    pub fn lead_at(&self, place: crate::crowd::Place) -> Duration {
+        let grown = self.lead + self.lead_per_tenant.saturating_mul(place.0);
+        grown.min(self.max_lead).max(self.lead)
+    }
+
+    /// Places a crowd remembers: past them, every tenant has the longest lead.
+    pub fn remembered_places(&self) -> u32 {
+        let room = self.max_lead.saturating_sub(self.lead);
+        match self.lead_per_tenant.as_nanos() {
+            0 => 0,
+            step => (room.as_nanos() / step).min(u32::MAX as u128) as u32 + 1,
         }
     }
 }

@@ -97,6 +97,12 @@ const VARS: &[(&str, Apply)] = &[
     ("TOKI_LEAD_MS", |c, v| {
         set(&mut c.pipeline.lead_ms, v.parse()?)
     }),
+    ("TOKI_LEAD_PER_TENANT_US", |c, v| {
+        set(&mut c.pipeline.lead_per_tenant_us, v.parse()?)
+    }),
+    ("TOKI_MAX_LEAD_MS", |c, v| {
+        set(&mut c.pipeline.max_lead_ms, v.parse()?)
+    }),
     ("TOKI_HORIZON_S", |c, v| {
         set(&mut c.pipeline.horizon_s, v.parse()?)
     }),

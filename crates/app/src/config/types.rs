@@ -208,6 +208,11 @@ pub struct PipelineConfig {
     pub window_s: u64,
     /// Messages become visible this long before due; the daemon prepares then fires on time.
     pub lead_ms: u64,
+    /// Each further tenant enqueued for one instant has its messages visible
+    /// this much earlier (a crowded instant's claims spread ahead of it).
+    pub lead_per_tenant_us: u64,
+    /// The longest a crowded instant's lead grows to.
+    pub max_lead_ms: u64,
     /// How long a scanner's claim on an index row lasts: longer than a scanner run.
     pub claim_lease_s: u64,
     /// How far ahead a recurring schedule's reminders are in the index.
@@ -414,6 +419,8 @@ impl Default for PipelineConfig {
             scan_interval_s: 60,
             window_s: p.window.as_secs(),
             lead_ms: p.lead.as_millis() as u64,
+            lead_per_tenant_us: p.lead_per_tenant.as_micros() as u64,
+            max_lead_ms: p.max_lead.as_millis() as u64,
             claim_lease_s: p.claim_lease.as_secs(),
             horizon_s: p.horizon.as_secs(),
         }
@@ -510,6 +517,8 @@ impl Config {
             shards: self.pipeline.shards,
             window: Duration::from_secs(self.pipeline.window_s),
             lead: Duration::from_millis(self.pipeline.lead_ms),
+            lead_per_tenant: Duration::from_micros(self.pipeline.lead_per_tenant_us),
+            max_lead: Duration::from_millis(self.pipeline.max_lead_ms),
             claim_lease: Duration::from_secs(self.pipeline.claim_lease_s),
             horizon: Duration::from_secs(self.pipeline.horizon_s),
             caps: self.caps,
@@ -547,7 +556,8 @@ impl Config {
         DaemonSettings {
             workers: self.daemon.workers,
             visibility: Duration::from_secs(self.daemon.visibility_timeout_s),
-            lead: Duration::from_millis(self.pipeline.lead_ms),
+            // A crowded instant's messages arrive up to the longest lead early.
+            lead: Duration::from_millis(self.pipeline.lead_ms.max(self.pipeline.max_lead_ms)),
             max_in_flight: self.daemon.max_in_flight,
             late_change_cutoff: Duration::from_millis(self.daemon.late_change_cutoff_ms),
             retry: RetryPolicy {

@@ -158,8 +158,32 @@ fn daemon_capacity(config: &Config) -> anyhow::Result<()> {
             config.daemon.visibility_timeout_s
         );
     }
+    crowded_lead(&config.pipeline)
+}
+
+/// The longest lead: no shorter than the plain one, and well within the
+/// queue's 15-minute delay (a message visible earlier is held in memory).
+fn crowded_lead(p: &super::types::PipelineConfig) -> anyhow::Result<()> {
+    if p.max_lead_ms < p.lead_ms || p.max_lead_ms > MAX_LEAD_MS {
+        bail!(
+            "pipeline.max_lead_ms: {} ms is out of range pipeline.lead_ms ({} ms) ..= {MAX_LEAD_MS} ms",
+            p.max_lead_ms,
+            p.lead_ms
+        );
+    }
+    if p.lead_per_tenant_us > MAX_LEAD_PER_TENANT_US {
+        bail!(
+            "pipeline.lead_per_tenant_us: {} µs is over {MAX_LEAD_PER_TENANT_US} µs",
+            p.lead_per_tenant_us
+        );
+    }
     Ok(())
 }
+
+/// The longest `pipeline.max_lead_ms` (5 minutes).
+const MAX_LEAD_MS: u64 = 300_000;
+/// The largest `pipeline.lead_per_tenant_us` (1 s a tenant).
+const MAX_LEAD_PER_TENANT_US: u64 = 1_000_000;
 
 /// The webhook channel's requests in flight and timeout.
 fn webhook(config: &Config) -> anyhow::Result<()> {

@@ -54,6 +54,9 @@ pub struct TestKit {
     pub leases: Arc<MemoryLeaseStore>,
     /// Which tenants have events, a repair or a purge waiting.
     pub marks: Arc<toki_ports::testing::MemoryWorkMarks>,
+    /// The tenants enqueued for each instant, shared by the kit's
+    /// registrars and scanners as in one process.
+    pub crowds: Arc<crate::crowd::Crowds>,
 }
 
 impl Default for TestKit {
@@ -84,7 +87,7 @@ impl TestKit {
             chat: recording(Channel::Chat),
             slack: recording(Channel::Slack),
             daemon_settings: DaemonSettings {
-                lead: pipeline.lead,
+                lead: pipeline.max_lead,
                 ..DaemonSettings::default()
             },
             pipeline,
@@ -93,6 +96,7 @@ impl TestKit {
             flow: None,
             leases: Arc::default(),
             marks: Arc::default(),
+            crowds: Arc::default(),
             clock,
         }
     }
@@ -147,6 +151,7 @@ impl TestKit {
             settings: self.pipeline.clone(),
             notices: Some(self.change_notices()),
             marker: self.marker(),
+            crowds: self.crowds.clone(),
         }
     }
 
@@ -197,6 +202,7 @@ impl TestKit {
             clock: self.clock.clone(),
             settings: self.pipeline.clone(),
             observer: None,
+            crowds: self.crowds.clone(),
         }
     }
 

@@ -222,3 +222,43 @@ async fn without_traces_a_message_carries_no_trace_context() {
     assert!(crate::trace::enqueue_span(&r.key, r.due_at).is_none());
     assert!(crate::trace::deliver_span(&r.key, &got[0].attributes, 1).is_none());
 }
+
+/// Each further tenant due at one instant has its message visible a step
+/// earlier than the one before, up to the longest lead (the claims of a
+/// crowded instant spread ahead of it); a lone tenant keeps the plain lead.
+#[tokio::test(start_paused = true)]
+async fn a_crowded_instant_is_visible_earlier_tenant_by_tenant() {
+    let mut kit = TestKit::new();
+    kit.pipeline.lead_per_tenant = Duration::from_secs(2);
+    kit.pipeline.max_lead = Duration::from_secs(8);
+    let registrar = kit.registrar();
+    let crowd = ["a", "b", "c", "d", "e"];
+    for (name, start) in crowd.iter().map(|n| (*n, 40)).chain([("lone", 45)]) {
+        let t = kit.tenant(name).await;
+        let meeting = meeting(kit.now() + mins(start), 5, &["u0"], &[Channel::Mail]);
+        registrar
+            .put_schedule(&t, &"m".parse().unwrap(), &meeting)
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(25 * 60)).await;
+    let scan = kit.scanner().scan_once().await.unwrap();
+    assert_eq!(scan.enqueued, 6, "{scan:?}");
+    let mut leads = Vec::new();
+    while leads.len() < 6 {
+        let got = kit
+            .queue
+            .receive(10, Duration::from_secs(900), Duration::from_secs(600))
+            .await
+            .unwrap();
+        for m in got {
+            let r = toki_ports::message::decode(&m.attributes).unwrap();
+            let lead = (r.due_at.0 - kit.now()).num_seconds();
+            leads.push((r.key.tenant.as_str() == "lone", lead));
+        }
+    }
+    leads.sort();
+    let crowded: Vec<i64> = leads.iter().filter(|l| !l.0).map(|l| l.1).collect();
+    assert_eq!(crowded, [5, 7, 8, 8, 8], "{leads:?}");
+    assert!(leads.contains(&(true, 5)), "{leads:?}");
+}

@@ -164,7 +164,8 @@ impl World {
         let mut kit = TestKit::starting_at(scenario.day.origin(), 100);
         kit.pipeline.window = Duration::from_secs(120);
         kit.pipeline.lead = scenario.lead;
-        kit.daemon_settings.lead = scenario.lead;
+        // As production: messages of a crowded instant arrive up to the longest lead early.
+        kit.daemon_settings.lead = scenario.lead.max(kit.pipeline.max_lead);
         let clock: Arc<dyn Clock> = kit.clock.clone();
         kit.slack.look_up_sent(scenario.reconcile);
         let chat = Arc::new(StoreChat {
