@@ -4,10 +4,10 @@
 //! have reminders due at one instant (09:00 on a Monday), the fixed lead is
 //! too short for all of those opens, and the last tenants are claimed after
 //! their instant. So each further tenant enqueued for an instant has its
-//! messages made visible a little earlier than the one before
-//! ([`crate::settings::PipelineSettings::lead_at`]): the claims of a crowded
-//! instant are spread ahead of it, one tenant after another, and a lone
-//! tenant keeps the plain lead.
+//! messages made visible a little earlier than the one before, in waves of
+//! [`WAVE`] tenants ([`crate::settings::PipelineSettings::lead_at`]): the
+//! claims of a crowded instant are spread ahead of it, wave after wave, and
+//! the first tenants keep the plain lead.
 //!
 //! A process remembers the tenants it enqueued for each instant still to
 //! come; the places are its own (the scanner's and the registrar's direct
@@ -23,6 +23,10 @@ use toki_model::domain::{DueAt, Instant, TenantId};
 
 /// Instants remembered at once; a new one past it gets place 0.
 pub const MAX_INSTANTS: usize = 4096;
+
+/// Tenants made visible together: the daemon's workers receive them in
+/// full batches ([`crate::settings::PipelineSettings::lead_at`]).
+pub const WAVE: u32 = 64;
 
 /// A tenant's place among those enqueued for one instant (0: the first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]

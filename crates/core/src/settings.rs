@@ -88,10 +88,14 @@ impl Default for PipelineSettings {
 
 impl PipelineSettings {
     /// The lead of the messages of the tenant at `place` among those
-    /// enqueued for one instant: the plain lead for the first, then
-    /// `lead_per_tenant` more for each place, up to `max_lead`.
+    /// enqueued for one instant: the plain lead for the first wave of
+    /// [`crate::crowd::WAVE`] tenants, then `lead_per_tenant` more for each
+    /// place before the wave's, up to `max_lead`. In waves, not one tenant
+    /// at a time: a message visible every 2 ms had the daemon's workers
+    /// receive one or two at a time, a quarter more CPU at 1,000 tenants.
     pub fn lead_at(&self, place: crate::crowd::Place) -> Duration {
-        let grown = self.lead + self.lead_per_tenant.saturating_mul(place.0);
+        let wave_start = place.0 - place.0 % crate::crowd::WAVE;
+        let grown = self.lead + self.lead_per_tenant.saturating_mul(wave_start);
         grown.min(self.max_lead).max(self.lead)
     }
 
