@@ -12,11 +12,12 @@
 # SQS requests (LocalStack's log), Postgres sessions opened (pg_stat_database,
 # every database) and the tenant-database errors the daemon logged, with its
 # CPU, RSS and open descriptors. Prints one table row per N.
-import argparse, collections, os, re, shutil, socket, subprocess, sys, tempfile, time
+import collections, os, re, shutil, socket, subprocess, sys, tempfile, time
 import urllib.request
 
+from idle_tenants import arguments, cpu_s, status_mb
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-hz = os.sysconf("SC_CLK_TCK")
 
 
 def free_port():
@@ -25,20 +26,6 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / hz
-
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def wait_up(url, what):
@@ -160,7 +147,7 @@ def run_one(toki, n, warmup, seconds, pg):
         until, s1, c1 = time.time(), sessions(pg), cpu_s(daemon.pid)
         ls1, log1 = os.path.getsize(emu.ls_log), os.path.getsize(log_path)
         fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
-        rss = rss_mb(daemon.pid)
+        rss = status_mb(daemon.pid, "VmRSS")
     finally:
         daemon.terminate()
         daemon.wait()
@@ -187,12 +174,7 @@ def run_one(toki, n, warmup, seconds, pg):
 
 
 def main():
-    a = argparse.ArgumentParser()
-    a.add_argument("--toki", required=True)
-    a.add_argument("--seconds", type=float, default=60)
-    a.add_argument("--warmup", type=float, default=20)
-    a.add_argument("tenants", type=int, nargs="+")
-    args = a.parse_args()
+    args = arguments()
     pg = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     rows = [run_one(os.path.abspath(args.toki), n, args.warmup, args.seconds, pg) for n in args.tenants]
     print("| tenants | directory req/s | index req/s | SQS req/s | Postgres sessions/s "

@@ -54,13 +54,18 @@ def measure(toki, folder, warmup, seconds):
         p.wait()
 
 
-def main():
+def arguments():
+    """--toki, --seconds, --warmup and the tenant counts (scripts/idle_aws.py too)."""
     a = argparse.ArgumentParser()
     a.add_argument("--toki", required=True)
     a.add_argument("--seconds", type=float, default=60)
     a.add_argument("--warmup", type=float, default=20)
     a.add_argument("tenants", type=int, nargs="+")
-    args = a.parse_args()
+    return a.parse_args()
+
+
+def main():
+    args = arguments()
     toki = os.path.realpath(args.toki)
     root = tempfile.mkdtemp(prefix="idle-tenants")
     rows = []
