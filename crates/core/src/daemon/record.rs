@@ -63,6 +63,43 @@ struct Queue {
     /// Tenants with writes no writer has taken yet, first come first.
     turn: VecDeque<TenantId>,
     writers: usize,
+    /// Writers holding a tenant (the others are about to take one or end).
+    busy: usize,
+}
+
+impl Queue {
+    /// Starts writers while tenants in turn outnumber the writers free to
+    /// take them (a writer busy with a stalled tenant is not free).
+    fn start_writers(&mut self, shared: &Shared, marker: &Marker) {
+        // No runtime (a writer dropped as its runtime goes): nothing to run on.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        while self.writers < MAX_WRITERS && self.writers - self.busy < self.turn.len() {
+            self.writers += 1;
+            let writer = Writer {
+                queue: shared.clone(),
+                marker: marker.clone(),
+            };
+            tokio::spawn(writer.run());
+        }
+    }
+
+    /// `tenant` written (or its writer gone): forgotten, or in turn again
+    /// if more came meanwhile.
+    fn done_with(&mut self, tenant: &TenantId) {
+        self.busy -= 1;
+        let Some(waiting) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        waiting.writing = false;
+        if waiting.writes.is_empty() {
+            self.tenants.remove(tenant);
+        } else {
+            waiting.since = tokio::time::Instant::now();
+            self.turn.push_back(tenant.clone());
+        }
+    }
 }
 
 type Shared = Arc<Mutex<Queue>>;
@@ -131,14 +168,7 @@ impl Recorder {
             queue.turn.push_back(tenant.clone());
         }
         waiting.writes.push(write);
-        if queue.writers < MAX_WRITERS && queue.writers < queue.turn.len() {
-            queue.writers += 1;
-            let writer = Writer {
-                queue: self.queue.clone(),
-                marker: self.marker.clone(),
-            };
-            tokio::spawn(writer.run());
-        }
+        queue.start_writers(&self.queue, &self.marker);
     }
 }
 
@@ -156,6 +186,10 @@ struct Writer {
 impl Writer {
     async fn run(self) {
         while let Some((tenant, since)) = self.next() {
+            let mut held = Held {
+                writer: &self,
+                tenant: Some(tenant.clone()),
+            };
             tokio::time::sleep_until(since + COALESCE).await;
             let writes = {
                 let mut queue = lock(&self.queue);
@@ -167,7 +201,8 @@ impl Writer {
                 std::mem::take(&mut waiting.writes)
             };
             let answers = self.write(&tenant, writes).await;
-            self.done_with(&tenant);
+            held.tenant = None;
+            lock(&self.queue).done_with(&tenant);
             for (done, result) in answers {
                 let _ = done.send(result);
             }
@@ -180,6 +215,7 @@ impl Writer {
         let mut queue = lock(&self.queue);
         match queue.turn.pop_front() {
             Some(tenant) => {
+                queue.busy += 1;
                 let since = queue.tenants[&tenant].since;
                 Some((tenant, since))
             }
@@ -189,23 +225,30 @@ impl Writer {
             }
         }
     }
+}
 
-    /// `tenant` written: forgotten, or in turn again if more came meanwhile.
-    fn done_with(&self, tenant: &TenantId) {
-        let mut queue = lock(&self.queue);
-        let waiting = queue
-            .tenants
-            .get_mut(tenant)
-            .expect("a tenant being written");
-        waiting.writing = false;
-        if waiting.writes.is_empty() {
-            queue.tenants.remove(tenant);
-        } else {
-            waiting.since = tokio::time::Instant::now();
-            queue.turn.push_back(tenant.clone());
-        }
+/// The tenant a writer holds. Dropped while held (the writer panicked, or
+/// its runtime stopped), the writer is gone: its writes were dropped, so
+/// their callers hear the writer stopped; the tenant's later writes are put
+/// in turn again, and another writer is started for them if need be.
+struct Held<'a> {
+    writer: &'a Writer,
+    tenant: Option<TenantId>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let Some(tenant) = self.tenant.take() else {
+            return;
+        };
+        let mut queue = lock(&self.writer.queue);
+        queue.done_with(&tenant);
+        queue.writers -= 1;
+        queue.start_writers(&self.writer.queue, &self.writer.marker);
     }
+}
 
+impl Writer {
     /// Writes `writes`, one statement per store (a tenant deleted and
     /// created again has batches for its old store and its new one), and
     /// what to answer each.
@@ -405,5 +448,36 @@ mod tests {
         }
         assert_eq!(recorder.waiting(), 0);
         assert_eq!(recorder.writers_running(), 0);
+    }
+
+    /// A tenant whose database stalls holds up its own writer only: a
+    /// tenant whose outcomes come while it is being written gets another
+    /// writer and is written at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_tenant_does_not_hold_up_the_next_one() {
+        let at: toki_model::domain::Instant = "2026-11-23T08:00:00Z".parse().unwrap();
+        let recorder = Arc::new(recorder_at(at).0);
+        let slow = Arc::new(MemoryTenantStore::default());
+        slow.set_stall(Some(std::time::Duration::from_secs(60)));
+        let slow: Arc<dyn TenantStore> = slow;
+        let stalled = {
+            let recorder = recorder.clone();
+            tokio::spawn(async move {
+                let tenant = "slow".parse().unwrap();
+                recorder.record(&tenant, &slow, vec![delivered(at)]).await
+            })
+        };
+        // Until the slow tenant is being written (past its coalescing wait).
+        tokio::time::sleep(super::COALESCE * 2).await;
+        assert_eq!(recorder.writers_running(), 1);
+        let quick: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
+        let started = tokio::time::Instant::now();
+        recorder
+            .record(&"quick".parse().unwrap(), &quick, vec![delivered(at)])
+            .await
+            .unwrap();
+        assert_eq!(started.elapsed(), super::COALESCE);
+        stalled.await.unwrap().unwrap();
+        assert_eq!((recorder.waiting(), recorder.writers_running()), (0, 0));
     }
 }
