@@ -269,10 +269,7 @@ mod tests {
         // A frame is a page and its 24-byte header, after the WAL's 32.
         let frame = 4096 + 24;
         let bound = 32 + 2 * WAL_CHECKPOINT_PAGES as u64 * frame;
-        assert!(
-            largest <= bound,
-            "the WAL grew to {largest} bytes (bound {bound})"
-        );
+        assert!(largest <= bound, "the WAL grew to {largest} bytes (bound {bound})");
         let again = open_tenant_file(&path).await.unwrap();
         let (n, sum): (i64, i64) = sqlx::query_as("SELECT COUNT(*), SUM(v) FROM t")
             .fetch_one(&again)
