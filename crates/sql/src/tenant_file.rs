@@ -29,20 +29,12 @@ pub(crate) const REMOVED: &str = "toki: this tenant database was removed";
 /// has hundreds open, each running the same few statements of a batch.
 const STATEMENT_CACHE: usize = 16;
 
-/// How long a statement waits for another connection's lock.
-const BUSY_TIMEOUT_MS: std::ffi::c_int = 10_000;
-
-/// The WAL's size kept after a checkpoint, in bytes (`journal_size_limit`):
-/// unset (SQLite's -1), a WAL that grew once stays that size on disk.
+/// The WAL's size kept after a checkpoint, in bytes (`journal_size_limit`).
+/// Set at all, it also has the last connection's close truncate the kept
+/// WAL to nothing ([`keep_wal_files`]); unset (SQLite's -1), the WAL is
+/// kept whole, and every open reads and checksums it back, and every close
+/// copies its pages to the database again.
 const WAL_SIZE_LIMIT: &str = "4194304";
-
-/// Pages the WAL gathers before a commit copies them into the database and
-/// empties it ([`empty_a_full_wal`]). A tenant file is not checkpointed when
-/// it closes ([`keep_wal_files`]), so the next open reads back and
-/// checksums what the WAL holds: a small bound keeps that read short, and a
-/// burst's claim and outcome writes (a few pages each) are checkpointed
-/// once every few bursts rather than at every close.
-const WAL_CHECKPOINT_PAGES: std::ffi::c_int = 32;
 
 /// The connection settings of a tenant file: those of the control database
 /// (WAL, one connection), and `secure_delete`: deleted content is
@@ -54,7 +46,7 @@ fn options(path: &Path, create: bool) -> StoreResult<SqliteConnectOptions> {
             .create_if_missing(create)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS as u64))
+            .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("secure_delete", "ON")
             .pragma("journal_size_limit", WAL_SIZE_LIMIT)
@@ -78,15 +70,13 @@ async fn pool(options: SqliteConnectOptions) -> StoreResult<SqlitePool> {
 }
 
 /// Keeps the file's WAL and shared-memory files when its last connection
-/// closes, and does not checkpoint it then. SQLite otherwise deletes both
-/// files at close and creates them at the next open: a tenant database
-/// closed and opened again in a burst over more tenants than are kept open
-/// paid two file creations and deletions each time (BENCHMARKS.md,
-/// "Tenants"). The checkpoint at close copied the WAL's pages into the
-/// database and synced it, a quarter of the daemon's CPU in a burst over
-/// 1,000 tenants (each is opened to claim and again to record); the
-/// commits checkpoint it instead ([`empty_a_full_wal`]), and an erasure at
-/// once (`tenant_store::below`).
+/// closes. SQLite otherwise deletes both then and creates them at the next
+/// open: a tenant database closed and opened again in a burst over more
+/// tenants than are kept open paid two file creations and deletions each
+/// time (BENCHMARKS.md, "Tenants"). The WAL is still checkpointed at close
+/// and truncated to nothing ([`WAL_SIZE_LIMIT`]), so that the next open
+/// has nothing to read back (closing without the checkpoint left every open
+/// reading the tenant's schema from it; keeping it whole, its frames).
 async fn keep_wal_files(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
     use libsqlite3_sys as ffi;
     let mut handle = conn.lock_handle().await?;
@@ -102,57 +92,11 @@ async fn keep_wal_files(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::E
             (&mut on as *mut std::ffi::c_int).cast(),
         )
     };
-    check(rc, "keeping a tenant file's WAL at close")?;
-    // SAFETY: as above; NO_CKPT_ON_CLOSE takes an int and an optional
-    // pointer to write the setting back to (none).
-    let rc = unsafe {
-        ffi::sqlite3_db_config(
-            db,
-            ffi::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            1 as std::ffi::c_int,
-            std::ptr::null_mut::<std::ffi::c_int>(),
-        )
-    };
-    check(rc, "leaving a tenant file's WAL unchecked at close")?;
-    // SAFETY: as above; the hook is a plain function that uses no argument.
-    unsafe { ffi::sqlite3_wal_hook(db, Some(empty_a_full_wal), std::ptr::null_mut()) };
-    Ok(())
-}
-
-/// SQLite's WAL hook, after each commit: once the WAL holds
-/// [`WAL_CHECKPOINT_PAGES`], its pages are copied into the database and the
-/// WAL emptied (a `TRUNCATE` checkpoint). SQLite's own automatic checkpoint
-/// (which this replaces) copies the pages but leaves the WAL to be reused
-/// by the connection's next write: a tenant file is closed after a write or
-/// two, and the next open counts the whole WAL as not yet copied, so it grew
-/// without end and each commit copied all of it again. Readers in other
-/// processes are not waited for: the checkpoint then copies what it can
-/// and the next commit tries again.
-unsafe extern "C" fn empty_a_full_wal(
-    _: *mut std::ffi::c_void,
-    db: *mut libsqlite3_sys::sqlite3,
-    name: *const std::ffi::c_char,
-    pages: std::ffi::c_int,
-) -> std::ffi::c_int {
-    use libsqlite3_sys as ffi;
-    if pages >= WAL_CHECKPOINT_PAGES {
-        // SAFETY: SQLite calls the hook with its open handle and the
-        // database's name, on the thread that committed.
-        unsafe {
-            ffi::sqlite3_busy_timeout(db, 0);
-            let mode = ffi::SQLITE_CHECKPOINT_TRUNCATE;
-            let ptr = std::ptr::null_mut();
-            ffi::sqlite3_wal_checkpoint_v2(db, name, mode, ptr, ptr);
-            ffi::sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
-        }
-    }
-    ffi::SQLITE_OK
-}
-
-fn check(rc: std::ffi::c_int, what: &str) -> Result<(), sqlx::Error> {
     match rc {
-        libsqlite3_sys::SQLITE_OK => Ok(()),
-        rc => Err(sqlx::Error::Protocol(format!("{what} failed (code {rc})"))),
+        ffi::SQLITE_OK => Ok(()),
+        rc => Err(sqlx::Error::Protocol(format!(
+            "keeping a tenant file's WAL at close failed (code {rc})"
+        ))),
     }
 }
 
@@ -228,24 +172,19 @@ pub async fn remove_tenant_file(path: &Path) -> StoreResult<()> {
 mod tests {
     use super::*;
 
-    /// The WAL file's size in bytes.
-    fn wal_len(path: &Path) -> u64 {
-        std::fs::metadata(format!("{}-wal", path.display()))
-            .unwrap()
-            .len()
-    }
-
     /// Closing the last connection leaves the WAL and shared-memory files
-    /// (SQLite's default deletes them) and does not checkpoint the WAL; the
-    /// file opens again with its rows. Opened, written and closed again and
-    /// again, the WAL stays within the auto-checkpoint's bound: the commits
-    /// checkpoint it.
+    /// (SQLite's default deletes them), the WAL emptied, and the file opens
+    /// again with its rows.
     #[tokio::test]
-    async fn the_wal_outlives_the_last_connection_within_its_bound() {
+    async fn the_wal_files_outlive_the_last_connection() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.abc.sqlite");
         let pool = create_tenant_file(&path).await.unwrap();
-        sqlx::query("CREATE TABLE t (v INTEGER, pad BLOB)")
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t VALUES (7)")
             .execute(&pool)
             .await
             .unwrap();
@@ -254,28 +193,14 @@ mod tests {
             let file = format!("{}{suffix}", path.display());
             assert!(std::path::Path::new(&file).exists(), "{file} was deleted");
         }
-        assert!(wal_len(&path) > 0, "the close checkpointed the WAL");
-        let mut largest = 0;
-        for v in 0..200 {
-            let pool = open_tenant_file(&path).await.unwrap();
-            sqlx::query("INSERT INTO t VALUES (?, zeroblob(2000))")
-                .bind(v)
-                .execute(&pool)
-                .await
-                .unwrap();
-            pool.close().await;
-            largest = largest.max(wal_len(&path));
-        }
-        // A frame is a page and its 24-byte header, after the WAL's 32.
-        let frame = 4096 + 24;
-        let bound = 32 + 2 * WAL_CHECKPOINT_PAGES as u64 * frame;
-        assert!(largest <= bound, "the WAL grew to {largest} bytes (bound {bound})");
+        let wal = std::fs::metadata(format!("{}-wal", path.display())).unwrap();
+        assert_eq!(wal.len(), 0, "the kept WAL was not emptied at close");
         let again = open_tenant_file(&path).await.unwrap();
-        let (n, sum): (i64, i64) = sqlx::query_as("SELECT COUNT(*), SUM(v) FROM t")
+        let (v,): (i64,) = sqlx::query_as("SELECT v FROM t")
             .fetch_one(&again)
             .await
             .unwrap();
-        assert_eq!((n, sum), (200, (0..200).sum::<i64>()));
+        assert_eq!(v, 7);
     }
 
     /// A handle opened before the fence cannot write after it (a process

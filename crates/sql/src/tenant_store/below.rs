@@ -95,7 +95,7 @@ where
             .map_err(db_err)?;
         let busy = row.try_get::<i64, usize>(0).map_err(db_err)?;
         if busy != 0 {
-            warn!("the WAL was not truncated after an erasure (another process was reading); the next complete checkpoint (a commit that brings the WAL to 32 pages) empties it");
+            warn!("the WAL was not truncated after an erasure (another process was reading); the next complete checkpoint overwrites it");
         }
         Ok(())
     }
