@@ -137,4 +137,17 @@ mod tests {
         assert_eq!(crowds.place(late, &tenant(2), now, 10), Place(1));
         assert_eq!(crowds.instants(), MAX_INSTANTS / 2 + 1);
     }
+
+    /// Past the places a crowd remembers, every tenant has the longest
+    /// lead; the last remembered wave does not (so it must be remembered).
+    #[test]
+    fn the_places_not_remembered_all_have_the_longest_lead() {
+        let settings = crate::settings::PipelineSettings::default();
+        let remembered = settings.remembered_places();
+        assert_eq!(remembered % WAVE, 0);
+        assert_eq!(settings.lead_at(Place(remembered)), settings.max_lead);
+        assert_eq!(settings.lead_at(Place(u32::MAX)), settings.max_lead);
+        assert!(settings.lead_at(Place(remembered - WAVE)) < settings.max_lead);
+        assert_eq!(settings.lead_at(Place(WAVE - 1)), settings.lead);
+    }
 }

@@ -99,12 +99,17 @@ impl PipelineSettings {
         grown.min(self.max_lead).max(self.lead)
     }
 
-    /// Places a crowd remembers: past them, every tenant has the longest lead.
+    /// Places a crowd remembers: past them, every tenant has the longest
+    /// lead (the place that reaches it, rounded up to a whole wave).
     pub fn remembered_places(&self) -> u32 {
         let room = self.max_lead.saturating_sub(self.lead);
+        let wave = crate::crowd::WAVE;
         match self.lead_per_tenant.as_nanos() {
             0 => 0,
-            step => (room.as_nanos() / step).min(u32::MAX as u128) as u32 + 1,
+            step => {
+                let reaching = (room.as_nanos() / step).min(u32::MAX as u128) as u32;
+                reaching.saturating_add(wave - reaching % wave)
+            }
         }
     }
 }

@@ -411,6 +411,21 @@ mod tests {
         assert_eq!(in_new[0].key.occurrence, Occurrence(later));
     }
 
+    /// How long a tenant whose database answers at once waits for its
+    /// outcomes to be written.
+    async fn record_quick(
+        recorder: &Recorder,
+        at: toki_model::domain::Instant,
+    ) -> std::time::Duration {
+        let quick: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
+        let started = tokio::time::Instant::now();
+        recorder
+            .record(&"quick".parse().unwrap(), &quick, vec![delivered(at)])
+            .await
+            .unwrap();
+        started.elapsed()
+    }
+
     /// More tenants stalled than there are writers: the writers are all
     /// taken, and a quick tenant's outcomes wait their turn, no more; once
     /// the stalls end, everything is written and nothing is held.
@@ -435,14 +450,8 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(recorder.writers_running(), super::MAX_WRITERS);
-        let quick: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
-        let started = tokio::time::Instant::now();
-        recorder
-            .record(&"quick".parse().unwrap(), &quick, vec![delivered(at)])
-            .await
-            .unwrap();
         // Its turn came once the first stalled writers were done, not later.
-        assert_eq!(started.elapsed(), stall + super::COALESCE);
+        assert_eq!(record_quick(&recorder, at).await, stall + super::COALESCE);
         for s in stalled {
             s.await.unwrap().unwrap();
         }
@@ -470,13 +479,7 @@ mod tests {
         // Until the slow tenant is being written (past its coalescing wait).
         tokio::time::sleep(super::COALESCE * 2).await;
         assert_eq!(recorder.writers_running(), 1);
-        let quick: Arc<dyn TenantStore> = Arc::new(MemoryTenantStore::default());
-        let started = tokio::time::Instant::now();
-        recorder
-            .record(&"quick".parse().unwrap(), &quick, vec![delivered(at)])
-            .await
-            .unwrap();
-        assert_eq!(started.elapsed(), super::COALESCE);
+        assert_eq!(record_quick(&recorder, at).await, super::COALESCE);
         stalled.await.unwrap().unwrap();
         assert_eq!((recorder.waiting(), recorder.writers_running()), (0, 0));
     }
