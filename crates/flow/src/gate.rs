@@ -132,6 +132,9 @@ struct State {
     waiting: usize,
     /// When a delivery last waited or was refused here: demand for leases.
     pressed_at: Option<Instant>,
+    /// When the gate was made or last granted (with `pressed_at`: when it
+    /// was last in use).
+    granted_at: Instant,
     /// Refused deliveries on their way back, per tenant: the instant each is
     /// to be served. They are ahead of later refusals, so a backlog refused
     /// at once comes back spread at the rate it can be served, rather than
@@ -270,6 +273,7 @@ impl Gate {
                 turn: VecDeque::new(),
                 waiting: 0,
                 pressed_at: None,
+                granted_at: now,
                 booked: HashMap::new(),
                 fleet: 1,
                 largest_share: 0.0,
@@ -359,6 +363,7 @@ impl Gate {
         if self.limit.rate.is_some() {
             s.tokens -= 1.0;
         }
+        s.granted_at = now;
         self.counters.granted.fetch_add(1, Ordering::Relaxed);
         let permit = self.limit.permits.map(|_| {
             s.free_permits -= 1;
@@ -663,6 +668,15 @@ impl Gate {
             && s.holders.is_empty()
             && s.paused_until.is_none()
             && (self.limit.rate.is_none() || s.tokens >= s.cap)
+    }
+
+    /// How long nothing was granted, waited, refused, throttled or
+    /// expected here by `now` (zero while deliveries are expected): a gate
+    /// can be idle at every look and still be used in between.
+    pub(crate) fn quiet_for(&self, now: Instant) -> Duration {
+        let s = self.state.lock().expect("gate lock");
+        let used_at = s.pressed_at.map_or(s.granted_at, |p| p.max(s.granted_at));
+        now.saturating_duration_since(used_at)
     }
 
     /// The part of the limit's rate this instance holds (0..=1).

@@ -35,6 +35,12 @@ use toki_ports::{Clock, TenantDirectory};
 /// ticks (as many as fit in this; none pass while it sleeps).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// A shared key's gate unused this long is forgotten, its leaser stopped and
+/// its partitions given back: a tenant sending every minute or so keeps its
+/// reserved partition (its sends go at once), a quiet one costs no task and
+/// no lease writes.
+const LEASED_IDLE_FOR: Duration = Duration::from_secs(60);
+
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KeyStats {
@@ -195,11 +201,12 @@ impl Flow {
 
     /// Ticks every slice while a gate is in use: revokes stuck holders and
     /// hands out capacity; every `SWEEP_EVERY` of its ticks forgets idle
-    /// gates and says in the log how the busy keys are doing. Sleeps while
-    /// nothing waits or is held at any gate and only gates of shared limits
-    /// are left (the others are forgotten once idle), so an idle daemon is
-    /// not woken seven times a second; a delivery that waits or takes a
-    /// permit, or a new gate, wakes it.
+    /// gates and says in the log how the busy keys are doing. Sleeps while nothing waits or is held at any gate and only
+    /// gates of shared limits are left (the others are forgotten once idle),
+    /// so an idle daemon is not woken seven times a second; a delivery that
+    /// waits or takes a permit, or a new gate, wakes it. Asleep, it still
+    /// sweeps every `SWEEP_EVERY` while something is left to forget, and
+    /// not at all once only the standing gates are.
     async fn guide(flow: std::sync::Weak<Flow>, slice: Duration, mut stop: watch::Receiver<bool>) {
         let Some(wake) = flow.upgrade().map(|f| f.guide_wake.clone()) else {
             return;
@@ -209,21 +216,26 @@ impl Flow {
         // Counted in ticks, so a busy runtime (late ticks) sweeps less often.
         let sweep_every = (SWEEP_EVERY.as_millis() / slice.as_millis().max(1)).max(1) as u64;
         let mut n: u64 = 0;
-        let mut asleep = false;
+        let (mut asleep, mut forgettable) = (false, false);
         loop {
-            tokio::select! {
-                _ = ticks.tick(), if !asleep => {}
-                _ = wake.notified(), if asleep => ticks.reset(),
+            let sweep_now = tokio::select! {
+                _ = ticks.tick(), if !asleep => false,
+                _ = wake.notified(), if asleep => false,
+                _ = tokio::time::sleep(SWEEP_EVERY), if asleep && forgettable => true,
                 _ = stop.changed() => return,
+            };
+            if asleep {
+                ticks.reset();
             }
             let Some(flow) = flow.upgrade() else { return };
             let settled = flow.tick_gates();
             n += 1;
-            if n.is_multiple_of(sweep_every) {
+            if sweep_now || n.is_multiple_of(sweep_every) {
                 flow.forget_idle_gates();
                 flow.log_busy_keys();
             }
             asleep = settled && flow.only_leased_gates();
+            forgettable = flow.anything_forgettable();
         }
     }
 
@@ -252,19 +264,68 @@ impl Flow {
     }
 
     /// Per-recipient keys come and go: forgets the idle ones so the map and
-    /// the tick stay as small as what is in use. A gate someone holds (a
-    /// delivery between finding it and passing it) is kept: forgotten, the
-    /// next delivery would make a second gate of the key beside it.
+    /// the tick stay as small as what is in use; a shared key's gate (but a
+    /// standing one) goes once unused for `LEASED_IDLE_FOR`, its leaser
+    /// stopped. The retire map is changed under the gates' lock, so a gate
+    /// made again meanwhile keeps its own leaser.
     fn forget_idle_gates(&self) {
         let now = tokio::time::Instant::now();
         let mut gates = self.gates.lock().expect("gates");
-        gates.retain(|_, g| g.limit.leased() || Arc::strong_count(g) > 1 || !g.is_idle(now));
+        let mut retire = self.retire.lock().expect("retire");
+        gates.retain(|key, gate| {
+            let keep = self.keeps(key, gate, retire.contains_key(key), now);
+            if !keep {
+                if let Some(stop) = retire.remove(key) {
+                    // Its leaser gives its partitions back and ends.
+                    let _ = stop.send(true);
+                }
+            }
+            keep
+        });
+        drop((gates, retire));
+        reap(&mut self.tasks.lock().expect("flow tasks"));
     }
 
-    /// No gate is left that the guide would forget once idle.
+    /// Whether the sweep keeps `gate` of `key` (with a leaser or not). A
+    /// gate someone holds (a delivery between finding it and passing it) is
+    /// kept: forgotten, the next delivery would make a second gate of the
+    /// key beside it.
+    fn keeps(
+        &self,
+        key: &FlowKey,
+        gate: &Arc<Gate>,
+        leaser: bool,
+        now: tokio::time::Instant,
+    ) -> bool {
+        // Its leaser holds it too.
+        let in_hand = Arc::strong_count(gate) > 1 + usize::from(leaser);
+        if in_hand || !gate.is_idle(now) {
+            return true;
+        }
+        gate.limit.leased() && (self.standing(key) || gate.quiet_for(now) < LEASED_IDLE_FOR)
+    }
+
+    /// A key made at start (the workspace, the mail account): a constant
+    /// few, kept so their reserved partitions are held before a send.
+    fn standing(&self, key: &FlowKey) -> bool {
+        match key {
+            FlowKey::SlackWorkspace(w) => *w == self.settings.slack_workspace,
+            FlowKey::Smtp(a) => *a == self.settings.smtp_account,
+            _ => false,
+        }
+    }
+
+    /// No gate is left that the guide would forget at its first sweep once
+    /// idle (shared keys' gates are kept a while).
     fn only_leased_gates(&self) -> bool {
         let gates = self.gates.lock().expect("gates");
         gates.values().all(|g| g.limit.leased())
+    }
+
+    /// Something the sweep may forget yet: a gate but the standing ones.
+    fn anything_forgettable(&self) -> bool {
+        let gates = self.gates.lock().expect("gates");
+        gates.keys().any(|k| !self.standing(k))
     }
 
     fn log_busy_keys(&self) {
@@ -340,10 +401,9 @@ impl Flow {
                 .lock()
                 .expect("retire")
                 .insert(key.clone(), retire);
-            self.tasks
-                .lock()
-                .expect("flow tasks")
-                .spawn(leaser.run(self.stop.subscribe(), retired));
+            let mut tasks = self.tasks.lock().expect("flow tasks");
+            reap(&mut tasks);
+            tasks.spawn(leaser.run(self.stop.subscribe(), retired));
         }
         gates.insert(key.clone(), gate.clone());
         Some(gate)
@@ -482,6 +542,12 @@ impl Flow {
         let mut tasks = std::mem::take(&mut *self.tasks.lock().expect("flow tasks"));
         while tasks.join_next().await.is_some() {}
     }
+}
+
+/// Lets go of the tasks that ended (leasers of forgotten or retired gates):
+/// a join set keeps each until it is joined.
+fn reap(tasks: &mut JoinSet<()>) {
+    while tasks.try_join_next().is_some() {}
 }
 
 impl Drop for Flow {

@@ -1042,3 +1042,119 @@ async fn a_newcomer_gets_its_even_part_of_a_busy_key() {
     let (from_a, from_b) = (ta.await.unwrap().len(), tb.await.unwrap().len());
     assert!(from_b >= 100, "b sent {from_b} (a {from_a})");
 }
+
+// ------------------------------------------------------------ forgetting
+
+/// The standing workspace and mail keys, any other workspace, and a
+/// tenant's own Slack cap: all shared across the fleet.
+fn forgetting_settings() -> FlowSettings {
+    FlowSettings {
+        limits: [
+            ("slack:*".to_owned(), Limit::rate(50.0, 10)),
+            ("smtp:*".to_owned(), Limit::rate(14.0, 0)),
+            ("tenant:*:slack".to_owned(), Limit::rate(5.0, 2)),
+        ]
+        .into(),
+        slack_workspace: "ws".into(),
+        smtp_account: "ses".into(),
+        lease_ms: 3_000,
+        ..FlowSettings::default()
+    }
+}
+
+/// Past the bound of an unused shared key's gate, and a sweep after it.
+const PAST_LEASED_IDLE: Duration = LEASED_IDLE_FOR
+    .saturating_add(SWEEP_EVERY)
+    .saturating_add(SWEEP_EVERY);
+
+/// The rows `holder` has on `key`, partitions and presence, live or not
+/// (given back, they are gone).
+fn rows_of(store: &MemoryLeaseStore, holder: &str, key: &str) -> usize {
+    futures::executor::block_on(store.leases(key))
+        .unwrap()
+        .iter()
+        .filter(|l| l.holder == holder)
+        .count()
+}
+
+fn has_gate(flow: &Flow, key: &FlowKey) -> bool {
+    flow.stats().iter().any(|s| s.key == *key)
+}
+
+/// A tenant's own shared key costs a leaser and lease writes: unused for a
+/// while, its gate is forgotten, its partitions given back; the next
+/// delivery makes it again, with a leaser of its own.
+#[tokio::test(start_paused = true)]
+async fn a_tenants_unused_leased_gate_is_forgotten_and_made_again() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let flow = Flow::new(forgetting_settings(), Some(store.clone()), clock(), "a");
+    let key = fk("tenant:t:slack");
+    let keys = std::slice::from_ref(&key);
+    flow.admit(keys, "t").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(held_by(&store, "a", "tenant:t:slack"), 1, "reserved");
+    // Used again half way: kept a whole bound from then.
+    tokio::time::sleep(LEASED_IDLE_FOR / 2).await;
+    flow.admit(keys, "t").await.unwrap();
+    tokio::time::sleep(LEASED_IDLE_FOR / 2 + SWEEP_EVERY * 2).await;
+    assert!(has_gate(&flow, &key), "used {:?} ago", LEASED_IDLE_FOR / 2);
+    assert_eq!(held_by(&store, "a", "tenant:t:slack"), 1);
+
+    tokio::time::sleep(LEASED_IDLE_FOR).await;
+    assert!(!has_gate(&flow, &key), "forgotten");
+    assert!(!flow.retire.lock().unwrap().contains_key(&key));
+    assert_eq!(
+        rows_of(&store, "a", "tenant:t:slack"),
+        0,
+        "its leaser gave its partition and presence back"
+    );
+
+    flow.admit(keys, "t").await.expect("a fresh gate");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(has_gate(&flow, &key));
+    assert_eq!(
+        held_by(&store, "a", "tenant:t:slack"),
+        1,
+        "a new leaser took its reserved partition"
+    );
+}
+
+/// The workspace and mail keys made at start hold their reserved
+/// partitions however long they go unused; another shared key does not.
+#[tokio::test(start_paused = true)]
+async fn the_standing_leased_gates_are_never_forgotten() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let flow = Flow::new(forgetting_settings(), Some(store.clone()), clock(), "a");
+    let standing = [fk("slack:ws"), fk("smtp:ses")];
+    for key in &standing {
+        flow.admit(std::slice::from_ref(key), "t").await.unwrap();
+    }
+    flow.admit(&[fk("slack:other")], "t").await.unwrap();
+    tokio::time::sleep(LEASED_IDLE_FOR * 10).await;
+    let left: Vec<FlowKey> = flow.stats().into_iter().map(|s| s.key).collect();
+    assert_eq!(left, standing, "only the standing gates are left");
+    assert_eq!(held_by(&store, "a", "slack:ws"), 1);
+    assert_eq!(held_by(&store, "a", "smtp:ses"), 1);
+    assert_eq!(rows_of(&store, "a", "slack:other"), 0);
+}
+
+/// Asleep beside shared keys' gates, the guide still sweeps now and then
+/// (not every slice) while a tenant's gate is left to forget, and not at
+/// all once only the standing gates are left.
+#[tokio::test(start_paused = true)]
+async fn the_guide_sleeps_for_good_once_only_standing_gates_are_left() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let flow = Flow::new(forgetting_settings(), Some(store.clone()), clock(), "a");
+    let key = fk("tenant:t:slack");
+    flow.admit(std::slice::from_ref(&key), "t").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = flow.guide_ticks();
+    tokio::time::sleep(PAST_LEASED_IDLE).await;
+    assert!(!has_gate(&flow, &key), "swept while asleep");
+    let woke = flow.guide_ticks() - before;
+    let sweeps = PAST_LEASED_IDLE.as_secs() / SWEEP_EVERY.as_secs();
+    assert!(woke <= sweeps + 1, "{woke} ticks in {PAST_LEASED_IDLE:?}");
+    let settled = flow.guide_ticks();
+    tokio::time::sleep(LEASED_IDLE_FOR * 10).await;
+    assert_eq!(flow.guide_ticks(), settled, "asleep for good");
+}
