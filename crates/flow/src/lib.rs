@@ -41,6 +41,12 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// no lease writes.
 const LEASED_IDLE_FOR: Duration = Duration::from_secs(60);
 
+/// A contract not read for this many refreshes is forgotten once its tenant
+/// has no gate left. Not sooner: it is the fallback while the directory
+/// cannot be read, so a tenant back within this (5 minutes by default) is
+/// still held to its contract through an outage.
+const CONTRACT_KEPT_REFRESHES: u32 = 10;
+
 /// One key's figures, for logs, metrics and `toki bench`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct KeyStats {
@@ -201,7 +207,8 @@ impl Flow {
 
     /// Ticks every slice while a gate is in use: revokes stuck holders and
     /// hands out capacity; every `SWEEP_EVERY` of its ticks forgets idle
-    /// gates and says in the log how the busy keys are doing. Sleeps while nothing waits or is held at any gate and only
+    /// gates and unread contracts and says in the log how the busy keys are
+    /// doing. Sleeps while nothing waits or is held at any gate and only
     /// gates of shared limits are left (the others are forgotten once idle),
     /// so an idle daemon is not woken seven times a second; a delivery that
     /// waits or takes a permit, or a new gate, wakes it. Asleep, it still
@@ -232,6 +239,7 @@ impl Flow {
             n += 1;
             if sweep_now || n.is_multiple_of(sweep_every) {
                 flow.forget_idle_gates();
+                flow.forget_unread_contracts();
                 flow.log_busy_keys();
             }
             asleep = settled && flow.only_leased_gates();
@@ -315,6 +323,24 @@ impl Flow {
         }
     }
 
+    /// Forgets the contracts not read for `CONTRACT_KEPT_REFRESHES`
+    /// refreshes whose tenant has no gate left (one in use is read again
+    /// every refresh, so this counts from its last use, give or take one).
+    fn forget_unread_contracts(&self) {
+        let now = tokio::time::Instant::now();
+        let kept_for = self.settings.contract_refresh() * CONTRACT_KEPT_REFRESHES;
+        let gates = self.gates.lock().expect("gates");
+        let with_gates: std::collections::HashSet<&str> =
+            gates.keys().filter_map(FlowKey::tenant).collect();
+        self.contract_cache
+            .lock()
+            .expect("contracts")
+            .retain(|tenant, (at, _)| {
+                with_gates.contains(tenant.as_str())
+                    || now.saturating_duration_since(*at) < kept_for
+            });
+    }
+
     /// No gate is left that the guide would forget at its first sweep once
     /// idle (shared keys' gates are kept a while).
     fn only_leased_gates(&self) -> bool {
@@ -322,10 +348,13 @@ impl Flow {
         gates.values().all(|g| g.limit.leased())
     }
 
-    /// Something the sweep may forget yet: a gate but the standing ones.
+    /// Something the sweep may forget yet: a gate but the standing ones, or
+    /// a contract read.
     fn anything_forgettable(&self) -> bool {
         let gates = self.gates.lock().expect("gates");
-        gates.keys().any(|k| !self.standing(k))
+        let gate = gates.keys().any(|k| !self.standing(k));
+        drop(gates);
+        gate || !self.contract_cache.lock().expect("contracts").is_empty()
     }
 
     fn log_busy_keys(&self) {

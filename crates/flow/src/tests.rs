@@ -1138,6 +1138,81 @@ async fn the_standing_leased_gates_are_never_forgotten() {
     assert_eq!(rows_of(&store, "a", "slack:other"), 0);
 }
 
+/// A directory that counts the reads of tenants' records.
+struct CountingDirectory {
+    inner: Arc<toki_ports::testing::MemoryDirectory>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingDirectory {
+    fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl TenantDirectory for CountingDirectory {
+    async fn get(
+        &self,
+        tenant: &toki_model::TenantId,
+    ) -> toki_ports::StoreResult<Option<toki_model::TenantRecord>> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get(tenant).await
+    }
+    async fn put(&self, record: &toki_model::TenantRecord) -> toki_ports::StoreResult<()> {
+        self.inner.put(record).await
+    }
+    async fn list(&self) -> toki_ports::StoreResult<Vec<toki_model::TenantRecord>> {
+        self.inner.list().await
+    }
+    async fn delete(&self, tenant: &toki_model::TenantId) -> toki_ports::StoreResult<bool> {
+        self.inner.delete(tenant).await
+    }
+}
+
+/// A contract not read for the bound is forgotten once its tenant has no
+/// gate (not before: it is the fallback while the directory cannot be
+/// read), and read from the directory on the tenant's next delivery.
+#[tokio::test(start_paused = true)]
+async fn an_unread_contract_is_forgotten_once_its_tenant_has_no_gate() {
+    let settings = FlowSettings {
+        limits: [("tenantdb:*".to_owned(), Limit::permits(1))].into(),
+        max_wait_ms: 500,
+        ..FlowSettings::default()
+    };
+    let kept_for = settings.contract_refresh() * CONTRACT_KEPT_REFRESHES;
+    let flow = Flow::new(settings, None, clock(), "a");
+    let directory = Arc::new(CountingDirectory {
+        inner: directory_with("big", "tenantdb=permits:3").await,
+        reads: Default::default(),
+    });
+    flow.read_contracts_from(directory.clone());
+    let cached = || flow.contract_cache.lock().unwrap().len();
+    let (big, small) = ([fk("tenantdb:big")], [fk("tenantdb:small")]);
+    drop(flow.admit(&big, "big").await.unwrap());
+    drop(flow.admit(&small, "small").await.unwrap());
+    let in_hand = flow.gate(&big[0]).unwrap();
+    assert_eq!((directory.reads(), cached()), (2, 2));
+
+    tokio::time::sleep(kept_for - SWEEP_EVERY * 2).await;
+    assert!(!has_gate(&flow, &small[0]));
+    assert_eq!(cached(), 2, "both kept until the bound");
+    tokio::time::sleep(SWEEP_EVERY * 4).await;
+    assert_eq!(cached(), 1, "the big tenant's gate is still in hand");
+    drop(in_hand);
+    tokio::time::sleep(SWEEP_EVERY * 2).await;
+    assert!(flow.stats().is_empty());
+    assert_eq!(cached(), 0, "forgotten with its gate");
+
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| flow.admit(&big, "big"))).await;
+    assert!(
+        held.iter().all(Result::is_ok),
+        "its contract's three permits"
+    );
+    assert_eq!(directory.reads(), 3, "read again from the directory");
+}
+
 /// Asleep beside shared keys' gates, the guide still sweeps now and then
 /// (not every slice) while a tenant's gate is left to forget, and not at
 /// all once only the standing gates are left.
