@@ -661,13 +661,15 @@ impl Gate {
 
     /// Nothing waits or is held here and the key has saved up all it may
     /// by `now`: dropping this gate (a new one starts full) changes nothing.
+    /// With no share (others lease every partition) nothing is ever saved
+    /// up: a gate made again has the one token any new gate has.
     pub fn is_idle(&self, now: Instant) -> bool {
         let mut s = self.state.lock().expect("gate lock");
         self.release(&mut s, now);
         s.waiting == 0
             && s.holders.is_empty()
             && s.paused_until.is_none()
-            && (self.limit.rate.is_none() || s.tokens >= s.cap)
+            && (self.limit.rate.is_none() || s.tokens >= s.cap || s.share <= 0.0)
     }
 
     /// How long nothing was granted, waited, refused, throttled or

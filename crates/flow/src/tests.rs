@@ -1233,3 +1233,30 @@ async fn the_guide_sleeps_for_good_once_only_standing_gates_are_left() {
     tokio::time::sleep(LEASED_IDLE_FOR * 10).await;
     assert_eq!(flow.guide_ticks(), settled, "asleep for good");
 }
+
+/// An instance that got no partition of a tenant's key (others hold them
+/// all) spends nothing there, saves nothing up, and forgets the gate too.
+#[tokio::test(start_paused = true)]
+async fn a_leased_gate_holding_no_partition_is_forgotten_too() {
+    let store = Arc::new(MemoryLeaseStore::default());
+    let key = fk("tenant:t:slack");
+    let now = toki_ports::Clock::now(clock().as_ref());
+    for partition in 0..10 {
+        let until = now + chrono::Duration::days(1);
+        let taken = store.acquire("tenant:t:slack", partition, "b", until, now);
+        assert!(taken.await.unwrap().is_written());
+    }
+    let flow = Flow::new(forgetting_settings(), Some(store.clone()), clock(), "a");
+    flow.admit(std::slice::from_ref(&key), "t")
+        .await
+        .expect("a fresh gate's one token");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(flow.gate(&key).unwrap().share(), 0.0);
+    tokio::time::sleep(PAST_LEASED_IDLE).await;
+    assert!(!has_gate(&flow, &key), "forgotten");
+    assert_eq!(
+        rows_of(&store, "a", "tenant:t:slack"),
+        0,
+        "presence given back"
+    );
+}
