@@ -100,7 +100,7 @@ def count_requests(path, since, until):
     by = collections.Counter()
     with open(path) as f:
         for line in f:
-            t, op, tables = line.split()
+            t, op, tables = line.split()[:3]
             if since <= float(t) < until:
                 by[(op, tables)] += 1
     return by
