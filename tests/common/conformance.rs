@@ -1171,6 +1171,40 @@ pub mod directory {
         assert!(d.get(&id).await.unwrap().unwrap().limits.is_empty());
     }
 
+    /// Many entries read at once (more than one DynamoDB batch): each
+    /// found as written, the missing ones left out.
+    pub async fn get_many(d: Arc<dyn TenantDirectory>) {
+        let prefix = unique("gm");
+        let written: Vec<TenantRecord> = (0..105)
+            .map(|i| TenantRecord {
+                id: format!("{prefix}-{i}").parse().unwrap(),
+                reminders_enabled: i % 2 == 0,
+                active: true,
+                database: format!("/tmp/{i}.sqlite"),
+                api_keys: Vec::new(),
+                change_notices: Default::default(),
+                limits: Default::default(),
+                retention: Default::default(),
+            })
+            .collect();
+        for rec in &written {
+            d.put(rec).await.unwrap();
+        }
+        let missing: TenantId = format!("{prefix}-none").parse().unwrap();
+        let asked: Vec<TenantId> = written
+            .iter()
+            .map(|r| r.id.clone())
+            .chain([missing.clone()])
+            .collect();
+        let found = d.get_many(&asked).await.unwrap();
+        assert_eq!(found.len(), written.len(), "every written one, no other");
+        for rec in &written {
+            assert_eq!(found.get(&rec.id), Some(rec));
+        }
+        assert!(!found.contains_key(&missing));
+        assert!(d.get_many(&[]).await.unwrap().is_empty());
+    }
+
     /// Pages by id: each after the last of the one before, none twice,
     /// none left out (other tests' tenants may share the directory).
     pub async fn pages_by_id(d: Arc<dyn TenantDirectory>) {
@@ -1226,6 +1260,11 @@ macro_rules! directory_conformance {
             $(#[$meta])*
             async fn pages_by_id() {
                 common::conformance::directory::pages_by_id($factory().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn get_many() {
+                common::conformance::directory::get_many($factory().await).await
             }
         }
     };

@@ -113,6 +113,49 @@ fn record(item: &HashMap<String, AttributeValue>) -> Result<TenantRecord, AwsErr
     })
 }
 
+/// BatchGetItem's bound on keys per request.
+const BATCH_GET: usize = 100;
+
+impl DynamoTenantDirectory {
+    /// The records of up to 100 tenants, and the tenants DynamoDB left
+    /// unprocessed.
+    async fn batch(
+        &self,
+        chunk: &[TenantId],
+    ) -> Result<(Vec<TenantRecord>, Vec<TenantId>), AwsError> {
+        let keys = chunk
+            .iter()
+            .map(|t| HashMap::from([("tenant".to_owned(), s(t.as_str()))]))
+            .collect();
+        let read = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(true)
+            .build()
+            .map_err(|e| AwsError::service("BatchGetItem(tenants)", e.to_string()))?;
+        let out = self
+            .client
+            .batch_get_item()
+            .request_items(&self.table, read)
+            .send()
+            .await
+            .map_err(|e| sdk("BatchGetItem(tenants)", e))?;
+        let items = out.responses().and_then(|r| r.get(&self.table));
+        let records = items
+            .map(|items| items.iter().map(record).collect::<Result<Vec<_>, _>>())
+            .transpose()?
+            .unwrap_or_default();
+        let unprocessed = out
+            .unprocessed_keys()
+            .and_then(|u| u.get(&self.table))
+            .map(|k| k.keys())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|key| key.get("tenant")?.as_s().ok()?.parse().ok())
+            .collect();
+        Ok((records, unprocessed))
+    }
+}
+
 #[async_trait]
 impl TenantDirectory for DynamoTenantDirectory {
     async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>> {
@@ -126,6 +169,23 @@ impl TenantDirectory for DynamoTenantDirectory {
             .await
             .map_err(|e| sdk("GetItem", e))?;
         Ok(resp.item.as_ref().map(record).transpose()?)
+    }
+
+    /// BatchGetItem, 100 keys a request (its bound), the requests together;
+    /// keys DynamoDB leaves unprocessed (throttled) are read one by one.
+    async fn get_many(&self, tenants: &[TenantId]) -> StoreResult<HashMap<TenantId, TenantRecord>> {
+        let reads = tenants.chunks(BATCH_GET).map(|chunk| self.batch(chunk));
+        let mut found = HashMap::with_capacity(tenants.len());
+        for read in futures::future::join_all(reads).await {
+            let (records, unprocessed) = read?;
+            found.extend(records.into_iter().map(|r| (r.id.clone(), r)));
+            for tenant in unprocessed {
+                if let Some(r) = self.get(&tenant).await? {
+                    found.insert(tenant, r);
+                }
+            }
+        }
+        Ok(found)
     }
 
     async fn put(&self, r: &TenantRecord) -> StoreResult<()> {

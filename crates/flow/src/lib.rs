@@ -9,6 +9,7 @@
 //! delay instead of waiting in memory. A shared key's rate is the fleet's:
 //! each instance spends only the partitions it leases.
 
+mod contracts;
 mod gate;
 mod lease;
 #[cfg(test)]
@@ -77,7 +78,7 @@ pub struct Flow {
     tasks: Mutex<JoinSet<()>>,
     stop: watch::Sender<bool>,
     /// Where tenants' contracts are read (none: the configured limits only).
-    contracts: std::sync::OnceLock<Arc<dyn TenantDirectory>>,
+    contracts: std::sync::OnceLock<contracts::ContractReader>,
     /// Contracts as last read, by tenant, with when.
     contract_cache: Mutex<HashMap<String, (tokio::time::Instant, Arc<ContractLimits>)>>,
     /// Some contract caps Slack / mail (their deliveries then pass the gates
@@ -137,7 +138,9 @@ impl Flow {
     /// Reads each tenant's contract limits from `directory` (cached, read
     /// again every `contract_refresh_ms`).
     pub fn read_contracts_from(&self, directory: Arc<dyn TenantDirectory>) {
-        let _ = self.contracts.set(directory);
+        let _ = self
+            .contracts
+            .set(contracts::ContractReader::new(directory));
     }
 
     /// `tenant`'s contract limits (none without a directory, or while its
@@ -157,8 +160,8 @@ impl Flow {
             }
         }
         let id: toki_model::TenantId = tenant.parse().ok()?;
-        let read = match directory.get(&id).await {
-            Ok(record) => Arc::new(record.map(|r| r.limits).unwrap_or_default()),
+        let read = match directory.read(id).await {
+            Ok(limits) => Arc::new(limits.unwrap_or_default()),
             Err(e) => {
                 tracing::warn!(%tenant, error = %chain(&e), "reading the tenant's contract limits failed; the last read (or the configured limits) apply");
                 // Not again before the next refresh.

@@ -512,6 +512,18 @@ pub struct QueueDepth {
 #[async_trait]
 pub trait TenantDirectory: Send + Sync {
     async fn get(&self, tenant: &TenantId) -> StoreResult<Option<TenantRecord>>;
+    /// The entries of `tenants` (those with none are not in the answer), in
+    /// as few requests as the store allows: a burst over many tenants reads
+    /// their contracts together. The default reads them one by one.
+    async fn get_many(&self, tenants: &[TenantId]) -> StoreResult<HashMap<TenantId, TenantRecord>> {
+        let mut found = HashMap::with_capacity(tenants.len());
+        for tenant in tenants {
+            if let Some(record) = self.get(tenant).await? {
+                found.insert(tenant.clone(), record);
+            }
+        }
+        Ok(found)
+    }
     async fn put(&self, record: &TenantRecord) -> StoreResult<()>;
     async fn list(&self) -> StoreResult<Vec<TenantRecord>>;
     /// Up to `limit` tenants after `after` (from the first if None), by id:

@@ -383,6 +383,14 @@ impl TenantDirectory for CheckedDirectory {
         Ok(record)
     }
 
+    async fn get_many(&self, tenants: &[TenantId]) -> StoreResult<HashMap<TenantId, TenantRecord>> {
+        let records = self.inner.get_many(tenants).await?;
+        for tenant in tenants {
+            self.handles.observe(tenant, records.get(tenant)).await;
+        }
+        Ok(records)
+    }
+
     async fn put(&self, record: &TenantRecord) -> StoreResult<()> {
         self.inner.put(record).await?;
         self.handles.observe(&record.id, Some(record)).await;
