@@ -191,6 +191,27 @@ impl Flow {
         Some(read)
     }
 
+    /// Deliveries of `tenant` are coming: its contract is read now, while
+    /// there is the lead before them, so that their first send finds it
+    /// (read at the instant, it would wait on the directory with every
+    /// other tenant of a burst).
+    pub fn expect_tenant(self: &Arc<Self>, tenant: &str) {
+        if self.contracts.get().is_none() || self.contract_fresh(tenant) {
+            return;
+        }
+        let (flow, tenant) = (self.clone(), tenant.to_owned());
+        tokio::spawn(async move { flow.contract(&tenant).await });
+    }
+
+    /// Whether `tenant`'s contract was read within the refresh.
+    fn contract_fresh(&self, tenant: &str) -> bool {
+        let now = tokio::time::Instant::now();
+        let cache = self.contract_cache.lock().expect("contracts");
+        cache
+            .get(tenant)
+            .is_some_and(|(at, _)| now.duration_since(*at) < self.settings.contract_refresh())
+    }
+
     /// A tenant's contract changed: its own gates are made again with the
     /// new limits (deliveries waiting at the old ones are refused when
     /// their wait ends and come back through the queue).

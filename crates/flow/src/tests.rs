@@ -1320,3 +1320,29 @@ async fn a_burst_over_many_tenants_reads_their_contracts_together() {
         .iter()
         .all(|c| c.as_deref().unwrap().is_empty()));
 }
+
+/// Told that a tenant's deliveries are coming, the flow reads its contract
+/// then, so that their first send does not wait on the directory.
+#[tokio::test(start_paused = true)]
+async fn an_expected_tenants_contract_is_read_before_its_first_send() {
+    let settings = FlowSettings {
+        limits: [("tenantdb:*".to_owned(), Limit::permits(1))].into(),
+        ..FlowSettings::default()
+    };
+    let flow = Flow::new(settings, None, clock(), "a");
+    let directory = Arc::new(CountingDirectory::new(
+        directory_with("big", "tenantdb=permits:3").await,
+    ));
+    flow.read_contracts_from(directory.clone());
+    flow.expect_tenant("big");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(directory.reads(), 1, "read when told");
+    flow.expect_tenant("big");
+    let big = [fk("tenantdb:big")];
+    let held: Vec<_> = futures::future::join_all((0..3).map(|_| flow.admit(&big, "big"))).await;
+    assert!(
+        held.iter().all(Result::is_ok),
+        "its contract's three permits"
+    );
+    assert_eq!(directory.reads(), 1, "not read again at the send");
+}

@@ -30,6 +30,7 @@ impl Daemon {
         if !slack && !mail {
             return;
         }
+        flow.expect_tenant(prepared.plan.tenant.as_str());
         // The shared keys only (the workspace, the mail account, the
         // tenant's own cap): a recipient's key is local, with no lease to take.
         let mut spent = std::collections::BTreeSet::new();
