@@ -16,7 +16,7 @@ use toki_model::domain::EndpointId;
 use toki_model::event::{EndpointSpec, EndpointUrl, EventKinds, EventOrdering};
 use toki_model::lateness::Lateness;
 use toki_model::TenantId;
-use toki_ports::TenantStores;
+use toki_ports::{TenantStores, WorkKind};
 
 use crate::progress::Progress;
 use crate::webhook_standin::{EventArrival, EventStats, TenantSecret};
@@ -38,6 +38,9 @@ const REGISTER_CONCURRENCY: usize = 16;
 const SECRETS_PER_REQUEST: usize = 1000;
 /// Events read from a tenant's log per read.
 const LOG_PAGE: usize = 1000;
+/// How long the daemons may take for their first look at the new
+/// endpoints (each registration marks its tenant; nothing is sent).
+const FIRST_LOOK_LIMIT: Duration = Duration::from_secs(300);
 /// How long events may still come after the last delivery, besides 1 s per
 /// 1,000 deliveries: a missing event shows as missing, not as a hang.
 const EVENTS_GRACE: Duration = Duration::from_secs(30);
@@ -156,6 +159,28 @@ pub(super) async fn register_endpoints(
     }
     progress.finish(&format!("{} event endpoints registered", tenants.len()));
     Ok(())
+}
+
+/// Waits for the daemons' first look at the new endpoints (every tenant's
+/// events mark settled), so that it is neither mixed with the meetings'
+/// registration nor with the burst.
+pub(super) async fn wait_first_look(toki: &Toki, progress: &Progress) -> anyhow::Result<()> {
+    progress.stage("first look", None);
+    let deadline = tokio::time::Instant::now() + FIRST_LOOK_LIMIT;
+    loop {
+        let marked = toki.marks.marked(WorkKind::Events).await?.len();
+        if marked == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "the daemons' first look at the event endpoints took over {} s ({marked} tenants left)",
+                FIRST_LOOK_LIMIT.as_secs()
+            );
+        }
+        progress.message(format!("{marked} tenants' new endpoints to look at"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Waits until `at_least` distinct events have arrived (one per delivery at

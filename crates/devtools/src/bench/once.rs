@@ -67,6 +67,9 @@ pub async fn run_once(
     };
     let fleet = spawn_daemons(daemons, &config, &args)?;
     let pids: Vec<u32> = fleet.iter().map(Guard::pid).collect();
+    if receiver.is_some() {
+        events::wait_first_look(&toki, &progress).await?;
+    }
 
     let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
     let due = scenario::due_instant(lead);
