@@ -11,7 +11,7 @@ use anyhow::Context;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 use toki_app::{Config, Toki};
-use toki_core::events::{EndpointCaps, EventEndpoints, Put};
+use toki_core::events::{EndpointCaps, EventEndpoints, EventsError, Put};
 use toki_model::domain::EndpointId;
 use toki_model::event::{EndpointSpec, EndpointUrl, EventKinds, EventOrdering};
 use toki_model::lateness::Lateness;
@@ -32,8 +32,13 @@ pub enum EventsMode {
 
 /// The endpoint's id in every tenant.
 const ENDPOINT_ID: &str = "bench";
-/// Tenants registered at once (each one its database's writes).
-const REGISTER_CONCURRENCY: usize = 16;
+/// Tenants registered at once (each one its database's writes): well
+/// under the databases a process keeps open (32 by default).
+const REGISTER_CONCURRENCY: usize = 8;
+/// Attempts at one tenant's registration: a tenant database let go by the
+/// process while in use fails the call ("a closed pool"), and the next
+/// open gets it afresh.
+const REGISTER_ATTEMPTS: u32 = 3;
 /// Secrets told to the receiver per request.
 const SECRETS_PER_REQUEST: usize = 1000;
 /// Events read from a tenant's log per read.
@@ -137,7 +142,7 @@ pub(super) async fn register_endpoints(
                 kinds: EventKinds::all(),
                 ordering: EventOrdering::InOrder,
             };
-            let Put::Created { secret, .. } = service.put(t, id, spec).await? else {
+            let Put::Created { secret, .. } = put(service, t, id, spec).await? else {
                 anyhow::bail!("{t}: the run's tenants are new, yet it had an event endpoint");
             };
             progress.set(done.fetch_add(1, Ordering::Relaxed) + 1);
@@ -159,6 +164,27 @@ pub(super) async fn register_endpoints(
     }
     progress.finish(&format!("{} event endpoints registered", tenants.len()));
     Ok(())
+}
+
+/// `service.put`, again after a store error (nothing was written: the
+/// endpoint is one statement).
+async fn put(
+    service: &EventEndpoints,
+    tenant: &TenantId,
+    id: &EndpointId,
+    spec: EndpointSpec,
+) -> anyhow::Result<Put> {
+    let mut attempt = 1;
+    loop {
+        match service.put(tenant, id, spec.clone()).await {
+            Err(EventsError::Store(e)) if attempt < REGISTER_ATTEMPTS => {
+                tracing::debug!(%tenant, error = %e, "registering the endpoint again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            result => return Ok(result?),
+        }
+    }
 }
 
 /// Waits for the daemons' first look at the new endpoints (every tenant's
