@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use toki_app::{BackendKind, Config};
-use toki_devtools::bench::{parse_limits, parse_list, parse_rate, BenchOptions, Cores};
+use toki_devtools::bench::{parse_limits, parse_list, parse_rate, BenchOptions, Cores, EventsMode};
 use toki_devtools::demo::{self, DemoOptions};
 use toki_model::limits::ContractLimits;
 use toki_model::Channel;
@@ -128,6 +128,12 @@ pub struct BenchArgs {
     /// Slack is elsewhere; one core is too few for the daemon at 30,000).
     #[arg(long, default_value = "shared")]
     cores: Cores,
+    /// Every tenant registers an event endpoint (all types, in order) at the
+    /// webhook receiver stand-in before the burst; each event's lag from its
+    /// outcome to its arrival, and the events logged, received, missing and
+    /// duplicated, are reported too (a missing event fails the run).
+    #[arg(long)]
+    events: bool,
 }
 
 impl BenchArgs {
@@ -165,6 +171,11 @@ impl BenchArgs {
             large_limits: self.large_limits.as_deref().map(large_limits).transpose()?,
             plot: self.plot,
             cores: self.cores,
+            events: if self.events {
+                EventsMode::OneEndpointPerTenant
+            } else {
+                EventsMode::Off
+            },
         })
     }
 }

@@ -35,8 +35,11 @@ pub struct Toki {
     pub debounce: Arc<dyn DebounceStore>,
     /// Leases on the partitions of the fleet's rate limits.
     pub leases: Arc<dyn LeaseStore>,
-    /// Which tenants have delivery events, a repair or a purge waiting.
+    /// Which tenants have delivery events, a repair or a purge waiting
+    /// (an events mark written here wakes this process's dispatcher).
     pub marks: Arc<dyn toki_ports::WorkMarks>,
+    /// Told when this process marks a tenant's events.
+    pub events_wake: Arc<toki_core::events::wake::EventsWake>,
     /// The retention purge's part in the control store (embedded only).
     pub control_purge: Option<Arc<dyn toki_ports::ControlPurge>>,
     pub clock: Arc<dyn Clock>,
@@ -81,6 +84,7 @@ impl Toki {
             }
             BackendKind::Aws => crate::aws::open(&config, &databases, clock.clone()).await?,
         };
+        let (marks, events_wake) = toki_core::events::wake::WakingMarks::wrap(ports.marks);
         Ok(Toki {
             config,
             databases,
@@ -90,7 +94,8 @@ impl Toki {
             queue: ports.queue,
             debounce: ports.debounce,
             leases: ports.leases,
-            marks: ports.marks,
+            marks,
+            events_wake,
             control_purge: ports.control_purge,
             footprints: ports.footprints,
             clock,
@@ -513,13 +518,14 @@ mod delivery {
                 std::process::id(),
                 rand::thread_rng().next_u32()
             );
-            let dispatcher = Dispatcher::new(
+            let dispatcher = Dispatcher::waking(
                 self.stores.clone(),
                 self.marks.clone(),
                 Arc::new(poster),
                 self.clock.clone(),
                 holder,
                 self.config.events_settings(),
+                self.events_wake.clone(),
             );
             self.metrics
                 .register_collector(Box::new(crate::metrics::EventsCollector(

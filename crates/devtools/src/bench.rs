@@ -8,6 +8,7 @@
 //! ([`measure`]); [`options`] and [`results`] are what goes in and out.
 
 mod cores;
+mod events;
 mod measure;
 mod once;
 mod options;
@@ -18,13 +19,15 @@ use crate::plot::{write_cdf, RunName, RunTitle};
 use toki_app::Config;
 
 pub use cores::{allowed_cpus, Cores, Role};
+pub use events::{tally, EventFigures, EventsMode, LoggedEvent};
 pub use once::run_once;
 pub use options::{parse_limits, parse_list, parse_rate, BenchOptions};
-pub use results::{groups_table, header, row, BenchRun, GroupLateness, MeasuredAt};
+pub use results::{events_table, groups_table, header, row, BenchRun, GroupLateness, MeasuredAt};
 
 /// Runs the sweep; prints rows as they finish. Returns whether every run delivered everything once.
 pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
     let mut rows = Vec::new();
+    let mut events = Vec::new();
     let mut clean = true;
     for (n, d, w) in sweep_points(&opts) {
         let mut runs = Vec::new();
@@ -43,14 +46,21 @@ pub async fn run(base: Config, opts: BenchOptions) -> anyhow::Result<bool> {
                 };
                 r.plot = Some(plot(&opts, plots, &name, &r)?);
             }
-            clean &= r.missing == 0 && r.duplicates == 0;
+            // Events are sent at least once: a copy is allowed, a gap is not.
+            let events_whole = r.events.as_ref().is_none_or(|e| e.missing == 0);
+            clean &= r.missing == 0 && r.duplicates == 0 && events_whole;
             print_run(&opts, &r)?;
+            events.extend(r.events.clone().map(|e| (r.deliveries, e)));
             runs.push(r);
         }
         rows.extend(point_rows(runs));
     }
     if !opts.json {
         println!("{}", toki_app::table::table(&header(), &rows));
+        if !events.is_empty() {
+            println!("{}", events_table(&events));
+            println!("events: expected = logged in the tenants' databases (one per outcome of a type the endpoint wants); lag = arrival at the receiver - the outcome's time (the body's `timestamp`); dup = copies beyond the first (allowed: at least once); missing = logged, never received");
+        }
         println!("lateness = arrival at the sink - due (the Slack or SMTP stand-in's clock), or delivered_at - due from the delivery rows (chat, mail to --smtp-url); max = due to last delivery; D = daemon processes, RSS = the largest one's peak, CPU = all of theirs; sessions = SMTP connections the stand-in accepted; share = each daemon's part of the delivered rows; 429s = throttle answers the Slack stand-in gave, max/s = the most it accepted in any 1-second window");
     }
     Ok(clean)
@@ -98,6 +108,9 @@ fn print_run(opts: &BenchOptions, r: &BenchRun) -> anyhow::Result<()> {
         eprintln!("{}", toki_app::table::table(&header(), &[row(r, None)]));
         if !r.groups.is_empty() {
             eprintln!("{}", groups_table(&r.groups));
+        }
+        if let Some(e) = &r.events {
+            eprintln!("{}", events_table(&[(r.deliveries, e.clone())]));
         }
     }
     Ok(())

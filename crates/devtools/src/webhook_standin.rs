@@ -1,4 +1,6 @@
-//! A tenant's webhook receiver, for tests and `toki bench`: verifies every request's Standard Webhooks signature with the tenant's secret, records each delivery's arrivals with the `Idempotency-Key` and `webhook-id` of every copy, and can be told to fail (5xx, 429) or stay down.
+//! A tenant's webhook receiver, for tests and `toki bench`: verifies every request's Standard Webhooks signature with the tenant's secret, records each delivery's arrivals with the `Idempotency-Key` and `webhook-id` of every copy, and can be told to fail (5xx, 429) or stay down. It is also the tenants' delivery-events endpoint ([`events`]).
+
+mod events;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,7 @@ use toki_model::webhook_signature::{
 use toki_ports::Clock;
 
 pub use crate::slack_standin::{Arrival, StandinStats};
+pub use events::{EventArrival, EventStats};
 
 /// How the receiver answers, changeable while it runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +73,7 @@ pub struct WebhookStandin {
     failed: Arc<AtomicU64>,
     recorded: Arc<Mutex<Recorded>>,
     arrived: Arc<tokio::sync::Notify>,
+    events: Arc<Mutex<events::EventsRecorded>>,
 }
 
 impl Default for WebhookStandin {
@@ -115,6 +119,7 @@ impl WebhookStandin {
             failed: Arc::default(),
             recorded: Arc::default(),
             arrived: Arc::default(),
+            events: Arc::default(),
         }
     }
 
@@ -123,8 +128,12 @@ impl WebhookStandin {
             .route("/hook", post(receive))
             .route("/control/mode", post(set_mode))
             .route("/control/secret", post(add_secret))
+            .route("/control/secrets", post(add_secrets))
             .route("/stats", get(stats))
             .route("/arrivals", get(arrivals))
+            .route("/events/{tenant}", post(events::receive))
+            .route("/events-stats", get(events::stats))
+            .route("/events-arrivals", get(events::arrivals))
             .with_state(self.clone())
     }
 
@@ -246,19 +255,27 @@ impl WebhookStandin {
     /// Whether the request is signed by its tenant's secret, and its body.
     fn verified(&self, headers: &HeaderMap, body: &[u8]) -> Option<Body> {
         let parsed: Body = serde_json::from_slice(body).ok()?;
+        self.signed_by(&parsed.tenant, headers, body)
+            .then_some(parsed)
+    }
+
+    /// Whether the request's signature verifies with one of `tenant`'s secrets.
+    fn signed_by(&self, tenant: &str, headers: &HeaderMap, body: &[u8]) -> bool {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let (id, ts, sig) = (
-            header(HEADER_ID)?,
-            header(HEADER_TIMESTAMP)?,
-            header(HEADER_SIGNATURE)?,
-        );
+        let (Some(id), Some(ts), Some(sig)) = (
+            header(HEADER_ID),
+            header(HEADER_TIMESTAMP),
+            header(HEADER_SIGNATURE),
+        ) else {
+            return false;
+        };
         let now_s = self.clock.now().timestamp();
         let secrets = self.secrets.lock().expect("stand-in lock");
-        let ok = secrets
-            .get(&parsed.tenant)?
-            .iter()
-            .any(|s| verify(s, id, ts, sig, body, now_s).is_ok());
-        ok.then_some(parsed)
+        secrets.get(tenant).is_some_and(|known| {
+            known
+                .iter()
+                .any(|s| verify(s, id, ts, sig, body, now_s).is_ok())
+        })
     }
 
     fn record(&self, headers: &HeaderMap, body: Body) {
@@ -316,6 +333,21 @@ async fn add_secret(State(s): State<WebhookStandin>, body: Json<TenantSecret>) -
         }
         Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response(),
     }
+}
+
+/// `POST /control/secrets`: many tenants' secrets at once (a bench of
+/// 10,000 tenants would otherwise make as many requests).
+async fn add_secrets(State(s): State<WebhookStandin>, body: Json<Vec<TenantSecret>>) -> Response {
+    for t in body.0 {
+        match t.secret.parse::<WebhookSecret>() {
+            Ok(secret) => s.add_secret(&t.tenant, secret),
+            Err(e) => {
+                let why = format!("{}: {e}", t.tenant);
+                return (StatusCode::UNPROCESSABLE_ENTITY, why).into_response();
+            }
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn stats(State(s): State<WebhookStandin>) -> Json<StandinStats> {

@@ -537,6 +537,8 @@ impl Config {
             poll: Duration::from_millis(self.daemon.events_poll_ms.max(10)),
             replay_rate: self.daemon.events_replay_rate,
             replay_burst: self.daemon.events_replay_burst,
+            // Half the databases kept open: the deliveries use them too.
+            tenants_at_once: (self.database.max_open_tenants / 2).max(1),
             ..DispatchSettings::default()
         }
     }

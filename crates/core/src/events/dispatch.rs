@@ -7,9 +7,10 @@
 //! an outcome that logs an event marks its tenant, and when the tenant's
 //! endpoints are through, the mark is settled (removed, or moved to the
 //! next retry of a failing endpoint). A tenant with nothing to send is
-//! never opened.
+//! never opened. A mark written in this process wakes the dispatcher at
+//! once ([`super::wake`]); the poll finds the others'.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use toki_ports::{Clock, TenantStore, TenantStores, WorkKind, WorkMark, WorkMarks
 
 use super::failing::FailingTenants;
 use super::pace::ReplayPace;
+use super::wake::EventsWake;
 
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
@@ -47,6 +49,12 @@ pub struct DispatchSettings {
     pub replay_burst: u32,
     /// Tenants' marks read per poll (the earliest first).
     pub tenants_per_poll: usize,
+    /// Tenants served at once (each in a turn of [`TURN`] at most): fewer
+    /// than the tenant databases the process keeps open, so that a tenant's
+    /// database stays open while it is served. With every marked tenant at
+    /// once (1,000 in a burst), databases were let go while in use, and
+    /// calls on them failed ("a closed pool"), the deliveries' too.
+    pub tenants_at_once: usize,
 }
 
 impl Default for DispatchSettings {
@@ -59,6 +67,7 @@ impl Default for DispatchSettings {
             replay_rate: 50.0,
             replay_burst: 200,
             tenants_per_poll: 1000,
+            tenants_at_once: 16,
         }
     }
 }
@@ -81,8 +90,16 @@ pub struct Dispatcher {
     settings: DispatchSettings,
     /// Tenants whose endpoints are being listed now (one look at a time).
     looking: Mutex<HashSet<TenantId>>,
-    /// Endpoints being sent to now, each by a task of its own.
-    busy: Arc<Mutex<HashSet<(TenantId, EndpointId)>>>,
+    /// The mark each tenant is being served for, until it is settled: read
+    /// again meanwhile (it stays due until then), it is not news.
+    serving: Arc<Mutex<HashMap<TenantId, WorkMark>>>,
+    /// Endpoints being sent to now, each by a task of its own, and whether
+    /// a newer mark asked for another pass after the current one.
+    busy: Arc<Mutex<HashMap<(TenantId, EndpointId), FollowUp>>>,
+    /// Told when this process marks a tenant's events.
+    wake: Arc<EventsWake>,
+    /// Turns of the tenants served at once ([`DispatchSettings::tenants_at_once`]).
+    turns: Arc<tokio::sync::Semaphore>,
     /// Each tenant's replayed events, paced.
     pace: ReplayPace,
     /// Tenants whose database cannot be read, reported once.
@@ -95,6 +112,47 @@ type EndpointTask = tokio::task::JoinHandle<Option<toki_model::domain::Instant>>
 
 /// Polls after which a tenant that could not be read is looked at again.
 const RETRY_POLLS: u32 = 5;
+
+/// How long a tenant keeps its place among those served at once: a slow
+/// endpoint (10 s a request) then gives it up and goes on beside the others.
+pub const TURN: Duration = Duration::from_millis(500);
+
+/// After a wake, how long the marks of a burst's next writes are gathered
+/// before one read of the marks: a burst writes thousands a second.
+const WAKE_GATHER: Duration = Duration::from_millis(50);
+
+/// What taking an endpoint's hold came to.
+enum Hold {
+    Held,
+    /// Another process holds it.
+    Elsewhere,
+    /// The tenant's database did not answer.
+    Unknown,
+}
+
+/// Whether an endpoint being sent to owes another pass when this one ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FollowUp {
+    None,
+    /// A mark newer than the pass's read of the log came meanwhile.
+    Asked,
+}
+
+/// A tenant's mark being served, forgotten when dropped (after its settle,
+/// or if the task ends early).
+struct Serving {
+    serving: Arc<Mutex<HashMap<TenantId, WorkMark>>>,
+    mark: WorkMark,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let mut serving = self.serving.lock().expect("serving lock");
+        if serving.get(&self.mark.tenant) == Some(&self.mark) {
+            serving.remove(&self.mark.tenant);
+        }
+    }
+}
 
 /// What one pass over an endpoint came to.
 enum Pass {
@@ -110,6 +168,7 @@ enum Pass {
 }
 
 impl Dispatcher {
+    /// A dispatcher that finds marks by its poll alone.
     pub fn new(
         stores: Arc<dyn TenantStores>,
         marks: Arc<dyn WorkMarks>,
@@ -118,6 +177,29 @@ impl Dispatcher {
         holder: String,
         settings: DispatchSettings,
     ) -> Arc<Self> {
+        Self::waking(
+            stores,
+            marks,
+            poster,
+            clock,
+            holder,
+            settings,
+            Arc::default(),
+        )
+    }
+
+    /// A dispatcher also woken by `wake`: the process's marks, wrapped by
+    /// [`super::wake::WakingMarks`], tell it of their events marks at once.
+    pub fn waking(
+        stores: Arc<dyn TenantStores>,
+        marks: Arc<dyn WorkMarks>,
+        poster: Arc<dyn EventPoster>,
+        clock: Arc<dyn Clock>,
+        holder: String,
+        settings: DispatchSettings,
+        wake: Arc<EventsWake>,
+    ) -> Arc<Self> {
+        let turns = Arc::new(tokio::sync::Semaphore::new(settings.tenants_at_once.max(1)));
         Arc::new(Self {
             stores,
             marks,
@@ -127,13 +209,17 @@ impl Dispatcher {
             pace: ReplayPace::new(settings.replay_rate, settings.replay_burst),
             settings,
             looking: Mutex::default(),
+            serving: Arc::default(),
             busy: Arc::default(),
+            wake,
+            turns,
             failing: FailingTenants::default(),
             stats: DispatchStats::default(),
         })
     }
 
-    /// Looks at the marked tenants' endpoints each poll until `shutdown`.
+    /// Looks at the marked tenants' endpoints each poll, and soon after
+    /// this process marks one, until `shutdown`.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
             if let Err(e) = self.clone().start_due().await {
@@ -141,12 +227,14 @@ impl Dispatcher {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.settings.poll) => {}
+                _ = self.wake.woken() => tokio::time::sleep(WAKE_GATHER).await,
                 _ = shutdown.changed() => return,
             }
         }
     }
 
-    /// Starts a task for every marked tenant not being looked at now.
+    /// Starts a task for every marked tenant not being looked at now, nor
+    /// served for this very mark.
     async fn start_due(self: Arc<Self>) -> Result<(), toki_ports::StoreError> {
         let now = self.clock.now();
         let due = self
@@ -154,18 +242,59 @@ impl Dispatcher {
             .due(WorkKind::Events, now, self.settings.tenants_per_poll)
             .await?;
         for mark in due {
-            let mut looking = self.looking.lock().expect("looking lock");
-            if !looking.insert(mark.tenant.clone()) {
+            let Some(serving) = self.begin(&mark) else {
                 continue;
-            }
-            drop(looking);
+            };
             let this = self.clone();
             tokio::spawn(async move {
-                let next = this.serve_tenant(&mark).await;
+                let next = this.serve_in_turn(&mark).await;
                 this.settle(&mark, next).await;
+                drop(serving);
             });
         }
         Ok(())
+    }
+
+    /// Takes `mark` to serve, unless its tenant is being looked at or served
+    /// for this same mark (a mark stays due until settled: the woken passes
+    /// of a burst read it again and again).
+    fn begin(&self, mark: &WorkMark) -> Option<Serving> {
+        let mut serving = self.serving.lock().expect("serving lock");
+        if serving.get(&mark.tenant) == Some(mark) {
+            return None;
+        }
+        if !self
+            .looking
+            .lock()
+            .expect("looking lock")
+            .insert(mark.tenant.clone())
+        {
+            return None;
+        }
+        serving.insert(mark.tenant.clone(), mark.clone());
+        Some(Serving {
+            serving: self.serving.clone(),
+            mark: mark.clone(),
+        })
+    }
+
+    /// Serves the tenant once its turn comes (marks wait in the order they
+    /// were read); after [`TURN`] it goes on without it.
+    async fn serve_in_turn(
+        self: &Arc<Self>,
+        mark: &WorkMark,
+    ) -> Option<toki_model::domain::Instant> {
+        // The semaphore is never closed: this is always a permit.
+        let turn = self.turns.clone().acquire_owned().await;
+        let serve = self.serve_tenant(mark);
+        tokio::pin!(serve);
+        match tokio::time::timeout(TURN, &mut serve).await {
+            Ok(next) => next,
+            Err(_) => {
+                drop(turn);
+                serve.await
+            }
+        }
     }
 
     /// Settles the tenant's mark: removed, or at the next retry.
@@ -233,15 +362,16 @@ impl Dispatcher {
             let key = (tenant.clone(), endpoint.id.clone());
             let ask = if later > now {
                 Some(later)
-            } else if !self.busy.lock().expect("busy lock").insert(key.clone()) {
-                // Its own task is sending: looked at again after it.
+            } else if !self.claim(&key) {
+                // Its own task is sending, and passes again after (this
+                // look may bring events its pass read too early for); the
+                // retry stands in case that pass fails.
                 Some(retry)
             } else {
                 let (this, store) = (self.clone(), store.clone());
                 tasks.push(tokio::spawn(async move {
-                    let next = this.serve(&key.0, store.as_ref(), endpoint, revision).await;
-                    this.busy.lock().expect("busy lock").remove(&key);
-                    next
+                    this.serve_claimed(&key, store.as_ref(), endpoint, revision)
+                        .await
                 }));
                 None
             };
@@ -251,6 +381,47 @@ impl Dispatcher {
             };
         }
         Ok((next, tasks))
+    }
+
+    /// Claims the endpoint for a task of this look; if another task has it,
+    /// asks that one for another pass.
+    fn claim(&self, key: &(TenantId, EndpointId)) -> bool {
+        let mut busy = self.busy.lock().expect("busy lock");
+        match busy.get_mut(key) {
+            Some(follow_up) => {
+                *follow_up = FollowUp::Asked;
+                false
+            }
+            None => {
+                busy.insert(key.clone(), FollowUp::None);
+                true
+            }
+        }
+    }
+
+    /// Serves a claimed endpoint, again while later looks ask for it and it
+    /// is through (a failing one keeps its backoff), then lets it go.
+    async fn serve_claimed(
+        &self,
+        key: &(TenantId, EndpointId),
+        store: &dyn TenantStore,
+        endpoint: EventEndpoint,
+        revision: u64,
+    ) -> Option<toki_model::domain::Instant> {
+        loop {
+            // Each pass reads the endpoint afresh once held.
+            let next = self.serve(&key.0, store, endpoint.clone(), revision).await;
+            let mut busy = self.busy.lock().expect("busy lock");
+            match busy.get_mut(key) {
+                Some(follow_up) if next.is_none() && *follow_up == FollowUp::Asked => {
+                    *follow_up = FollowUp::None;
+                }
+                _ => {
+                    busy.remove(key);
+                    return next;
+                }
+            }
+        }
     }
 
     /// When a tenant whose database or endpoint could not be read is looked at again.
@@ -295,10 +466,15 @@ impl Dispatcher {
         let later = |this: &Self| Some(this.clock.now() + this.retry_after());
         loop {
             // Held again each pass: a long catch-up (a paced replay) keeps it.
-            if !self.hold(tenant, store, &endpoint.id).await {
-                // Another process sends (and settles); looked at again once its hold ends.
-                let hold = chrono::Duration::from_std(self.settings.hold).expect("fits");
-                return Some(self.clock.now() + hold);
+            match self.hold(tenant, store, &endpoint.id).await {
+                Hold::Held => {}
+                Hold::Elsewhere => {
+                    // Another process sends (and settles); looked at again once its hold ends.
+                    let hold = chrono::Duration::from_std(self.settings.hold).expect("fits");
+                    return Some(self.clock.now() + hold);
+                }
+                // Not another's hold: waiting it out would delay the events a minute.
+                Hold::Unknown => return later(self),
             }
             // Read again once held: read before, it may be a pass behind
             // (read while the last holder's pass ended, its hold let go).
@@ -373,15 +549,16 @@ impl Dispatcher {
             .filter(|(e, _)| e.progress.status == EndpointStatus::Enabled))
     }
 
-    /// Takes (or renews) this process's hold on the endpoint; whether it has it.
-    async fn hold(&self, tenant: &TenantId, store: &dyn TenantStore, id: &EndpointId) -> bool {
+    /// Takes (or renews) this process's hold on the endpoint.
+    async fn hold(&self, tenant: &TenantId, store: &dyn TenantStore, id: &EndpointId) -> Hold {
         let now = self.clock.now();
         let until = now + chrono::Duration::from_std(self.settings.hold).expect("fits");
         match store.hold_endpoint(id, &self.holder, until, now).await {
-            Ok(held) => held,
+            Ok(true) => Hold::Held,
+            Ok(false) => Hold::Elsewhere,
             Err(e) => {
                 warn!(%tenant, endpoint = %id, error = %chain(&e), "delivery events: holding the endpoint failed");
-                false
+                Hold::Unknown
             }
         }
     }

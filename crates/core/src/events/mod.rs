@@ -5,6 +5,7 @@
 pub mod dispatch;
 pub mod failing;
 pub mod pace;
+pub mod wake;
 
 use std::sync::Arc;
 

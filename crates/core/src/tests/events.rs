@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::events::dispatch::{DispatchSettings, Dispatcher};
+use crate::events::wake::WakingMarks;
 use crate::events::{EventEndpoints, Put};
 use crate::testing::TestKit;
 use toki_model::domain::{
@@ -25,8 +26,8 @@ use toki_ports::{Clock, TenantStores, WorkKind, WorkMarks};
 #[derive(Default)]
 struct Receiver {
     down_until: Mutex<HashMap<String, tokio::time::Instant>>,
-    /// Addresses that take a minute to answer each request.
-    slow: Mutex<std::collections::HashSet<String>>,
+    /// Addresses that take this long to answer each request.
+    slow: Mutex<HashMap<String, Duration>>,
     got: Mutex<HashMap<String, Vec<SignedPost>>>,
 }
 
@@ -49,8 +50,9 @@ impl Receiver {
 #[async_trait]
 impl EventPoster for Receiver {
     async fn post(&self, url: &EndpointUrl, request: &SignedPost) -> Result<(), PostError> {
-        if self.slow.lock().unwrap().contains(url.as_str()) {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+        let slow = self.slow.lock().unwrap().get(url.as_str()).copied();
+        if let Some(answer_after) = slow {
+            tokio::time::sleep(answer_after).await;
         }
         let down = self.down_until.lock().unwrap().get(url.as_str()).copied();
         if down.is_some_and(|until| tokio::time::Instant::now() < until) {
@@ -69,6 +71,15 @@ struct Setup {
     receiver: Arc<Receiver>,
     endpoints: EventEndpoints,
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// The marks this process writes through (woken or not).
+    marks: Arc<dyn WorkMarks>,
+}
+
+/// How the test's dispatcher learns of the marks this process writes.
+enum Learns {
+    ByPoll,
+    /// Woken at once, as in a daemon ([`WakingMarks`]).
+    Woken,
 }
 
 async fn setup(tenants: &[&str]) -> Setup {
@@ -76,27 +87,38 @@ async fn setup(tenants: &[&str]) -> Setup {
 }
 
 async fn setup_with(tenants: &[&str], settings: DispatchSettings) -> Setup {
+    setup_on(tenants, settings, Learns::ByPoll).await
+}
+
+async fn setup_on(tenants: &[&str], settings: DispatchSettings, learns: Learns) -> Setup {
     let kit = TestKit::new();
     for t in tenants {
         kit.tenant(t).await;
     }
     let receiver = Arc::new(Receiver::default());
-    let dispatcher = Dispatcher::new(
+    let marks: Arc<dyn WorkMarks> = kit.marks.clone();
+    let (marks, wake) = match learns {
+        Learns::ByPoll => (marks, Arc::default()),
+        Learns::Woken => WakingMarks::wrap(marks),
+    };
+    let dispatcher = Dispatcher::waking(
         kit.stores.clone(),
-        kit.marks.clone(),
+        marks.clone(),
         receiver.clone(),
         kit.clock.clone(),
         "test".into(),
         settings,
+        wake,
     );
     let (shutdown, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(dispatcher.run(stop));
-    let endpoints = EventEndpoints::new(kit.stores.clone(), kit.marks.clone(), kit.clock.clone());
+    let endpoints = EventEndpoints::new(kit.stores.clone(), marks.clone(), kit.clock.clone());
     Setup {
         kit,
         receiver,
         endpoints,
         shutdown,
+        marks,
     }
 }
 
@@ -395,7 +417,11 @@ async fn replays_are_paced_per_tenant() {
 async fn a_slow_endpoint_holds_up_none_of_its_tenants_other_endpoints() {
     let s = setup(&["acme"]).await;
     let (slow, fast) = ("https://slow.example/events", "https://fast.example/events");
-    s.receiver.slow.lock().unwrap().insert(slow.into());
+    s.receiver
+        .slow
+        .lock()
+        .unwrap()
+        .insert(slow.into(), Duration::from_secs(60));
     for (id, at) in [("slow", slow), ("fast", fast)] {
         register_at(
             &s,
@@ -504,4 +530,65 @@ async fn a_tenant_whose_database_is_gone_is_reported_once() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(dispatcher.failing.reported(), 2);
+}
+
+/// One delivered outcome of `tenant`, recorded and marked as the daemon's
+/// recorder does (the mark through the process's marks).
+async fn record_here(s: &Setup, tenant: &TenantId, i: u32) {
+    let store = s.kit.stores.open(tenant).await.unwrap();
+    let outcome = outcome(i, DeliveryStatus::Delivered, s.kit.now());
+    assert_eq!(store.record_outcomes(&[outcome]).await.unwrap(), 1);
+    crate::work::Marker::new(s.marks.clone(), s.kit.clock.clone())
+        .events(tenant)
+        .await;
+}
+
+/// An outcome recorded in this process reaches its endpoint within the
+/// wake's gather and a send, not at the next poll: the poll is a minute
+/// here, so only the wake can explain it. (The poll alone put up to a
+/// second, the default poll, between an outcome and its event.)
+#[tokio::test(start_paused = true)]
+async fn an_outcome_recorded_here_wakes_the_dispatcher_at_once() {
+    let settings = DispatchSettings {
+        poll: Duration::from_secs(60),
+        ..DispatchSettings::default()
+    };
+    let s = setup_on(&["acme"], settings, Learns::Woken).await;
+    let secret = register(&s, "acme", EventKinds::all(), EventOrdering::InOrder).await;
+    // The endpoint's creation woke it too; that look found nothing to send.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let acme: TenantId = "acme".parse().unwrap();
+    record_here(&s, &acme, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        verified_types(&s.receiver.got(&url("acme")), &secret),
+        ["delivery.delivered"],
+        "sent within 100 ms of its outcome"
+    );
+    let _ = s.shutdown.send(true);
+}
+
+/// Events logged while their endpoint's task is sending (a 2 s answer) go
+/// out right after its pass, not at the look's retry five polls later.
+#[tokio::test(start_paused = true)]
+async fn events_logged_while_their_endpoint_sends_follow_that_pass() {
+    let s = setup_on(&["acme"], DispatchSettings::default(), Learns::Woken).await;
+    s.receiver
+        .slow
+        .lock()
+        .unwrap()
+        .insert(url("acme"), Duration::from_secs(2));
+    register(&s, "acme", EventKinds::all(), EventOrdering::InOrder).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let acme: TenantId = "acme".parse().unwrap();
+    // Sent at once, answered 2 s later.
+    record_here(&s, &acme, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Logged after that pass read the log: its look finds the endpoint busy.
+    record_here(&s, &acme, 2).await;
+    tokio::time::sleep(Duration::from_millis(3900)).await;
+    let got = s.receiver.got(&url("acme"));
+    let ids: Vec<&str> = got.iter().map(|p| p.webhook_id.as_str()).collect();
+    assert_eq!(ids, ["evt_1", "evt_2"], "the second right after the first");
+    let _ = s.shutdown.send(true);
 }

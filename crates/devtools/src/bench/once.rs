@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use toki_app::{BackendKind, Config, Toki};
 use toki_model::{Channel, DeliveryKey, TenantId};
 
+use super::events::{self, EventFigures, EventsMode};
 use super::measure::{Measured, RowsOptions, Sink, Watch};
 use super::options::BenchOptions;
 use super::processes::{
@@ -36,9 +37,14 @@ pub async fn run_once(
 ) -> anyhow::Result<BenchRun> {
     let mut config = run_config(base, opts, workers, dir)?;
     let (standin, sink) = start_sink(opts, &mut config)?;
+    let receiver = start_events_receiver(opts, &sink, &mut config)?;
     config.validate()?;
     let toki = Toki::open(config.clone()).await?;
     let tenants = bench_tenants(&toki, opts).await?;
+    let progress = Progress::new(!opts.json);
+    if let Some(r) = &receiver {
+        events::register_endpoints(&toki, &tenants, &r.url, &progress).await?;
+    }
     let slack_url = match &sink {
         Sink::Slack(url) => Some(url.as_str()),
         _ => None,
@@ -56,12 +62,15 @@ pub async fn run_once(
         limits: &opts.limits,
         slack_url,
         webhook_url,
+        events_url: receiver.as_ref().map(|r| r.url.as_str()),
         cores: opts.cores,
     };
     let fleet = spawn_daemons(daemons, &config, &args)?;
     let pids: Vec<u32> = fleet.iter().map(Guard::pid).collect();
+    if receiver.is_some() {
+        events::wait_first_look(&toki, &progress).await?;
+    }
 
-    let progress = Progress::new(!opts.json);
     let lead = Duration::from_secs(opts.lead.unwrap_or(10 + n as u64 / 1000));
     let due = scenario::due_instant(lead);
     let (meetings, large_tenant) = plan(opts, n, &tenants, due)?;
@@ -86,13 +95,22 @@ pub async fn run_once(
     watch.wait(workers, &progress).await?;
     // A moment for duplicates to show up, and for the daemon to record its rows.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    if let Some(r) = &receiver {
+        // Every delivery makes one event at least (its `delivery.delivered`).
+        events::wait(&http, &r.url, n as u64, &progress).await?;
+    }
     let (peak_rss_mb, cpu_s) = fleet_usage(&pids);
     let sink_cpu_s = standin.as_ref().map(|g| fleet_usage(&[g.pid()]).1);
     let share = watch.delivered_by_daemon(&pids).await?;
     progress.finish(&format!("n={n} w={workers}: done"));
     let measured = measure(&watch, opts, &expected, large_tenant.as_ref()).await?;
+    let events = match &receiver {
+        Some(r) => Some(r.measure(&toki, &http, &tenants, sink_cpu_s).await?),
+        None => None,
+    };
     tokio::task::spawn_blocking(move || stop_fleet(fleet, DAEMON_STOP_GRACE)).await?;
     drop(standin);
+    drop(receiver);
     let facts = RunFacts {
         deliveries: n,
         workers,
@@ -102,6 +120,7 @@ pub async fn run_once(
         cpu_s,
         sink_cpu_s,
         enqueue_s,
+        events,
     };
     Ok(bench_run(opts, facts, measured))
 }
@@ -143,10 +162,7 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
         (Channel::Webhook, _) => {
             let (g, url) = start_webhook_standin(opts.cores)?;
             // The receiver is on this machine: the operator's exception.
-            config.webhook.allow_addresses =
-                vec!["127.0.0.1/32".parse().map_err(anyhow::Error::msg)?];
-            config.webhook.allow_http = true;
-            config.webhook.allow_ports = vec![toki_model::egress::PortRange::ALL];
+            events::allow_local_receiver(config)?;
             (Some(g), Sink::Webhook(url))
         }
         (Channel::Mail, Some(url)) => {
@@ -155,6 +171,56 @@ fn start_sink(opts: &BenchOptions, config: &mut Config) -> anyhow::Result<(Optio
         }
         _ => (None, Sink::Rows),
     })
+}
+
+/// Where a run's delivery events go: the webhook stand-in (its own process,
+/// or the sink's when webhook deliveries go to it too).
+struct EventsReceiver {
+    url: String,
+    /// None: the sink's stand-in, whose CPU is the sink's.
+    process: Option<Guard>,
+}
+
+impl EventsReceiver {
+    /// The run's event figures, with the receiver's CPU.
+    async fn measure(
+        &self,
+        toki: &Toki,
+        http: &reqwest::Client,
+        tenants: &[TenantId],
+        sink_cpu_s: Option<f64>,
+    ) -> anyhow::Result<EventFigures> {
+        let mut figures = events::measure(toki, http, &self.url, tenants).await?;
+        figures.receiver_cpu_s = match &self.process {
+            Some(g) => fleet_usage(&[g.pid()]).1,
+            None => sink_cpu_s.unwrap_or(0.0),
+        };
+        Ok(figures)
+    }
+}
+
+/// With `--events`, the receiver of the tenants' events, the daemons
+/// allowed to post to it.
+fn start_events_receiver(
+    opts: &BenchOptions,
+    sink: &Sink,
+    config: &mut Config,
+) -> anyhow::Result<Option<EventsReceiver>> {
+    if opts.events == EventsMode::Off {
+        return Ok(None);
+    }
+    if let Sink::Webhook(url) = sink {
+        return Ok(Some(EventsReceiver {
+            url: url.clone(),
+            process: None,
+        }));
+    }
+    let (g, url) = start_webhook_standin(opts.cores)?;
+    events::allow_local_receiver(config)?;
+    Ok(Some(EventsReceiver {
+        url,
+        process: Some(g),
+    }))
 }
 
 /// Points each tenant's default webhook endpoint at the receiver and tells
@@ -279,6 +345,7 @@ struct RunFacts {
     /// The stand-in process's CPU seconds (none: no stand-in).
     sink_cpu_s: Option<f64>,
     enqueue_s: f64,
+    events: Option<EventFigures>,
 }
 
 /// The run's figures: what the bench knows, and what was measured.
@@ -313,6 +380,7 @@ fn bench_run(opts: &BenchOptions, facts: RunFacts, m: Measured) -> BenchRun {
         per_second: m.per_second,
         measured_at: m.measured_at,
         plot: None,
+        events: facts.events,
         samples_ms: m.samples_ms,
     }
 }

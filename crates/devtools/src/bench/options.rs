@@ -40,6 +40,8 @@ pub struct BenchOptions {
     pub plot: Option<PathBuf>,
     /// Where the stand-in and the daemons run.
     pub cores: super::cores::Cores,
+    /// Each tenant with an event endpoint at the receiver stand-in (`--events`).
+    pub events: super::events::EventsMode,
 }
 
 /// `slack:default=50/10,smtp:ses=14` → the limits' JSON table.

@@ -126,6 +126,8 @@ pub(super) struct DaemonArgs<'a> {
     pub slack_url: Option<&'a str>,
     /// The webhook receiver's base URL, when webhook deliveries go to it.
     pub webhook_url: Option<&'a str>,
+    /// The receiver of the tenants' delivery events (`--events`), if any.
+    pub events_url: Option<&'a str>,
     pub cores: Cores,
 }
 
@@ -160,7 +162,7 @@ pub(super) fn spawn_daemons(
             cmd.env("TOKI_SLACK_TOKEN", "xoxb-toki-bench")
                 .env("TOKI_SLACK_API_URL", format!("{url}/api"));
         }
-        if args.webhook_url.is_some() {
+        if args.webhook_url.is_some() || args.events_url.is_some() {
             // The receiver is on this machine: the operator's exception.
             cmd.env("TOKI_WEBHOOK_ALLOW_ADDRESSES", "127.0.0.1/32")
                 .env("TOKI_WEBHOOK_ALLOW_HTTP", "true")

@@ -64,6 +64,9 @@ pub struct BenchRun {
     /// The run's lateness CDF (`--plot`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plot: Option<PathBuf>,
+    /// With `--events`: the delivery events' lag and counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<super::events::EventFigures>,
     /// Each delivery's lateness (ms) as measured, all of them and then per
     /// group, for `--plot`; not printed.
     #[serde(skip)]
@@ -140,6 +143,40 @@ pub fn groups_table(groups: &[GroupLateness]) -> String {
         .collect();
     toki_app::table::table(
         &["tenants", "deliveries", "p50 ms", "p99 ms", "max ms"],
+        &rows,
+    )
+}
+
+/// The delivery events of each run (by its deliveries), as a table.
+pub fn events_table(runs: &[(usize, super::events::EventFigures)]) -> String {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|(n, e)| {
+            vec![
+                n.to_string(),
+                e.expected.to_string(),
+                e.received.to_string(),
+                e.missing.to_string(),
+                e.duplicated.to_string(),
+                e.lag_ms.p50.to_string(),
+                e.lag_ms.p99.to_string(),
+                e.lag_ms.max.to_string(),
+                format!("{:.2}", e.receiver_cpu_s),
+            ]
+        })
+        .collect();
+    toki_app::table::table(
+        &[
+            "N",
+            "events expected",
+            "received",
+            "missing",
+            "dup",
+            "lag p50 ms",
+            "lag p99 ms",
+            "lag max ms",
+            "receiver CPU s",
+        ],
         &rows,
     )
 }
