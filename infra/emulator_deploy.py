@@ -480,13 +480,14 @@ def check_stack(cl: dict, v: dict, outputs: dict, pre: dict) -> None:
     # marks (W#...: events to send, read by Query), and reads the schedules'
     # version markers (V#...: BatchGetItem, the last look); it may touch those rows
     # and nothing else there. In the tenant directory it reads each tenant's
-    # contract (flow limits; /readyz): GetItem, no Scan, no write.
+    # contract (flow limits; /readyz): GetItem, and BatchGetItem for a
+    # burst's tenants together; no Scan, no write.
     dynamo = [s for s in role["daemon-task"] if any(a.startswith("dynamodb:") for a in s["actions"])
               and s["resources"] != [table_arn]]
     check(resources_for(role["daemon-task"], "dynamodb:GetItem") == {index_arn, table_arn}
           and {a for s in role["daemon-task"] if table_arn in s["resources"] for a in s["actions"]}
-          == {"dynamodb:GetItem"},
-          "daemon task role: GetItem on the tenant directory (contracts), no Scan, no write")
+          == {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
+          "daemon task role: GetItem and BatchGetItem on the tenant directory (contracts), no Scan, no write")
     leading = [((s["condition"] or {}).get("ForAllValues:StringLike") or {}).get("dynamodb:LeadingKeys") for s in dynamo]
     by_keys: dict[str, set[str]] = {}
     for s, k in zip(dynamo, leading):
